@@ -1,0 +1,23 @@
+//! Switchyard's core: domain records, the state machines of connectors, channels, auth
+//! sessions and deliveries, and the seams (`Store`, `Bus`, `Ephemeral`, `FileStore`,
+//! `Provider`) with their cheap in-process implementations.
+
+pub mod bus;
+pub mod crypto;
+pub mod ephemeral;
+pub mod error;
+pub mod files;
+pub mod ids;
+pub mod model;
+pub mod provider;
+pub mod store;
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+
+pub use bus::{Bus, Doorbell, LocalBus};
+pub use ephemeral::{Ephemeral, MemoryEphemeral};
+pub use error::{BackendError, BackendResult, ErrorKind};
+pub use files::{ByteStream, FileStore, LocalFileStore};
+pub use provider::{Provider, ProviderHost};
+pub use store::Store;

@@ -1,0 +1,212 @@
+//! Durable records. Every field is plain data; secrets are stored only as ciphertext.
+
+use serde::{Deserialize, Serialize};
+use switchyard_protocol::ConnectionStatus;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+}
+
+/// An API key as stored: only a hash of the secret part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    pub id: String,
+    pub tenant_id: String,
+    /// Hex SHA-256 of the secret part of the key.
+    pub secret_hash: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// One `connector_id`: the runtime instance of a Card for a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectorRecord {
+    pub id: String,
+    pub tenant_id: String,
+    pub card_id: String,
+    pub created_at: i64,
+    /// Set when the last authenticated data plane closed; cleared on hello.
+    pub offline_since: Option<i64>,
+}
+
+/// A data-plane socket that completed hello, as seen cluster-wide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketRecord {
+    pub id: String,
+    pub connector_id: String,
+    pub pod_id: String,
+    pub opened_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelRecord {
+    pub id: String,
+    pub tenant_id: String,
+    pub connector_id: String,
+    pub card_id: String,
+    /// Socket that opened the channel last; only that socket delivers for it.
+    pub route_socket: Option<String>,
+    /// Profiles enabled for this channel at its last open.
+    pub profiles: Vec<String>,
+    pub status: ConnectionStatus,
+    /// Redacted display data (JSON of `TargetView`).
+    pub view: serde_json::Value,
+    /// Encrypted provider credentials (None = not bound).
+    pub binding: Option<Vec<u8>>,
+    /// Provider-defined uniqueness key of the binding within a tenant (e.g. hash of bot+chat).
+    pub binding_key: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthStatus {
+    Pending,
+    Scanned,
+    Authenticated,
+    Expired,
+    QrRefreshRequired,
+    Failed,
+    Canceled,
+}
+
+impl AuthStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Scanned => "scanned",
+            Self::Authenticated => "authenticated",
+            Self::Expired => "expired",
+            Self::QrRefreshRequired => "qr_refresh_required",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
+    }
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Authenticated | Self::Expired | Self::Failed | Self::Canceled)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthSessionRecord {
+    pub id: String,
+    pub channel_id: String,
+    pub flow_id: String,
+    pub status: AuthStatus,
+    /// Encrypted provider state (QR material, pairing token...).
+    pub state: Option<Vec<u8>>,
+    /// Public, non-secret presentation (qr_code_text, poll interval, message) as JSON.
+    pub public: serde_json::Value,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxState {
+    Pending,
+    /// Rejected with retryable=false or undeliverable; kept for observation until purged.
+    Failed,
+}
+
+/// A Connector -> xAgent message waiting for a terminal ack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRecord {
+    /// Store-assigned, increasing; gives per-channel order.
+    pub seq: i64,
+    pub channel_id: String,
+    pub message_id: String,
+    /// The `chat.message` payload (JSON).
+    pub payload: serde_json::Value,
+    pub created_at: i64,
+    /// Fixed when first accepted; never extended (IM1-11).
+    pub expires_at: i64,
+    pub attempts: i32,
+    pub state: OutboxState,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    Stored,
+    /// The `(channel, message_id)` was seen before; nothing stored.
+    Duplicate,
+    /// The channel's pending cap is reached; the caller must refuse (retryably).
+    Full,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimState {
+    InProgress,
+    Done,
+}
+
+/// Receiver-side idempotency of xAgent's `chat.message` and of tool calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotencyRecord {
+    /// `msg` or `tool`.
+    pub scope: String,
+    pub channel_id: String,
+    pub key: String,
+    /// SHA-256 of the content (message text + files, or tool id + arguments).
+    pub fingerprint: String,
+    pub state: ClaimState,
+    /// The stored outcome (ack payload or tool result) once done.
+    pub outcome: Option<serde_json::Value>,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// The caller owns the work now.
+    New,
+    Existing(IdempotencyRecord),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileDirection {
+    /// Uploaded by xAgent through `/files/uploads`.
+    Outbound,
+    /// Received from the target.
+    Inbound,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRecord {
+    pub file_ref: String,
+    pub tenant_id: String,
+    pub channel_id: String,
+    pub direction: FileDirection,
+    pub filename: String,
+    pub mime_type: String,
+    pub file_type: String,
+    pub byte_size: u64,
+    /// Key in the file store.
+    pub storage_key: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+/// A named lease with a fencing generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub name: String,
+    pub holder: String,
+    pub generation: i64,
+    pub expires_at: i64,
+}
+
+/// What the janitor removed for one connector_id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cascade {
+    pub channels: Vec<ChannelRecord>,
+    pub files: Vec<FileRecord>,
+}

@@ -1,0 +1,267 @@
+//! The seam between the core and a target system (Telegram, webhook IM, agent hosts...).
+//! A provider knows its Card, its auth flows, how to call the target, and its own ingress
+//! routes. It knows nothing of sockets or tenants beyond the ids handed to it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use switchyard_protocol::descriptor::TargetView;
+use switchyard_protocol::im::{ActivityStatus, FileItem};
+use switchyard_protocol::{AuthFlow, Card, ConnectionStatus};
+
+use crate::error::BackendError;
+use crate::files::ByteStream;
+use crate::model::{AuthStatus, FileRecord};
+
+/// Decrypted credentials of one bound channel, handed to the provider for one call.
+#[derive(Clone)]
+pub struct Binding {
+    pub channel_id: String,
+    pub tenant_id: String,
+    /// Provider-defined JSON; contains secrets. Never logged (see `Debug`).
+    pub credentials: Value,
+}
+
+impl std::fmt::Debug for Binding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binding").field("channel_id", &self.channel_id).finish_non_exhaustive()
+    }
+}
+
+/// Outcome of an auth step.
+#[derive(Clone)]
+pub enum AuthStep {
+    /// The channel is bound with these credentials.
+    Authenticated {
+        credentials: Value,
+        view: TargetView,
+        /// Uniqueness key of the binding within a tenant and Card (refused when already bound
+        /// to another channel). Must not contain secrets (hash them).
+        binding_key: Option<String>,
+    },
+    /// Waiting for the user (QR scan, pairing).
+    Pending {
+        status: AuthStatus,
+        qr_code_text: Option<String>,
+        qr_code_image: Option<String>,
+        message: String,
+        poll_interval_ms: u64,
+        expires_at: i64,
+        /// Provider state kept encrypted with the session.
+        state: Value,
+    },
+    Failed { code: String, message: String },
+}
+
+impl std::fmt::Debug for AuthStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Authenticated { view, .. } => write!(f, "Authenticated({})", view.display_name),
+            Self::Pending { status, .. } => write!(f, "Pending({status:?})"),
+            Self::Failed { code, .. } => write!(f, "Failed({code})"),
+        }
+    }
+}
+
+pub struct AuthRequest<'a> {
+    pub tenant_id: &'a str,
+    pub channel_id: &'a str,
+    pub auth_session_id: &'a str,
+    pub flow: &'a AuthFlow,
+    pub input: &'a Map<String, Value>,
+}
+
+pub struct AuthPoll<'a> {
+    pub channel_id: &'a str,
+    pub auth_session_id: &'a str,
+    pub flow: &'a AuthFlow,
+    pub status: AuthStatus,
+    pub state: &'a Value,
+    pub refresh: bool,
+}
+
+/// Progress reporting for long tools (`tool.progress.push`).
+pub trait ProgressSink: Send + Sync {
+    fn progress(&self, status: &str, message: &str, progress: Option<f64>);
+}
+
+pub struct ToolCall<'a> {
+    pub binding: &'a Binding,
+    pub tool_id: &'a str,
+    pub arguments: &'a Map<String, Value>,
+    /// Stable key of the logical call; pass it to the target as its idempotency key if it has one.
+    pub idempotency_key: &'a str,
+    pub progress: &'a dyn ProgressSink,
+}
+
+/// A file of an outbound message, resolved and checked against the channel by the core.
+#[derive(Debug, Clone)]
+pub struct OutboundFile {
+    pub record: FileRecord,
+    /// Absolute signed URL any holder can fetch until it expires.
+    pub download_url: String,
+}
+
+pub struct OutboundMessage<'a> {
+    pub binding: &'a Binding,
+    pub message_id: &'a str,
+    pub text: Option<&'a str>,
+    pub files: &'a [OutboundFile],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderErrorKind {
+    /// Bad arguments or input; the same request will not succeed.
+    InvalidInput,
+    /// The target explicitly refused; not retryable.
+    Rejected,
+    /// The target refused the credentials (token revoked): the channel becomes `revoked`.
+    Unauthorized,
+    /// Network, rate limit, 5xx: retry later with the same id.
+    Transient,
+    /// A bug or unexpected state; not retryable.
+    Internal,
+}
+
+/// A provider failure. `message` is shown to xAgent: it must never carry secrets or URLs
+/// that contain them.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ProviderError {
+    pub kind: ProviderErrorKind,
+    pub code: String,
+    pub message: String,
+}
+
+impl ProviderError {
+    pub fn new(kind: ProviderErrorKind, code: &str, message: impl Into<String>) -> Self {
+        Self { kind, code: code.to_owned(), message: message.into() }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ProviderErrorKind::InvalidInput, "invalid_arguments", message)
+    }
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::new(ProviderErrorKind::Transient, "target_unavailable", message)
+    }
+    pub fn rejected(message: impl Into<String>) -> Self {
+        Self::new(ProviderErrorKind::Rejected, "target_delivery_failed", message)
+    }
+    pub fn retryable(&self) -> bool {
+        self.kind == ProviderErrorKind::Transient
+    }
+}
+
+/// A message received from the target, ready to be queued for xAgent.
+#[derive(Debug, Clone, Default)]
+pub struct InboundMessage {
+    /// Stable per channel; repeated ids are de-duplicated.
+    pub message_id: String,
+    pub text: Option<String>,
+    pub sender_id: Option<String>,
+    pub sender_name: Option<String>,
+    /// Files already stored with [`ProviderHost::store_inbound_file`].
+    pub files: Vec<FileItem>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboundOutcome {
+    Stored,
+    Duplicate,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("channel not found or not bound")]
+    UnknownChannel,
+    #[error("file not found")]
+    FileNotFound,
+    #[error("file too large")]
+    TooLarge,
+    #[error("channel queue is full")]
+    Full,
+    #[error("invalid message: {0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl HostError {
+    /// True when the caller should ask its sender to retry later (nothing was accepted).
+    pub fn retryable(&self) -> bool {
+        matches!(self, Self::Full | Self::Backend(_))
+    }
+}
+
+/// What the core offers a provider: its bindings, the inbound queue, files and auth sessions.
+#[async_trait]
+pub trait ProviderHost: Send + Sync + 'static {
+    /// The binding of a bound channel of this provider's Card; None when unknown or unbound.
+    async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError>;
+    /// Every bound channel of this Card (pollers and shared consumers use it at start).
+    async fn bound_channels(&self) -> Result<Vec<Binding>, BackendError>;
+    /// Durably stores an inbound message, then rings the doorbell of the channel's socket.
+    async fn accept_inbound(&self, channel_id: &str, msg: InboundMessage) -> Result<InboundOutcome, HostError>;
+    /// Streams an inbound file into the file store; returns the item for `chat.message.files`.
+    async fn store_inbound_file(
+        &self,
+        channel_id: &str,
+        filename: &str,
+        mime_type: Option<&str>,
+        body: ByteStream,
+    ) -> Result<FileItem, HostError>;
+    /// Opens an uploaded file of the channel.
+    async fn open_file(&self, channel_id: &str, file_ref: &str) -> Result<(OutboundFile, ByteStream), HostError>;
+    /// The encrypted provider state of an unfinished auth session (pairing flows).
+    async fn auth_state(&self, auth_session_id: &str) -> Result<Option<(String, AuthStatus, Value)>, BackendError>;
+    /// Advances an auth session from outside the data plane (pairing completed, QR scanned).
+    async fn advance_auth(&self, auth_session_id: &str, step: AuthStep) -> Result<(), HostError>;
+    /// Reports the target's health for a channel; a change is pushed as a Descriptor.
+    async fn set_target_status(&self, channel_id: &str, status: ConnectionStatus) -> Result<(), HostError>;
+    /// Absolute base URL of this deployment (webhook registration, absolute download URLs).
+    fn public_base_url(&self) -> String;
+    fn ephemeral(&self) -> Arc<dyn crate::ephemeral::Ephemeral>;
+}
+
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    fn card(&self) -> &Card;
+    /// The primary Skill (Markdown with a `name:` header), or None.
+    fn skill(&self) -> Option<&str>;
+    /// Mount prefix on the public listener, e.g. `/webhook`.
+    fn prefix(&self) -> &'static str;
+
+    async fn auth_start(&self, req: AuthRequest<'_>) -> Result<AuthStep, ProviderError>;
+    /// Polls a pending flow (QR). The default keeps the stored status.
+    async fn auth_poll(&self, poll: AuthPoll<'_>) -> Result<Option<AuthStep>, ProviderError> {
+        let _ = poll;
+        Ok(None)
+    }
+    async fn invoke_tool(&self, call: ToolCall<'_>) -> Result<Value, ProviderError>;
+    /// Delivers xAgent's final message. Return only after every target side effect finished.
+    async fn deliver(&self, msg: OutboundMessage<'_>) -> Result<(), ProviderError>;
+    /// True when the target can edit a sent message in place (deltas are then shown live).
+    fn streams_deltas(&self) -> bool {
+        false
+    }
+    /// Shows the assembled text so far (only called when `streams_deltas`).
+    async fn delta(&self, binding: &Binding, message_id: &str, text: &str) -> Result<(), ProviderError> {
+        let _ = (binding, message_id, text);
+        Ok(())
+    }
+    /// Maps `chat.activity` to the target's typing indicator, if it has one.
+    async fn activity(&self, binding: &Binding, status: ActivityStatus) -> Result<(), ProviderError> {
+        let _ = (binding, status);
+        Ok(())
+    }
+    /// Releases what a binding holds at the target (logout, janitor). Must be idempotent.
+    async fn release(&self, binding: &Binding) -> Result<(), ProviderError> {
+        let _ = binding;
+        Ok(())
+    }
+    /// Provider ingress routes, mounted under the prefix.
+    fn ingress(&self, host: Arc<dyn ProviderHost>) -> Option<axum::Router> {
+        let _ = host;
+        None
+    }
+}

@@ -1,0 +1,130 @@
+//! The durable store: Postgres in a cluster, SQLite on one node. Every method is a single
+//! atomic fact change; callers never hold transactions across calls.
+
+use async_trait::async_trait;
+
+use crate::error::BackendResult;
+use crate::model::*;
+
+/// Schema version this build understands; `serve` refuses any other.
+pub const SCHEMA_VERSION: i64 = 1;
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    // -- schema --
+    /// Applies pending migrations.
+    async fn migrate(&self) -> BackendResult<()>;
+    /// The applied schema version (0 when none).
+    async fn schema_version(&self) -> BackendResult<i64>;
+    /// Cheap liveness query for readiness.
+    async fn ping(&self) -> BackendResult<()>;
+
+    // -- tenants and keys --
+    async fn create_tenant(&self, tenant: &Tenant) -> BackendResult<()>;
+    async fn list_tenants(&self) -> BackendResult<Vec<Tenant>>;
+    async fn get_tenant(&self, id: &str) -> BackendResult<Option<Tenant>>;
+    /// Finds a tenant by id or by name.
+    async fn find_tenant(&self, id_or_name: &str) -> BackendResult<Option<Tenant>>;
+    async fn insert_api_key(&self, key: &ApiKeyRecord) -> BackendResult<()>;
+    async fn get_api_key(&self, id: &str) -> BackendResult<Option<ApiKeyRecord>>;
+    async fn list_api_keys(&self, tenant_id: &str) -> BackendResult<Vec<ApiKeyRecord>>;
+    /// NotFound when the key does not exist.
+    async fn revoke_api_key(&self, id: &str, at: i64) -> BackendResult<()>;
+
+    // -- connector_ids, sockets, pods --
+    async fn get_connector(&self, id: &str) -> BackendResult<Option<ConnectorRecord>>;
+    /// The live connector_id of a tenant for a Card, if any.
+    async fn connector_for(&self, tenant_id: &str, card_id: &str) -> BackendResult<Option<ConnectorRecord>>;
+    /// Conflict when the tenant already has one for this Card.
+    async fn insert_connector(&self, rec: &ConnectorRecord) -> BackendResult<()>;
+    /// Records a socket that completed hello and clears the connector's offline time.
+    async fn register_socket(&self, rec: &SocketRecord) -> BackendResult<()>;
+    /// Removes a socket; when it was the connector's last, its offline time starts at `now`.
+    async fn unregister_socket(&self, socket_id: &str, now: i64) -> BackendResult<()>;
+    async fn pod_heartbeat(&self, pod_id: &str, now: i64) -> BackendResult<()>;
+    /// Removes the pod row and its sockets (drain); starts offline time where it was the last.
+    async fn remove_pod(&self, pod_id: &str, now: i64) -> BackendResult<()>;
+    /// Removes pods not seen since `stale_before` with their sockets; returns their ids.
+    async fn reap_dead_pods(&self, stale_before: i64, now: i64) -> BackendResult<Vec<String>>;
+    /// Connectors offline since before `offline_before`.
+    async fn expired_connectors(&self, offline_before: i64) -> BackendResult<Vec<ConnectorRecord>>;
+    /// Deletes a connector_id and everything it owns; returns the channels and files removed
+    /// so the caller can release provider state and file bytes.
+    async fn delete_connector(&self, id: &str) -> BackendResult<Cascade>;
+
+    // -- channels --
+    async fn insert_channel(&self, rec: &ChannelRecord) -> BackendResult<()>;
+    async fn get_channel(&self, id: &str) -> BackendResult<Option<ChannelRecord>>;
+    async fn list_channels(&self, connector_id: &str) -> BackendResult<Vec<ChannelRecord>>;
+    /// Sets the route socket (None = closed) and the enabled profiles.
+    async fn set_channel_route(&self, id: &str, socket: Option<&str>, profiles: &[String], now: i64) -> BackendResult<()>;
+    /// Clears the route only if it still points at `socket`.
+    async fn clear_channel_route_if(&self, id: &str, socket: &str, now: i64) -> BackendResult<()>;
+    /// Replaces binding, status and view in one step.
+    async fn set_channel_binding(
+        &self,
+        id: &str,
+        binding: Option<&[u8]>,
+        binding_key: Option<&str>,
+        status: switchyard_protocol::ConnectionStatus,
+        view: &serde_json::Value,
+        now: i64,
+    ) -> BackendResult<()>;
+    /// Changes status and view, keeping the binding.
+    async fn set_channel_status(&self, id: &str, status: switchyard_protocol::ConnectionStatus, view: &serde_json::Value, now: i64) -> BackendResult<()>;
+    /// A bound channel of the tenant and Card with this binding key (duplicate binding check).
+    async fn find_channel_by_binding_key(&self, tenant_id: &str, card_id: &str, key: &str) -> BackendResult<Option<ChannelRecord>>;
+    /// Unbound, unrouted channels last updated before `before` (never-authenticated garbage).
+    async fn stale_unbound_channels(&self, before: i64) -> BackendResult<Vec<ChannelRecord>>;
+    /// Deletes a channel with its auth sessions, outbox, idempotency records and file rows;
+    /// returns the files removed.
+    async fn delete_channel(&self, id: &str) -> BackendResult<Vec<FileRecord>>;
+
+    // -- auth sessions --
+    async fn insert_auth_session(&self, rec: &AuthSessionRecord) -> BackendResult<()>;
+    async fn get_auth_session(&self, id: &str) -> BackendResult<Option<AuthSessionRecord>>;
+    async fn update_auth_session(&self, rec: &AuthSessionRecord) -> BackendResult<()>;
+    /// Unfinished sessions of a channel.
+    async fn open_auth_sessions(&self, channel_id: &str) -> BackendResult<Vec<AuthSessionRecord>>;
+    /// Deletes sessions that expired before `now - keep_ms`; returns how many.
+    async fn purge_auth_sessions(&self, before: i64) -> BackendResult<u64>;
+
+    // -- outbox (Connector -> xAgent pending deliveries) --
+    /// Stores a message unless `(channel, message_id)` was seen within the dedupe window or
+    /// the channel holds `cap` pending messages. `dedupe_until` bounds the seen-record.
+    async fn enqueue_outbox(&self, rec: &OutboxRecord, cap: u32, dedupe_until: i64) -> BackendResult<EnqueueOutcome>;
+    /// Pending, unexpired messages of a channel with `seq > after`, oldest first.
+    async fn pending_outbox(&self, channel_id: &str, after_seq: i64, now: i64, limit: u32) -> BackendResult<Vec<OutboxRecord>>;
+    async fn count_pending(&self, channel_id: &str) -> BackendResult<u64>;
+    async fn record_attempt(&self, channel_id: &str, message_id: &str, error: Option<&str>) -> BackendResult<()>;
+    /// Terminal success: the message leaves the outbox.
+    async fn ack_outbox(&self, channel_id: &str, message_id: &str) -> BackendResult<bool>;
+    /// Terminal failure: kept as failed with its reason until purged.
+    async fn fail_outbox(&self, channel_id: &str, message_id: &str, reason: &str) -> BackendResult<bool>;
+    /// Removes expired pending and old failed messages and dedupe records; returns how many messages.
+    async fn purge_outbox(&self, now: i64) -> BackendResult<u64>;
+
+    // -- idempotency (receiver side) --
+    async fn claim(&self, rec: &IdempotencyRecord) -> BackendResult<Claim>;
+    async fn finish_claim(&self, scope: &str, channel_id: &str, key: &str, outcome: &serde_json::Value) -> BackendResult<()>;
+    /// Drops an unfinished claim so a retry can run (after a retryable failure).
+    async fn release_claim(&self, scope: &str, channel_id: &str, key: &str) -> BackendResult<()>;
+    async fn purge_claims(&self, now: i64) -> BackendResult<u64>;
+
+    // -- files --
+    async fn insert_file(&self, rec: &FileRecord) -> BackendResult<()>;
+    async fn get_file(&self, file_ref: &str) -> BackendResult<Option<FileRecord>>;
+    async fn delete_file(&self, file_ref: &str) -> BackendResult<()>;
+    async fn expired_files(&self, now: i64, limit: u32) -> BackendResult<Vec<FileRecord>>;
+
+    // -- leases --
+    /// Acquires or renews `name` for `holder` until `now + ttl_ms`. Returns the lease when held
+    /// by `holder` afterwards; the generation increases whenever the holder changes.
+    async fn acquire_lease(&self, name: &str, holder: &str, ttl_ms: i64, now: i64) -> BackendResult<Option<Lease>>;
+    async fn release_lease(&self, name: &str, holder: &str) -> BackendResult<()>;
+    async fn get_lease(&self, name: &str) -> BackendResult<Option<Lease>>;
+
+    // -- provider key/value (cursors, small state) --
+    async fn kv_get(&self, namespace: &str, key: &str) -> BackendResult<Option<String>>;
+    async fn kv_put(&self, namespace: &str, key: &str, value: &str) -> BackendResult<()>;
+}
