@@ -1,0 +1,1 @@
+//! NATS implementation of the Bus

@@ -1,0 +1,1 @@
+//! Redis implementation of Ephemeral state

@@ -1,0 +1,1 @@
+//! S3 implementation of the FileStore

@@ -1,0 +1,1 @@
+//! Generic webhook IM provider (im.webhook)

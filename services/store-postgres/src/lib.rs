@@ -1,0 +1,1 @@
+//! Postgres implementation of the Store (cluster)

@@ -1,0 +1,1 @@
+//! SQLite implementation of the Store (embedded default)

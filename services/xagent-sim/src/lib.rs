@@ -1,0 +1,1 @@
+//! xAgent simulator: a real protocol client for tests and the loadtest
