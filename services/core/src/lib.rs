@@ -4,6 +4,7 @@
 
 pub mod bus;
 pub mod crypto;
+pub mod engine;
 pub mod ephemeral;
 pub mod error;
 pub mod files;

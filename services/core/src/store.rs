@@ -74,6 +74,9 @@ pub trait Store: Send + Sync + 'static {
     async fn set_channel_status(&self, id: &str, status: switchyard_protocol::ConnectionStatus, view: &serde_json::Value, now: i64) -> BackendResult<()>;
     /// A bound channel of the tenant and Card with this binding key (duplicate binding check).
     async fn find_channel_by_binding_key(&self, tenant_id: &str, card_id: &str, key: &str) -> BackendResult<Option<ChannelRecord>>;
+    /// Every bound channel of a Card across tenants (shared consumers such as pollers start
+    /// from it).
+    async fn bound_channels(&self, card_id: &str) -> BackendResult<Vec<ChannelRecord>>;
     /// Unbound, unrouted channels last updated before `before` (never-authenticated garbage).
     async fn stale_unbound_channels(&self, before: i64) -> BackendResult<Vec<ChannelRecord>>;
     /// Deletes a channel with its auth sessions, outbox, idempotency records and file rows;

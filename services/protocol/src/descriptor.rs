@@ -97,7 +97,8 @@ pub struct TargetView {
 
 impl Descriptor {
     /// Builds the Descriptor of one channel. Tools are always the Card's tools (D-08), each with
-    /// a status derived from the connection status.
+    /// a status derived from the connection status. Every Card tool serves the Card's single
+    /// target type, so a legacy `xagent.im.v1` channel keeps its send tools.
     pub fn build(
         card: &Card,
         connector_id: &str,
@@ -116,7 +117,6 @@ impl Descriptor {
         let tools = card
             .tools
             .iter()
-            .filter(|t| profiles.contains(&t.profile))
             .map(|t| ToolState {
                 tool_id: t.tool_id.clone(),
                 status: tool_status,

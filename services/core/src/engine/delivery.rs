@@ -1,0 +1,174 @@
+//! Connector -> xAgent delivery: the durable outbox written before any doorbell, and the
+//! rendering of a pending record into the packet a channel negotiated.
+
+use serde_json::{Value, json};
+use switchyard_protocol::im::{ChatMessagePayload, MessagePushPayload};
+use switchyard_protocol::profile::{self, IM_V1};
+
+use super::{Connector, Fault, ms};
+use crate::bus::Doorbell;
+use crate::ids::now_ms;
+use crate::model::{ChannelRecord, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
+use crate::provider::{HostError, InboundMessage, InboundOutcome};
+
+/// How a channel receives inbound messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryKind {
+    /// IM v2 `chat.message`, kept until a terminal `chat.message.ack`.
+    ChatMessage,
+    /// Legacy IM v1 `message.push`; it has no business ack, so a successful socket write
+    /// is the delivery boundary.
+    MessagePush,
+    /// Neither profile negotiated: nothing is delivered (messages wait or expire).
+    None,
+}
+
+/// One rendered delivery.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub seq: i64,
+    pub message_id: String,
+    pub kind: &'static str,
+    pub payload: Value,
+}
+
+impl Connector {
+    pub fn delivery_kind(&self, profiles: &[String]) -> DeliveryKind {
+        if profile::allows(profiles, "chat.message", profile::Direction::Out) {
+            DeliveryKind::ChatMessage
+        } else if profile::allows(profiles, "message.push", profile::Direction::Out) {
+            DeliveryKind::MessagePush
+        } else {
+            DeliveryKind::None
+        }
+    }
+
+    /// Writes an inbound message to the outbox, then rings the doorbell.
+    pub(crate) async fn enqueue_inbound(&self, ch: &ChannelRecord, msg: InboundMessage) -> Result<InboundOutcome, HostError> {
+        let payload = ChatMessagePayload {
+            message_id: msg.message_id.clone(),
+            text: msg.text.filter(|t| !t.is_empty()),
+            files: msg.files,
+            created_at: Some(now_ms()),
+            sender_name: msg.sender_name,
+        };
+        payload.validate().map_err(HostError::Invalid)?;
+        let now = now_ms();
+        let cfg = &self.hub.config;
+        let rec = OutboxRecord {
+            seq: 0,
+            channel_id: ch.id.clone(),
+            message_id: payload.message_id.clone(),
+            payload: json!(payload),
+            created_at: now,
+            expires_at: now + ms(cfg.message_ttl),
+            attempts: 0,
+            state: OutboxState::Pending,
+            last_error: None,
+        };
+        let outcome = self.hub.store.enqueue_outbox(&rec, cfg.outbox_cap, now + ms(cfg.dedupe_window)).await?;
+        let label = match outcome {
+            EnqueueOutcome::Stored => "stored",
+            EnqueueOutcome::Duplicate => "duplicate",
+            EnqueueOutcome::Full => "full",
+        };
+        metrics::counter!("switchyard_inbound_messages_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
+        match outcome {
+            EnqueueOutcome::Stored => {
+                self.ring(&ch.connector_id, Doorbell::Outbox { channel_id: ch.id.clone() }).await;
+                Ok(InboundOutcome::Stored)
+            }
+            EnqueueOutcome::Duplicate => Ok(InboundOutcome::Duplicate),
+            EnqueueOutcome::Full => Err(HostError::Full),
+        }
+    }
+
+    /// Pending deliveries of a channel after `after_seq`, rendered for its profiles.
+    pub async fn pending(&self, ch_id: &str, profiles: &[String], after_seq: i64, limit: u32) -> Result<Vec<Delivery>, Fault> {
+        let kind = self.delivery_kind(profiles);
+        if kind == DeliveryKind::None || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let recs = self.hub.store.pending_outbox(ch_id, after_seq, now_ms(), limit).await?;
+        Ok(recs.into_iter().filter_map(|r| self.render(r, kind)).collect())
+    }
+
+    fn render(&self, rec: OutboxRecord, kind: DeliveryKind) -> Option<Delivery> {
+        let mut p: ChatMessagePayload = match serde_json::from_value(rec.payload) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "undecodable outbox payload skipped");
+                return None;
+            }
+        };
+        // Download URLs are signed at send time so a message waiting in the outbox still
+        // carries a fresh, short-lived URL.
+        for f in &mut p.files {
+            f.download_url = Some(self.relative_download_url(&f.file_ref, f.expires_at));
+        }
+        let (kind, payload) = match kind {
+            DeliveryKind::ChatMessage => ("chat.message", json!(p)),
+            DeliveryKind::MessagePush => {
+                let target = self.provider.card().primary_target();
+                let reply_tool = self.provider.card().tools.first().map(|t| t.tool_id.clone());
+                let raw = p.text.clone().unwrap_or_default();
+                let push = MessagePushPayload {
+                    provider: target.provider.clone(),
+                    profile: IM_V1.into(),
+                    event_kind: "im.message.received".into(),
+                    message_id: p.message_id.clone(),
+                    sender_id: String::new(),
+                    display_name: p.sender_name.clone(),
+                    message_type: if p.files.is_empty() { "text".into() } else { "file".into() },
+                    text: raw.clone(),
+                    raw_text: raw,
+                    files: p.files.clone(),
+                    reply: reply_tool.map(|t| json!({"required": false, "tool_id": t})),
+                };
+                ("message.push", json!(push))
+            }
+            DeliveryKind::None => return None,
+        };
+        Some(Delivery { seq: rec.seq, message_id: p.message_id, kind, payload })
+    }
+
+    /// xAgent accepted (or already had) the message: it leaves the outbox.
+    pub async fn delivered(&self, ch_id: &str, message_id: &str) -> Result<(), Fault> {
+        self.hub.store.ack_outbox(ch_id, message_id).await?;
+        metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "delivered").increment(1);
+        Ok(())
+    }
+
+    /// xAgent rejected it for good: removed from pending, reason kept for operators.
+    pub async fn rejected(&self, ch_id: &str, message_id: &str, reason: &str) -> Result<(), Fault> {
+        self.hub.store.fail_outbox(ch_id, message_id, reason).await?;
+        tracing::warn!(channel = ch_id, reason, "message rejected by xAgent, not retried");
+        metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "rejected").increment(1);
+        Ok(())
+    }
+
+    /// A retryable rejection or a timeout: counted, kept pending.
+    pub async fn retry_later(&self, ch_id: &str, message_id: &str, reason: &str) {
+        if let Err(e) = self.hub.store.record_attempt(ch_id, message_id, Some(reason)).await {
+            tracing::warn!(error = %e, "recording a delivery attempt failed");
+        }
+        metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "retry").increment(1);
+    }
+
+    /// `/files/refs/...` relative to the Connector Base URL, signed.
+    pub fn relative_download_url(&self, file_ref: &str, file_expires_at: Option<i64>) -> String {
+        let ttl_end = now_ms() + ms(self.hub.config.download_url_ttl);
+        let exp = file_expires_at.map_or(ttl_end, |f| f.min(ttl_end));
+        format!("/files/refs/{file_ref}?{}", self.hub.signer.sign(file_ref, exp))
+    }
+
+    /// Absolute signed URL (for targets that fetch files themselves).
+    pub fn absolute_download_url(&self, rec: &FileRecord) -> String {
+        format!(
+            "{}{}{}",
+            self.hub.public_base_url.trim_end_matches('/'),
+            self.prefix(),
+            self.relative_download_url(&rec.file_ref, Some(rec.expires_at))
+        )
+    }
+}

@@ -1,0 +1,107 @@
+//! What a provider may ask of the core ([`ProviderHost`]), implemented by a [`Connector`].
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use switchyard_protocol::ConnectionStatus;
+use switchyard_protocol::im::FileItem;
+
+use super::Connector;
+use crate::error::BackendError;
+use crate::ephemeral::Ephemeral;
+use crate::files::ByteStream;
+use crate::model::{AuthStatus, ChannelRecord, FileDirection};
+use crate::provider::{AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile, ProviderHost};
+
+impl Connector {
+    async fn own_channel(&self, channel_id: &str) -> Result<Option<ChannelRecord>, BackendError> {
+        Ok(self.hub.store.get_channel(channel_id).await?.filter(|c| c.card_id == self.card_id()))
+    }
+
+    async fn bound_channel(&self, channel_id: &str) -> Result<ChannelRecord, HostError> {
+        match self.own_channel(channel_id).await? {
+            Some(ch) if ch.binding.is_some() => Ok(ch),
+            _ => Err(HostError::UnknownChannel),
+        }
+    }
+
+    fn fault_to_host(f: super::Fault) -> HostError {
+        HostError::Invalid(f.message)
+    }
+}
+
+#[async_trait]
+impl ProviderHost for Connector {
+    async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
+        Ok(self.own_channel(channel_id).await?.and_then(|ch| self.decrypt_binding(&ch)))
+    }
+
+    async fn bound_channels(&self) -> Result<Vec<Binding>, BackendError> {
+        let chans = self.hub.store.bound_channels(self.card_id()).await?;
+        Ok(chans.iter().filter_map(|c| self.decrypt_binding(c)).collect())
+    }
+
+    async fn accept_inbound(&self, channel_id: &str, msg: InboundMessage) -> Result<InboundOutcome, HostError> {
+        let ch = self.bound_channel(channel_id).await?;
+        self.enqueue_inbound(&ch, msg).await
+    }
+
+    async fn store_inbound_file(&self, channel_id: &str, filename: &str, mime_type: Option<&str>, body: ByteStream) -> Result<FileItem, HostError> {
+        let ch = self.bound_channel(channel_id).await?;
+        let rec = self.store_file(&ch, FileDirection::Inbound, filename, mime_type, body).await?;
+        Ok(Connector::file_item(&rec))
+    }
+
+    async fn open_file(&self, channel_id: &str, file_ref: &str) -> Result<(OutboundFile, ByteStream), HostError> {
+        let ch = self.own_channel(channel_id).await?.ok_or(HostError::UnknownChannel)?;
+        let of = self.outbound_file(&ch, file_ref).await.map_err(|()| HostError::Backend(BackendError::unavailable("file lookup")))?;
+        let of = of.ok_or(HostError::FileNotFound)?;
+        let stream = self.hub.files.get(&of.record.storage_key).await.map_err(|e| {
+            if e.is(crate::error::ErrorKind::NotFound) { HostError::FileNotFound } else { HostError::Backend(e) }
+        })?;
+        Ok((of, stream))
+    }
+
+    async fn auth_state(&self, auth_session_id: &str) -> Result<Option<(String, AuthStatus, Value)>, BackendError> {
+        let Some(rec) = self.hub.store.get_auth_session(auth_session_id).await? else {
+            return Ok(None);
+        };
+        if rec.status.is_terminal() || rec.expires_at <= crate::ids::now_ms() {
+            return Ok(None);
+        }
+        if self.own_channel(&rec.channel_id).await?.is_none() {
+            return Ok(None);
+        }
+        let state = match &rec.state {
+            Some(blob) => self.hub.cipher.decrypt_json(blob).unwrap_or(Value::Null),
+            None => Value::Null,
+        };
+        Ok(Some((rec.channel_id, rec.status, state)))
+    }
+
+    async fn advance_auth(&self, auth_session_id: &str, step: AuthStep) -> Result<(), HostError> {
+        let Some(mut rec) = self.hub.store.get_auth_session(auth_session_id).await? else {
+            return Err(HostError::UnknownChannel);
+        };
+        if rec.status.is_terminal() || rec.expires_at <= crate::ids::now_ms() {
+            return Err(HostError::Invalid("authentication session is no longer pending".into()));
+        }
+        let ch = self.own_channel(&rec.channel_id).await?.ok_or(HostError::UnknownChannel)?;
+        self.apply_step(&ch, &mut rec, step).await.map_err(Connector::fault_to_host)?;
+        Ok(())
+    }
+
+    async fn set_target_status(&self, channel_id: &str, status: ConnectionStatus) -> Result<(), HostError> {
+        let ch = self.bound_channel(channel_id).await?;
+        self.set_status(&ch, status).await.map_err(Connector::fault_to_host)
+    }
+
+    fn public_base_url(&self) -> String {
+        self.hub.public_base_url.clone()
+    }
+
+    fn ephemeral(&self) -> Arc<dyn Ephemeral> {
+        self.hub.ephemeral.clone()
+    }
+}

@@ -1,0 +1,203 @@
+//! The protocol state machines, independent of sockets: connector_ids and their offline
+//! lease, channels, auth sessions, tool calls, IM messages both ways, files and the janitor.
+//! The edge turns frames into calls on [`Connector`] and results back into packets.
+
+mod auth;
+mod channel;
+mod chat;
+mod delivery;
+mod files;
+mod host;
+mod janitor;
+mod tools;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_protocol::ErrorCode;
+
+use crate::bus::{Bus, Doorbell, connector_topic};
+use crate::crypto::{Cipher, UrlSigner};
+use crate::ephemeral::Ephemeral;
+use crate::files::FileStore;
+use crate::provider::Provider;
+use crate::store::Store;
+
+pub use channel::{HelloOk, SessionIdent};
+pub use delivery::{Delivery, DeliveryKind};
+pub use files::{DownloadAuth, DownloadCheck, UploadedFile, clean_filename, file_type_of};
+pub use janitor::{JanitorReport, Janitor};
+
+/// Every duration and bound of the state machines. Defaults are production values; tests
+/// shrink them so hour-long rules run in seconds.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Offline time after which a connector_id is deregistered.
+    pub connector_grace: Duration,
+    /// Lifetime of an unfinished auth session.
+    pub auth_session_ttl: Duration,
+    /// Lifetime of a pending Connector -> xAgent message, fixed at acceptance.
+    pub message_ttl: Duration,
+    /// Pending messages per channel before inbound is refused (retryably).
+    pub outbox_cap: u32,
+    /// How long an inbound `message_id` is remembered for de-duplication.
+    pub dedupe_window: Duration,
+    /// Wait for `chat.message.ack` before redelivering.
+    pub ack_timeout: Duration,
+    /// Unacked messages in flight per channel.
+    pub delivery_window: u32,
+    /// Lifetime of completed message and tool-call idempotency records.
+    pub idempotency_ttl: Duration,
+    /// Lifetime of stored files.
+    pub file_ttl: Duration,
+    /// Lifetime of a signed download URL.
+    pub download_url_ttl: Duration,
+    /// Largest accepted upload.
+    pub max_upload_bytes: u64,
+    /// Per-call tool timeout.
+    pub tool_timeout: Duration,
+    /// Lifetime and size bound of a delta buffer.
+    pub delta_ttl: Duration,
+    pub delta_max_bytes: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            connector_grace: Duration::from_secs(3600),
+            auth_session_ttl: Duration::from_secs(600),
+            message_ttl: Duration::from_secs(3600),
+            outbox_cap: 1000,
+            dedupe_window: Duration::from_secs(24 * 3600),
+            ack_timeout: Duration::from_secs(30),
+            delivery_window: 16,
+            idempotency_ttl: Duration::from_secs(24 * 3600),
+            file_ttl: Duration::from_secs(24 * 3600),
+            download_url_ttl: Duration::from_secs(900),
+            max_upload_bytes: 50 * 1024 * 1024,
+            tool_timeout: Duration::from_secs(60),
+            delta_ttl: Duration::from_secs(600),
+            delta_max_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// Shared services of one pod. Built once at startup from config.
+pub struct Hub {
+    pub store: Arc<dyn Store>,
+    pub bus: Arc<dyn Bus>,
+    pub ephemeral: Arc<dyn Ephemeral>,
+    pub files: Arc<dyn FileStore>,
+    pub cipher: Cipher,
+    pub signer: UrlSigner,
+    pub config: EngineConfig,
+    pub pod_id: String,
+    /// Absolute base (scheme://host[:port]) used where a URL must be absolute.
+    pub public_base_url: String,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("pod_id", &self.pod_id).finish_non_exhaustive()
+    }
+}
+
+/// A protocol-level refusal: a stable code and a message safe to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Fault {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+}
+
+impl From<crate::error::BackendError> for Fault {
+    fn from(e: crate::error::BackendError) -> Self {
+        // The source may name tables or hosts; it is logged here and never sent.
+        tracing::warn!(error = %e, "backend error");
+        match e.kind {
+            crate::error::ErrorKind::Unavailable => Fault::new(ErrorCode::Unavailable, "a backend is unavailable; retry later"),
+            _ => Fault::new(ErrorCode::Internal, "internal error"),
+        }
+    }
+}
+
+/// One mounted provider (Card) on top of the shared hub.
+#[derive(Clone)]
+pub struct Connector {
+    pub hub: Arc<Hub>,
+    pub provider: Arc<dyn Provider>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Connector({})", self.card_id())
+    }
+}
+
+impl Connector {
+    pub fn new(hub: Arc<Hub>, provider: Arc<dyn Provider>) -> Self {
+        Self { hub, provider }
+    }
+
+    pub fn card_id(&self) -> &str {
+        &self.provider.card().connector_card_id
+    }
+
+    pub fn prefix(&self) -> &'static str {
+        self.provider.prefix()
+    }
+
+    /// Rings a connector's doorbell. A lost notice only delays work (sessions also sweep).
+    pub(crate) async fn ring(&self, connector_id: &str, bell: Doorbell) {
+        if let Err(e) = self.hub.bus.publish(&connector_topic(connector_id), bell.encode()).await {
+            tracing::warn!(error = %e, "doorbell publish failed; the periodic sweep will pick the work up");
+            metrics::counter!("switchyard_doorbell_failures_total").increment(1);
+        }
+    }
+}
+
+impl Hub {
+    /// Resolves a presented API key to its tenant. Unknown, malformed and revoked keys are
+    /// indistinguishable to the caller.
+    pub async fn authenticate(&self, presented: &str) -> Result<Option<String>, crate::error::BackendError> {
+        let Some((id, hash)) = crate::crypto::parse_api_key(presented) else {
+            return Ok(None);
+        };
+        let Some(rec) = self.store.get_api_key(&id).await? else {
+            return Ok(None);
+        };
+        let ok = crate::crypto::ct_eq(rec.secret_hash.as_bytes(), hash.as_bytes()) && rec.revoked_at.is_none();
+        Ok(ok.then_some(rec.tenant_id))
+    }
+
+    /// Creates a tenant with its first API key; returns (tenant, full key shown once).
+    pub async fn create_tenant(&self, name: &str) -> Result<(crate::model::Tenant, crate::crypto::MintedKey), crate::error::BackendError> {
+        let tenant = crate::model::Tenant { id: crate::ids::new_id("ten"), name: name.to_owned(), created_at: crate::ids::now_ms() };
+        self.store.create_tenant(&tenant).await?;
+        let key = self.create_key(&tenant.id).await?;
+        Ok((tenant, key))
+    }
+
+    pub async fn create_key(&self, tenant_id: &str) -> Result<crate::crypto::MintedKey, crate::error::BackendError> {
+        let minted = crate::crypto::mint_api_key();
+        self.store
+            .insert_api_key(&crate::model::ApiKeyRecord {
+                id: minted.id.clone(),
+                tenant_id: tenant_id.to_owned(),
+                secret_hash: minted.secret_hash.clone(),
+                created_at: crate::ids::now_ms(),
+                revoked_at: None,
+            })
+            .await?;
+        Ok(minted)
+    }
+}
+
+pub(crate) fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}

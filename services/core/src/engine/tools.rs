@@ -1,0 +1,139 @@
+//! `tool.invoke`: Card check, authentication check, idempotency by `context.tool_call_id`
+//! (else `request_id`), a per-call timeout, and the provider call.
+
+use serde_json::{Map, Value, json};
+use switchyard_protocol::{ConnectionStatus, ErrorCode};
+
+use super::{Connector, Fault, ms};
+use crate::crypto::sha256_hex;
+use crate::ids::now_ms;
+use crate::model::{Claim, ClaimState, ChannelRecord, IdempotencyRecord};
+use crate::provider::{ProgressSink, ProviderErrorKind, ToolCall};
+
+const SCOPE: &str = "tool";
+
+impl Connector {
+    /// Runs a tool call at most once per idempotency key. Returns the tool's `result`, or a
+    /// fault for the ack's envelope `error`.
+    pub async fn invoke_tool(
+        &self,
+        ch: &ChannelRecord,
+        tool_id: &str,
+        arguments: &Map<String, Value>,
+        key: &str,
+        progress: &dyn ProgressSink,
+    ) -> Result<Value, Fault> {
+        if self.provider.card().tool(tool_id).is_none() {
+            return Err(Fault::new(ErrorCode::UnknownTool, "tool_id is not declared in the Connector Card"));
+        }
+        // Permission is checked on every call, whatever the Descriptor said earlier.
+        let ch = self.hub.store.get_channel(&ch.id).await?.unwrap_or_else(|| ch.clone());
+        if !matches!(ch.status, ConnectionStatus::Connected | ConnectionStatus::Degraded) {
+            let code = if ch.binding.is_some() && ch.status == ConnectionStatus::Offline {
+                ErrorCode::ConnectorChannelUnavailable
+            } else {
+                ErrorCode::ConnectionNotAuthenticated
+            };
+            return Err(Fault::new(code, format!("channel is {}", ch.status.as_str())));
+        }
+        let Some(binding) = self.decrypt_binding(&ch) else {
+            return Err(Fault::new(ErrorCode::ConnectionNotAuthenticated, "channel is not bound"));
+        };
+        let fingerprint = fingerprint(tool_id, arguments);
+        let now = now_ms();
+        let rec = IdempotencyRecord {
+            scope: SCOPE.into(),
+            channel_id: ch.id.clone(),
+            key: key.to_owned(),
+            fingerprint: fingerprint.clone(),
+            state: ClaimState::InProgress,
+            outcome: None,
+            created_at: now,
+            expires_at: now + ms(self.hub.config.idempotency_ttl),
+        };
+        match self.hub.store.claim(&rec).await? {
+            Claim::Existing(prev) => return self.replay(prev, &fingerprint),
+            Claim::New => {}
+        }
+        let call = ToolCall { binding: &binding, tool_id, arguments, idempotency_key: key, progress };
+        let outcome = tokio::time::timeout(self.hub.config.tool_timeout, self.provider.invoke_tool(call)).await;
+        let result = match outcome {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) if e.retryable() => {
+                // Nothing happened at the target: let a retry run again.
+                self.hub.store.release_claim(SCOPE, &ch.id, key).await?;
+                metrics::counter!("switchyard_tool_calls_total", "card" => self.card_id().to_owned(), "outcome" => "retryable").increment(1);
+                return Err(Fault::new(ErrorCode::ToolInvokeFailed, format!("{} (retryable)", e.message)));
+            }
+            Ok(Err(e)) => {
+                if e.kind == ProviderErrorKind::Unauthorized {
+                    self.set_status(&ch, ConnectionStatus::Revoked).await?;
+                }
+                Err(Fault::new(ErrorCode::ToolInvokeFailed, e.message))
+            }
+            // The target may or may not have acted: remember the timeout so a retry cannot
+            // repeat the side effect.
+            Err(_) => Err(Fault::new(ErrorCode::ToolTimeout, "tool call timed out; its outcome is unknown")),
+        };
+        let stored = match &result {
+            Ok(v) => json!({"result": v}),
+            Err(f) => json!({"error": {"code": f.code.as_str(), "message": f.message}}),
+        };
+        self.hub.store.finish_claim(SCOPE, &ch.id, key, &stored).await?;
+        let label = if result.is_ok() { "ok" } else { "error" };
+        metrics::counter!("switchyard_tool_calls_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
+        result
+    }
+
+    fn replay(&self, prev: IdempotencyRecord, fingerprint: &str) -> Result<Value, Fault> {
+        if prev.fingerprint != fingerprint {
+            return Err(Fault::new(ErrorCode::InvalidArguments, "tool_call_id was already used with other arguments"));
+        }
+        match (prev.state, prev.outcome) {
+            (ClaimState::Done, Some(o)) => {
+                metrics::counter!("switchyard_tool_replays_total", "card" => self.card_id().to_owned()).increment(1);
+                if let Some(r) = o.get("result") {
+                    return Ok(r.clone());
+                }
+                let code = o.pointer("/error/code").and_then(Value::as_str).unwrap_or("tool_invoke_failed");
+                let message = o.pointer("/error/message").and_then(Value::as_str).unwrap_or("tool call failed");
+                let code = serde_json::from_value(json!(code)).unwrap_or(ErrorCode::ToolInvokeFailed);
+                Err(Fault::new(code, message))
+            }
+            _ => {
+                let running_for = now_ms() - prev.created_at;
+                if running_for <= ms(self.hub.config.tool_timeout) + 5_000 {
+                    Err(Fault::new(ErrorCode::Busy, "the same tool call is still running; retry later"))
+                } else {
+                    // The pod running it died: its outcome is unknown, so it is not re-run.
+                    Err(Fault::new(ErrorCode::ToolInvokeFailed, "the call was interrupted and its outcome is unknown"))
+                }
+            }
+        }
+    }
+}
+
+/// Content fingerprint of a call: tool id plus arguments, without the redundant channel id.
+fn fingerprint(tool_id: &str, arguments: &Map<String, Value>) -> String {
+    let mut args = arguments.clone();
+    args.remove("connector_channel_id");
+    sha256_hex(format!("{tool_id}\u{0}{}", canonical(&Value::Object(args))).as_bytes())
+}
+
+/// JSON with object keys sorted at every level, so equal values serialise identically
+/// whatever map ordering serde_json was built with.
+pub(crate) fn canonical(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&m[k])))
+                .collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        Value::Array(a) => format!("[{}]", a.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        other => other.to_string(),
+    }
+}
