@@ -17,6 +17,7 @@ use crate::{ErrorCode, PACKET_SCHEMA};
 pub struct RequestMeta {
     pub packet_id: String,
     pub request_id: Option<String>,
+    pub reply_to: Option<String>,
     pub connector_channel_id: Option<String>,
     pub kind: String,
 }
@@ -224,18 +225,10 @@ fn recover_meta(raw: &Value) -> RequestMeta {
     RequestMeta {
         packet_id: s("packet_id").unwrap_or_default(),
         request_id: s("request_id"),
+        reply_to: s("reply_to"),
         connector_channel_id: s("connector_channel_id").filter(|c| !c.is_empty()),
         kind: s("type").unwrap_or_default(),
     }
-}
-
-/// Reply-to for a received chat ack (the acked packet id).
-pub fn reply_to_of(text: &str) -> Option<String> {
-    serde_json::from_str::<Value>(text)
-        .ok()?
-        .get("reply_to")?
-        .as_str()
-        .map(str::to_owned)
 }
 
 trait ClassifyLabel {

@@ -174,28 +174,32 @@ impl Hub {
         let ok = crate::crypto::ct_eq(rec.secret_hash.as_bytes(), hash.as_bytes()) && rec.revoked_at.is_none();
         Ok(ok.then_some(rec.tenant_id))
     }
+}
 
-    /// Creates a tenant with its first API key; returns (tenant, full key shown once).
-    pub async fn create_tenant(&self, name: &str) -> Result<(crate::model::Tenant, crate::crypto::MintedKey), crate::error::BackendError> {
-        let tenant = crate::model::Tenant { id: crate::ids::new_id("ten"), name: name.to_owned(), created_at: crate::ids::now_ms() };
-        self.store.create_tenant(&tenant).await?;
-        let key = self.create_key(&tenant.id).await?;
-        Ok((tenant, key))
-    }
+/// Creates a tenant with its first API key; returns the tenant and the key (shown once).
+pub async fn create_tenant(
+    store: &dyn Store,
+    name: &str,
+) -> Result<(crate::model::Tenant, crate::crypto::MintedKey), crate::error::BackendError> {
+    let tenant = crate::model::Tenant { id: crate::ids::new_id("ten"), name: name.to_owned(), created_at: crate::ids::now_ms() };
+    store.create_tenant(&tenant).await?;
+    let key = create_key(store, &tenant.id).await?;
+    Ok((tenant, key))
+}
 
-    pub async fn create_key(&self, tenant_id: &str) -> Result<crate::crypto::MintedKey, crate::error::BackendError> {
-        let minted = crate::crypto::mint_api_key();
-        self.store
-            .insert_api_key(&crate::model::ApiKeyRecord {
-                id: minted.id.clone(),
-                tenant_id: tenant_id.to_owned(),
-                secret_hash: minted.secret_hash.clone(),
-                created_at: crate::ids::now_ms(),
-                revoked_at: None,
-            })
-            .await?;
-        Ok(minted)
-    }
+/// Mints another API key for a tenant; only its hash is stored.
+pub async fn create_key(store: &dyn Store, tenant_id: &str) -> Result<crate::crypto::MintedKey, crate::error::BackendError> {
+    let minted = crate::crypto::mint_api_key();
+    store
+        .insert_api_key(&crate::model::ApiKeyRecord {
+            id: minted.id.clone(),
+            tenant_id: tenant_id.to_owned(),
+            secret_hash: minted.secret_hash.clone(),
+            created_at: crate::ids::now_ms(),
+            revoked_at: None,
+        })
+        .await?;
+    Ok(minted)
 }
 
 pub(crate) fn ms(d: Duration) -> i64 {

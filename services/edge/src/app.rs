@@ -1,0 +1,321 @@
+//! Startup wiring: backends chosen once from config, the hub, the mounted connectors, the
+//! public and metrics listeners, background loops (presence, janitor) and the drain.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use switchyard_core::bus::{Bus, LocalBus};
+use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
+use switchyard_core::engine::{Connector, Hub, Janitor};
+use switchyard_core::ephemeral::{Ephemeral, MemoryEphemeral};
+use switchyard_core::files::{FileStore, LocalFileStore};
+use switchyard_core::ids::{now_ms, random_secret};
+use switchyard_core::provider::Provider;
+use switchyard_core::store::{SCHEMA_VERSION, Store};
+use switchyard_protocol::BuildInfo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::doorbells::Doorbells;
+use crate::http::{ConnState, connector_router};
+use crate::session::SessionLimits;
+
+/// Build information injected at compile time (build.rs).
+pub fn build_info() -> BuildInfo {
+    BuildInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        git_tag: env!("SWITCHYARD_GIT_TAG").to_owned(),
+        git_rev: env!("SWITCHYARD_GIT_REV").to_owned(),
+        build_time: env!("SWITCHYARD_BUILD_TIME").to_owned(),
+    }
+}
+
+pub struct Backends {
+    pub store: Arc<dyn Store>,
+    pub bus: Arc<dyn Bus>,
+    pub ephemeral: Arc<dyn Ephemeral>,
+    pub files: Arc<dyn FileStore>,
+}
+
+/// The store named by the config (SQLite under the data dir when unset).
+pub async fn open_store(cfg: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    let url = match &cfg.database_url {
+        Some(u) => u.clone(),
+        None => {
+            std::fs::create_dir_all(&cfg.data_dir).with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+            format!("sqlite://{}", cfg.data_dir.join("switchyard.db").display())
+        }
+    };
+    if url.starts_with("sqlite:") {
+        let store = switchyard_store_sqlite::SqliteStore::open(&url).await.context("opening SQLite store")?;
+        return Ok(Arc::new(store));
+    }
+    crate::cluster::open_postgres(cfg, &url).await
+}
+
+pub async fn backends(cfg: &Config) -> anyhow::Result<Backends> {
+    let store = open_store(cfg).await?;
+    let bus: Arc<dyn Bus> = match &cfg.nats_url {
+        None => Arc::new(LocalBus::new()),
+        Some(url) => crate::cluster::open_nats(url, &cfg.nats_subject_prefix).await?,
+    };
+    let ephemeral: Arc<dyn Ephemeral> = match &cfg.redis_url {
+        None => Arc::new(MemoryEphemeral::default()),
+        Some(url) => crate::cluster::open_redis(url, &cfg.redis_key_prefix).await?,
+    };
+    let files: Arc<dyn FileStore> = match &cfg.s3.bucket {
+        None => Arc::new(LocalFileStore::new(cfg.data_dir.join("files")).context("opening files folder")?),
+        Some(_) => crate::cluster::open_s3(&cfg.s3).await?,
+    };
+    Ok(Backends { store, bus, ephemeral, files })
+}
+
+/// SQLite migrates itself; a shared Postgres must be migrated with `switchyard migrate`
+/// first, and a pod refuses a schema it does not know.
+pub async fn prepare_schema(cfg: &Config, store: &dyn Store) -> anyhow::Result<()> {
+    if !cfg.is_clustered() {
+        store.migrate().await.context("migrating the embedded store")?;
+    }
+    let v = store.schema_version().await.context("reading the schema version")?;
+    if v < SCHEMA_VERSION {
+        bail!("database schema version {v} is older than {SCHEMA_VERSION}; run `switchyard migrate`");
+    }
+    if v > SCHEMA_VERSION {
+        bail!("database schema version {v} is newer than this build understands ({SCHEMA_VERSION}); upgrade switchyard");
+    }
+    Ok(())
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeyFile {
+    signing_keys: Vec<String>,
+    encryption_keys: Vec<String>,
+}
+
+/// Signing and encryption keys: configured, or (embedded mode only) generated once and kept
+/// in the data dir with owner-only permissions.
+pub fn keys(cfg: &Config) -> anyhow::Result<(Vec<Secret>, Vec<Secret>)> {
+    if !cfg.signing_keys.0.is_empty() && !cfg.encryption_keys.0.is_empty() {
+        return Ok((cfg.signing_keys.0.clone(), cfg.encryption_keys.0.clone()));
+    }
+    if cfg.is_clustered() {
+        bail!("SWITCHYARD_SIGNING_KEYS and SWITCHYARD_ENCRYPTION_KEYS are required with a shared database (every pod must use the same keys)");
+    }
+    let path = cfg.data_dir.join("keys.json");
+    let file: KeyFile = if path.exists() {
+        serde_json::from_slice(&std::fs::read(&path)?).context("reading keys.json")?
+    } else {
+        let kf = KeyFile { signing_keys: vec![random_secret(32)], encryption_keys: vec![Cipher::generate_key()] };
+        std::fs::create_dir_all(&cfg.data_dir)?;
+        write_private(&path, &serde_json::to_vec_pretty(&kf)?)?;
+        kf
+    };
+    let pick = |configured: &[Secret], stored: &[String]| {
+        if configured.is_empty() { stored.iter().map(Secret::new).collect() } else { configured.to_vec() }
+    };
+    Ok((pick(&cfg.signing_keys.0, &file.signing_keys), pick(&cfg.encryption_keys.0, &file.encryption_keys)))
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path).with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+pub fn pod_id(cfg: &Config) -> String {
+    cfg.pod_id.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "pod".into());
+        format!("{host}-{}", random_secret(3))
+    })
+}
+
+/// The providers this build mounts.
+pub fn providers(cfg: &Config) -> Vec<Arc<dyn Provider>> {
+    let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);
+    wh.max_inbound_bytes = cfg.limits.max_inbound_bytes;
+    vec![Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh))]
+}
+
+#[derive(Clone)]
+struct Probe {
+    hub: Arc<Hub>,
+    draining: Arc<AtomicBool>,
+}
+
+async fn livez() -> impl IntoResponse {
+    "ok"
+}
+
+async fn readyz(State(p): State<Probe>) -> impl IntoResponse {
+    if p.draining.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining");
+    }
+    if p.hub.store.ping().await.is_err() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "store unreachable");
+    }
+    if !p.hub.bus.is_connected() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "bus disconnected");
+    }
+    if p.hub.ephemeral.ping().await.is_err() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "ephemeral state unreachable");
+    }
+    (StatusCode::OK, "ready")
+}
+
+async fn metrics_text() -> impl IntoResponse {
+    crate::telemetry::prometheus().render()
+}
+
+/// Runs a pod until `shutdown` is cancelled, then drains: readiness fails, new upgrades are
+/// refused, sessions finish in-flight work within the drain timeout and close with a
+/// reconnect code, leases and presence are released.
+pub async fn run(cfg: Config, listener: TcpListener, metrics_listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    crate::telemetry::prometheus();
+    let b = backends(&cfg).await?;
+    prepare_schema(&cfg, b.store.as_ref()).await?;
+    let (signing, encryption) = keys(&cfg)?;
+    let pod = pod_id(&cfg);
+    let local: SocketAddr = listener.local_addr()?;
+    let public_base_url = cfg.public_base_url.clone().unwrap_or_else(|| format!("http://{local}"));
+    let hub = Arc::new(Hub {
+        store: b.store.clone(),
+        bus: b.bus.clone(),
+        ephemeral: b.ephemeral.clone(),
+        files: b.files.clone(),
+        cipher: Cipher::from_base64(&encryption).context("encryption keys")?,
+        signer: UrlSigner::new(signing).context("signing keys")?,
+        config: cfg.engine(),
+        pod_id: pod.clone(),
+        public_base_url,
+    });
+    if !cfg.is_clustered() && hub.store.list_tenants().await?.is_empty() {
+        let (tenant, key) = switchyard_core::engine::create_tenant(hub.store.as_ref(), "default").await?;
+        // Shown exactly once, on the first start of an embedded node.
+        println!("created tenant {} ({}); its API key (shown once):\n{}", tenant.name, tenant.id, key.key.expose());
+    }
+    hub.store.pod_heartbeat(&pod, now_ms()).await.context("registering pod presence")?;
+
+    let connectors: Vec<Connector> = providers(&cfg).into_iter().map(|p| Connector::new(hub.clone(), p)).collect();
+    let doorbells = Doorbells::new(hub.bus.clone());
+    let drain = CancellationToken::new();
+    let draining = Arc::new(AtomicBool::new(false));
+    let sessions = TaskTracker::new();
+    let limits = SessionLimits {
+        max_frame_bytes: cfg.limits.max_frame_bytes,
+        tools_per_socket: cfg.limits.tools_per_socket,
+        channel_queue: cfg.limits.channel_queue,
+        ack_timeout: cfg.delivery.ack_timeout.0,
+        window: cfg.delivery.window,
+        sweep_interval: cfg.delivery.sweep_interval.0,
+        drain_timeout: cfg.drain_timeout.0,
+    };
+    let mut app = Router::new();
+    for c in &connectors {
+        let state = ConnState {
+            conn: c.clone(),
+            doorbells: doorbells.clone(),
+            limits: limits.clone(),
+            drain: drain.clone(),
+            draining: draining.clone(),
+            sessions: sessions.clone(),
+        };
+        app = app.nest(c.prefix(), connector_router(state));
+    }
+    let app = app.layer(tower_http::trace::TraceLayer::new_for_http());
+
+    let probe = Probe { hub: hub.clone(), draining: draining.clone() };
+    let metrics_app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .with_state(probe);
+    let stopped = CancellationToken::new();
+    let metrics_stop = stopped.clone();
+    let metrics_server = tokio::spawn(async move {
+        axum::serve(metrics_listener, metrics_app).with_graceful_shutdown(metrics_stop.cancelled_owned()).await
+    });
+
+    let background = TaskTracker::new();
+    background.spawn(presence_loop(hub.clone(), cfg.lease.presence_interval.0, stopped.clone()));
+    let janitor = Arc::new(Janitor::new(hub.clone(), &connectors, cfg.lease.presence_ttl.0, cfg.lease.janitor_lease_ttl.0));
+    background.spawn(janitor_loop(janitor.clone(), cfg.lease.janitor_interval.0, stopped.clone()));
+    background.close();
+
+    tracing::info!(%local, pod = %pod, "switchyard serving");
+    let accept_stop = drain.clone();
+    let server = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(accept_stop.cancelled_owned()).await });
+
+    shutdown.cancelled().await;
+    tracing::info!("drain started");
+    draining.store(true, Ordering::SeqCst);
+    drain.cancel();
+    sessions.close();
+    if tokio::time::timeout(cfg.drain_timeout.0 + Duration::from_secs(2), sessions.wait()).await.is_err() {
+        tracing::warn!(remaining = sessions.len(), "sessions still open after the drain timeout");
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    stopped.cancel();
+    background.wait().await;
+    janitor.resign().await;
+    if let Err(e) = hub.store.remove_pod(&pod, now_ms()).await {
+        tracing::warn!(error = %e, "removing pod presence failed; peers reap it after the presence TTL");
+    }
+    let _ = metrics_server.await;
+    tracing::info!("drain complete");
+    Ok(())
+}
+
+async fn presence_loop(hub: Arc<Hub>, every: Duration, stop: CancellationToken) {
+    let mut t = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = t.tick() => {
+                if let Err(e) = hub.store.pod_heartbeat(&hub.pod_id, now_ms()).await {
+                    tracing::warn!(error = %e, "pod heartbeat failed");
+                }
+            }
+        }
+    }
+}
+
+async fn janitor_loop(janitor: Arc<Janitor>, every: Duration, stop: CancellationToken) {
+    let mut t = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = t.tick() => match janitor.step().await {
+                Ok(Some(r)) if r.connectors_removed + r.channels_removed + r.dead_pods > 0 => {
+                    tracing::info!(generation = r.generation, dead_pods = r.dead_pods, connectors = r.connectors_removed, channels = r.channels_removed, files = r.files_removed, "janitor sweep");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "janitor sweep failed"),
+            }
+        }
+    }
+}

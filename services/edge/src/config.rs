@@ -1,0 +1,403 @@
+//! One typed configuration: defaults -> optional TOML file (`--config` or `SWITCHYARD_CONFIG`)
+//! -> environment variables prefixed `SWITCHYARD_` with `__` between nested keys.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use switchyard_core::crypto::Secret;
+use switchyard_core::engine::EngineConfig;
+
+/// A duration written `500ms`, `30s`, `5m`, `1h` (or a bare number of seconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let d = match unit.trim() {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        "d" => Duration::from_secs(n * 86_400),
+        _ => return None,
+    };
+    Some(d)
+}
+
+impl Dur {
+    fn render(&self) -> String {
+        let ms = self.0.as_millis();
+        if ms % 3_600_000 == 0 && ms > 0 {
+            format!("{}h", ms / 3_600_000)
+        } else if ms % 60_000 == 0 && ms > 0 {
+            format!("{}m", ms / 60_000)
+        } else if ms % 1000 == 0 {
+            format!("{}s", ms / 1000)
+        } else {
+            format!("{ms}ms")
+        }
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.render())
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            N(u64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(Dur(Duration::from_secs(n))),
+            Raw::S(s) => parse_duration(&s)
+                .map(Dur)
+                .ok_or_else(|| serde::de::Error::custom(format!("invalid duration {s:?}; use 500ms, 30s, 5m or 1h"))),
+        }
+    }
+}
+
+/// A comma-separated list of secrets (first signs/encrypts, all verify/decrypt).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecretList(pub Vec<Secret>);
+
+impl Serialize for SecretList {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Never print secrets, not even in print-default-config.
+        s.serialize_str(if self.0.is_empty() { "" } else { "<redacted>" })
+    }
+}
+
+impl<'de> Deserialize<'de> for SecretList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            L(Vec<String>),
+        }
+        let items = match Raw::deserialize(d)? {
+            Raw::S(s) => s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(Secret::new).collect(),
+            Raw::L(l) => l.into_iter().filter(|x| !x.is_empty()).map(Secret::new).collect(),
+        };
+        Ok(SecretList(items))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct S3Config {
+    pub endpoint: Option<String>,
+    pub bucket: Option<String>,
+    pub region: String,
+    pub force_path_style: bool,
+}
+
+impl Default for S3Config {
+    fn default() -> Self {
+        Self { endpoint: None, bucket: None, region: "us-east-1".into(), force_path_style: false }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LeaseConfig {
+    pub connector_grace: Dur,
+    pub presence_interval: Dur,
+    pub presence_ttl: Dur,
+    pub janitor_interval: Dur,
+    pub janitor_lease_ttl: Dur,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self {
+            connector_grace: Dur(Duration::from_secs(3600)),
+            presence_interval: Dur(Duration::from_secs(2)),
+            presence_ttl: Dur(Duration::from_secs(10)),
+            janitor_interval: Dur(Duration::from_secs(5)),
+            janitor_lease_ttl: Dur(Duration::from_secs(15)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeliveryConfig {
+    pub message_ttl: Dur,
+    pub outbox_cap: u32,
+    pub ack_timeout: Dur,
+    pub window: u32,
+    pub dedupe_window: Dur,
+    pub sweep_interval: Dur,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        let e = EngineConfig::default();
+        Self {
+            message_ttl: Dur(e.message_ttl),
+            outbox_cap: e.outbox_cap,
+            ack_timeout: Dur(e.ack_timeout),
+            window: e.delivery_window,
+            dedupe_window: Dur(e.dedupe_window),
+            sweep_interval: Dur(Duration::from_secs(5)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LimitsConfig {
+    pub max_frame_bytes: usize,
+    pub max_upload_bytes: u64,
+    pub max_inbound_bytes: u64,
+    pub tools_per_socket: usize,
+    pub tool_timeout: Dur,
+    pub socket_send_queue: usize,
+    pub channel_queue: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let e = EngineConfig::default();
+        Self {
+            max_frame_bytes: 1024 * 1024,
+            max_upload_bytes: e.max_upload_bytes,
+            max_inbound_bytes: 20 * 1024 * 1024,
+            tools_per_socket: 32,
+            tool_timeout: Dur(e.tool_timeout),
+            socket_send_queue: 512,
+            channel_queue: 64,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RetentionConfig {
+    pub auth_session_ttl: Dur,
+    pub idempotency_ttl: Dur,
+    pub file_ttl: Dur,
+    pub download_url_ttl: Dur,
+    pub delta_ttl: Dur,
+    pub delta_max_bytes: usize,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        let e = EngineConfig::default();
+        Self {
+            auth_session_ttl: Dur(e.auth_session_ttl),
+            idempotency_ttl: Dur(e.idempotency_ttl),
+            file_ttl: Dur(e.file_ttl),
+            download_url_ttl: Dur(e.download_url_ttl),
+            delta_ttl: Dur(e.delta_ttl),
+            delta_max_bytes: e.delta_max_bytes,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TelegramConfig {
+    pub api_base: String,
+}
+
+impl Default for TelegramConfig {
+    fn default() -> Self {
+        Self { api_base: "https://api.telegram.org".into() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: String,
+    /// A tracing filter such as `info` or `switchyard=debug,info`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { format: "text".into(), level: "info".into() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    pub listen: String,
+    pub metrics_listen: String,
+    pub data_dir: PathBuf,
+    pub database_url: Option<String>,
+    pub database_schema: Option<String>,
+    pub database_max_connections: u32,
+    pub nats_url: Option<String>,
+    pub nats_subject_prefix: String,
+    pub redis_url: Option<String>,
+    pub redis_key_prefix: String,
+    pub s3: S3Config,
+    pub pod_id: Option<String>,
+    pub public_base_url: Option<String>,
+    pub signing_keys: SecretList,
+    pub encryption_keys: SecretList,
+    pub lease: LeaseConfig,
+    pub drain_timeout: Dur,
+    pub delivery: DeliveryConfig,
+    pub limits: LimitsConfig,
+    pub retention: RetentionConfig,
+    pub telegram: TelegramConfig,
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            metrics_listen: "127.0.0.1:9090".into(),
+            data_dir: PathBuf::from("./data"),
+            database_url: None,
+            database_schema: None,
+            database_max_connections: 16,
+            nats_url: None,
+            nats_subject_prefix: "switchyard".into(),
+            redis_url: None,
+            redis_key_prefix: "switchyard".into(),
+            s3: S3Config::default(),
+            pod_id: None,
+            public_base_url: None,
+            signing_keys: SecretList::default(),
+            encryption_keys: SecretList::default(),
+            lease: LeaseConfig::default(),
+            drain_timeout: Dur(Duration::from_secs(30)),
+            delivery: DeliveryConfig::default(),
+            limits: LimitsConfig::default(),
+            retention: RetentionConfig::default(),
+            telegram: TelegramConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Defaults, then the file (if any), then `SWITCHYARD_*` environment variables.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        let file = file.map(Path::to_path_buf).or_else(|| std::env::var_os("SWITCHYARD_CONFIG").map(PathBuf::from));
+        if let Some(f) = file {
+            if !f.exists() {
+                return Err(ConfigError::Invalid(format!("config file {} does not exist", f.display())));
+            }
+            fig = fig.merge(Toml::file(f));
+        }
+        fig = fig.merge(Env::prefixed("SWITCHYARD_").split("__").ignore(&["config"]));
+        let cfg: Config = fig.extract().map_err(|e| ConfigError::Load(Box::new(e)))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(u) = &self.public_base_url {
+            let parsed = url::Url::parse(u).map_err(|_| ConfigError::Invalid("public_base_url must be an absolute URL".into()))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(ConfigError::Invalid("public_base_url must be http or https".into()));
+            }
+        }
+        if let Some(db) = &self.database_url
+            && !(db.starts_with("sqlite:") || db.starts_with("postgres://") || db.starts_with("postgresql://"))
+        {
+            return Err(ConfigError::Invalid("database_url must start with sqlite: or postgres://".into()));
+        }
+        if self.delivery.window == 0 || self.limits.tools_per_socket == 0 {
+            return Err(ConfigError::Invalid("delivery.window and limits.tools_per_socket must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// True when the store is shared by several pods (keys must then be configured).
+    pub fn is_clustered(&self) -> bool {
+        self.database_url.as_deref().is_some_and(|u| u.starts_with("postgres"))
+    }
+
+    pub fn engine(&self) -> EngineConfig {
+        EngineConfig {
+            connector_grace: self.lease.connector_grace.0,
+            auth_session_ttl: self.retention.auth_session_ttl.0,
+            message_ttl: self.delivery.message_ttl.0,
+            outbox_cap: self.delivery.outbox_cap,
+            dedupe_window: self.delivery.dedupe_window.0,
+            ack_timeout: self.delivery.ack_timeout.0,
+            delivery_window: self.delivery.window,
+            idempotency_ttl: self.retention.idempotency_ttl.0,
+            file_ttl: self.retention.file_ttl.0,
+            download_url_ttl: self.retention.download_url_ttl.0,
+            max_upload_bytes: self.limits.max_upload_bytes,
+            tool_timeout: self.limits.tool_timeout.0,
+            delta_ttl: self.retention.delta_ttl.0,
+            delta_max_bytes: self.retention.delta_max_bytes,
+        }
+    }
+}
+
+/// The documented default configuration printed by `switchyard print-default-config`.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("default-config.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
+        assert_eq!(parse_duration("1x"), None);
+        assert_eq!(parse_duration(""), None);
+    }
+
+    #[test]
+    fn printed_default_config_is_the_default() {
+        let parsed: Config = Figment::from(Toml::string(DEFAULT_CONFIG_TOML)).extract().unwrap();
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn env_overrides_nested_keys() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("SWITCHYARD_LISTEN", "0.0.0.0:1234");
+            jail.set_env("SWITCHYARD_LEASE__CONNECTOR_GRACE", "2s");
+            jail.set_env("SWITCHYARD_S3__BUCKET", "b");
+            jail.set_env("SWITCHYARD_SIGNING_KEYS", "k1,k2");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.listen, "0.0.0.0:1234");
+            assert_eq!(c.lease.connector_grace, Dur(Duration::from_secs(2)));
+            assert_eq!(c.s3.bucket.as_deref(), Some("b"));
+            assert_eq!(c.signing_keys.0.len(), 2);
+            assert!(!format!("{c:?}").contains("k1"));
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,292 @@
+//! HTTP routes of one mounted connector: control plane, data plane upgrade, transfer plane
+//! and the provider's ingress, all under the connector's prefix.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::{SinkExt, StreamExt, TryStreamExt};
+use serde::Deserialize;
+use serde_json::json;
+use switchyard_core::engine::{Connector, DownloadAuth, DownloadCheck, Fault};
+use switchyard_core::provider::ProviderHost;
+use switchyard_protocol::{ErrorCode, PROTOCOL_VERSION, SUBPROTOCOL};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::doorbells::Doorbells;
+use crate::session::{Incoming, Outgoing, Session, SessionDeps, SessionLimits};
+
+/// What every route of a connector needs.
+#[derive(Clone)]
+pub struct ConnState {
+    pub conn: Connector,
+    pub doorbells: Arc<Doorbells>,
+    pub limits: SessionLimits,
+    pub drain: CancellationToken,
+    pub draining: Arc<AtomicBool>,
+    pub sessions: TaskTracker,
+}
+
+/// The one mapping from a protocol error code to an HTTP status.
+pub fn http_status(code: ErrorCode) -> StatusCode {
+    use ErrorCode::*;
+    match code {
+        ConnectorChannelIdRequired | InvalidPacket | InvalidArguments | UnknownTool | UnknownAuthFlow => StatusCode::BAD_REQUEST,
+        ConnectorChannelNotOwned | ConnectorChannelConnectorMismatch => StatusCode::FORBIDDEN,
+        ConnectionNotFound | FileNotFound | AuthSessionNotFound => StatusCode::NOT_FOUND,
+        PacketTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Unavailable | Draining | Busy => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, axum::Json(json!({"error": code, "message": message}))).into_response()
+}
+
+impl IntoResponse for FaultResponse {
+    fn into_response(self) -> Response {
+        error_response(http_status(self.0.code), self.0.code.as_str(), &self.0.message)
+    }
+}
+
+pub struct FaultResponse(pub Fault);
+
+/// Resolves `Authorization: Bearer <key>` to a tenant, or answers 401.
+async fn tenant_of(conn: &Connector, headers: &HeaderMap) -> Result<String, Response> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(presented) = presented else {
+        return Err(error_response(StatusCode::UNAUTHORIZED, "unauthorized", "a Bearer API key is required"));
+    };
+    match conn.hub.authenticate(presented).await {
+        Ok(Some(t)) => Ok(t),
+        Ok(None) => Err(error_response(StatusCode::UNAUTHORIZED, "unauthorized", "invalid API key")),
+        Err(e) => Err(FaultResponse(e.into()).into_response()),
+    }
+}
+
+pub fn connector_router(state: ConnState) -> Router {
+    let ingress = state.conn.provider.ingress(Arc::new(state.conn.clone()) as Arc<dyn ProviderHost>);
+    let mut r = Router::new()
+        .route("/connector-card.json", get(card))
+        .route("/skill.md", get(skill))
+        .route("/health", get(health))
+        .route("/ws", get(ws))
+        .route("/files/uploads", post(upload).layer(DefaultBodyLimit::disable()))
+        .route("/files/refs/{file_ref}", get(download))
+        .with_state(state);
+    if let Some(ingress) = ingress {
+        r = r.merge(ingress);
+    }
+    r
+}
+
+async fn card(State(s): State<ConnState>) -> Response {
+    axum::Json(s.conn.provider.card().clone()).into_response()
+}
+
+async fn skill(State(s): State<ConnState>) -> Response {
+    match s.conn.provider.skill() {
+        Some(md) => ([(header::CONTENT_TYPE, "text/markdown; charset=utf-8")], md.to_owned()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn health(State(s): State<ConnState>, headers: HeaderMap) -> Response {
+    if let Err(r) = tenant_of(&s.conn, &headers).await {
+        return r;
+    }
+    let card = s.conn.provider.card();
+    axum::Json(json!({
+        "status": "ok",
+        "connector_card_id": card.connector_card_id,
+        "connector_card_version": card.connector.version,
+        "protocol_version": PROTOCOL_VERSION,
+        "build": card.build,
+    }))
+    .into_response()
+}
+
+async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUpgrade) -> Response {
+    let tenant = match tenant_of(&s.conn, &headers).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    if s.draining.load(Ordering::SeqCst) {
+        return error_response(StatusCode::SERVICE_UNAVAILABLE, "draining", "server draining; connect to another pod");
+    }
+    let offered = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim() == SUBPROTOCOL);
+    if !offered {
+        return error_response(StatusCode::BAD_REQUEST, "subprotocol_required", "Sec-WebSocket-Protocol must offer xagent.connector.packet.v1");
+    }
+    // Frames up to 4x the packet limit are read so that an oversize packet gets a clear
+    // error; beyond that the socket closes with 1009.
+    let max = s.limits.max_frame_bytes.saturating_mul(4);
+    let sessions = s.sessions.clone();
+    upgrade
+        .protocols([SUBPROTOCOL])
+        .max_message_size(max)
+        .max_frame_size(max)
+        .on_upgrade(move |socket| sessions.track_future(serve_socket(s, tenant, socket)))
+}
+
+async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
+    let (mut sink, mut stream) = socket.split();
+    let (out_tx, mut out_rx) = mpsc::channel::<Outgoing>(512);
+    let writer = tokio::spawn(async move {
+        while let Some(o) = out_rx.recv().await {
+            let r = match o {
+                Outgoing::Packet(env) => sink.send(Message::Text(env.to_json().into())).await,
+                Outgoing::Close(code, reason) => {
+                    let frame = axum::extract::ws::CloseFrame { code, reason: reason.into() };
+                    let _ = sink.send(Message::Close(Some(frame))).await;
+                    break;
+                }
+            };
+            if r.is_err() {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let (in_tx, in_rx) = mpsc::channel::<Incoming>(64);
+    let reader = tokio::spawn(async move {
+        while let Some(Ok(msg)) = stream.next().await {
+            let item = match msg {
+                Message::Text(t) => Incoming::Text(t.to_string()),
+                Message::Binary(_) => Incoming::Binary,
+                Message::Close(_) => break,
+                Message::Ping(_) | Message::Pong(_) => continue,
+            };
+            if in_tx.send(item).await.is_err() {
+                break;
+            }
+        }
+    });
+    let deps = SessionDeps { conn: s.conn.clone(), doorbells: s.doorbells.clone(), limits: s.limits.clone(), drain: s.drain.clone() };
+    let session = Session::new(deps, tenant, out_tx);
+    session.run(ReceiverStream::new(in_rx)).await;
+    reader.abort();
+    let _ = writer.await;
+}
+
+async fn upload(State(s): State<ConnState>, headers: HeaderMap, body: Body) -> Response {
+    let tenant = match tenant_of(&s.conn, &headers).await {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let channel = headers.get("x-xagent-connector-channel-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let boundary = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ct| multer::parse_boundary(ct).ok());
+    let Some(boundary) = boundary else {
+        return error_response(StatusCode::BAD_REQUEST, "invalid_multipart", "Content-Type must be multipart/form-data with a boundary");
+    };
+    // multer over the raw body gives 'static fields, so the file streams straight into the
+    // file store without buffering.
+    let mut multipart = multer::Multipart::new(body.into_data_stream(), boundary);
+    loop {
+        let field = match multipart.next_field().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(_) => return error_response(StatusCode::BAD_REQUEST, "invalid_multipart", "malformed multipart body"),
+        };
+        if field.name() != Some("file") {
+            // recipient_ref / reply_token are accepted; our providers route by channel only.
+            continue;
+        }
+        let filename = field.file_name().unwrap_or("file").to_owned();
+        let mime = field.content_type().map(|m| m.to_string());
+        let stream = field.map_err(std::io::Error::other).boxed();
+        return match s.conn.upload(&tenant, channel.as_deref(), &filename, mime.as_deref(), stream).await {
+            Ok(up) => (StatusCode::OK, axum::Json(up)).into_response(),
+            Err(f) => FaultResponse(f).into_response(),
+        };
+    }
+    error_response(StatusCode::BAD_REQUEST, "file_required", "multipart field `file` is required")
+}
+
+#[derive(Deserialize)]
+struct SignedQuery {
+    exp: Option<i64>,
+    sig: Option<String>,
+}
+
+async fn download(State(s): State<ConnState>, Path(file_ref): Path<String>, Query(q): Query<SignedQuery>, headers: HeaderMap) -> Response {
+    let tenant;
+    let auth = match (q.exp, q.sig.as_deref()) {
+        (Some(exp), Some(sig)) => DownloadAuth::Signed { exp, sig },
+        (None, None) if headers.contains_key(header::AUTHORIZATION) => {
+            tenant = match tenant_of(&s.conn, &headers).await {
+                Ok(t) => t,
+                Err(r) => return r,
+            };
+            let channel = headers.get("x-xagent-connector-channel-id").and_then(|v| v.to_str().ok());
+            DownloadAuth::Tenant { tenant_id: &tenant, channel_id: channel }
+        }
+        (None, None) => DownloadAuth::None,
+        _ => return error_response(StatusCode::FORBIDDEN, "forbidden", "incomplete signature"),
+    };
+    match s.conn.download(&file_ref, auth).await {
+        Ok(DownloadCheck::Ok(rec, stream)) => {
+            let mut resp = Response::new(Body::from_stream(stream));
+            let h = resp.headers_mut();
+            if let Ok(v) = HeaderValue::from_str(&rec.mime_type) {
+                h.insert(header::CONTENT_TYPE, v);
+            }
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(rec.byte_size));
+            if let Ok(v) = HeaderValue::from_str(&content_disposition(&rec.filename)) {
+                h.insert(header::CONTENT_DISPOSITION, v);
+            }
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+            resp
+        }
+        Ok(DownloadCheck::NotFound) => error_response(StatusCode::NOT_FOUND, "file_not_found", "file_ref unknown or expired"),
+        Ok(DownloadCheck::Forbidden) => error_response(StatusCode::FORBIDDEN, "forbidden", "signature or channel does not match"),
+        Err(f) => FaultResponse(f).into_response(),
+    }
+}
+
+/// `attachment; filename="ascii"; filename*=UTF-8''percent-encoded`.
+fn content_disposition(name: &str) -> String {
+    let ascii: String = name.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '_' }).filter(|c| *c != '"' && *c != '\\').collect();
+    let mut encoded = String::new();
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            encoded.push(b as char);
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dispositions() {
+        assert_eq!(content_disposition("a b.txt"), "attachment; filename=\"a b.txt\"; filename*=UTF-8''a%20b.txt");
+        assert!(content_disposition("отчёт.pdf").starts_with("attachment; filename=\"_"));
+    }
+}

@@ -1,0 +1,14 @@
+//! The Switchyard edge pod: configuration, HTTP routes, WebSocket sessions, background
+//! loops and the drain. `main.rs` only parses the command line and calls [`app::run`].
+
+pub mod app;
+pub mod cli;
+mod cluster;
+pub mod config;
+mod doorbells;
+pub mod http;
+pub mod session;
+pub mod telemetry;
+
+pub use app::run;
+pub use config::Config;
