@@ -246,7 +246,10 @@ pub async fn run(cfg: Config, listener: TcpListener, metrics_listener: TcpListen
         };
         app = app.nest(c.prefix(), connector_router(state));
     }
-    let app = app.layer(tower_http::trace::TraceLayer::new_for_http());
+    // Spans name the path only: query strings carry URL signatures and pairing tokens.
+    let app = app.layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<axum::body::Body>| {
+        tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
+    }));
 
     let probe = Probe { hub: hub.clone(), draining: draining.clone() };
     let metrics_app = Router::new()

@@ -1,1 +1,273 @@
-//! Generic webhook IM provider (im.webhook)
+//! Generic webhook IM provider (`im.webhook`): binds chat systems that have no dedicated
+//! provider through two signed HTTP webhooks, one per direction (CONTRACT.md, "The generic
+//! webhook IM").
+//!
+//! The [`Provider`] trait hands the host only to [`Provider::ingress`], while delivery,
+//! tools and pairing also need it (health, files, the public URL). The provider therefore
+//! keeps the host it is given at mount time; [`WebhookProvider::attach`] does the same for
+//! callers that never mount ingress.
+
+mod binding;
+mod card;
+mod ingress;
+mod outbound;
+mod pairing;
+pub mod signing;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use switchyard_core::ProviderHost;
+use switchyard_core::crypto::sha256_hex;
+use switchyard_core::provider::{
+    AuthRequest, AuthStep, Binding, HostError, OutboundMessage, Provider, ProviderError,
+    ProviderErrorKind, ToolCall,
+};
+use switchyard_protocol::im::ActivityStatus;
+use switchyard_protocol::{BuildInfo, Card, ErrorCode};
+
+use crate::binding::Credentials;
+pub use crate::card::{CARD_ID, FLOW_BINDING, FLOW_PAIRING, TOOL_FILE_SEND, TOOL_MESSAGE_SEND};
+
+pub const PREFIX: &str = "/webhook";
+
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub build: BuildInfo,
+    pub api_key_required: bool,
+    /// Largest inbound request body, files included.
+    pub max_inbound_bytes: u64,
+    /// Whole-request timeout of an outbound post.
+    pub request_timeout: Duration,
+    /// Lifetime of a pairing link.
+    pub pairing_ttl: Duration,
+}
+
+impl WebhookConfig {
+    /// The defaults: 20 MiB inbound, 10 s outbound timeout, 10 min pairing links.
+    pub fn new(build: BuildInfo, api_key_required: bool) -> Self {
+        Self {
+            build,
+            api_key_required,
+            max_inbound_bytes: 20 * 1024 * 1024,
+            request_timeout: Duration::from_secs(10),
+            pairing_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+pub struct WebhookProvider {
+    card: Card,
+    skill: String,
+    max_inbound_bytes: u64,
+    pairing_ttl: Duration,
+    sender: outbound::Sender,
+    host: OnceLock<Arc<dyn ProviderHost>>,
+}
+
+impl WebhookProvider {
+    pub fn new(cfg: WebhookConfig) -> Self {
+        Self {
+            card: card::build(cfg.build, cfg.api_key_required),
+            skill: card::skill(),
+            max_inbound_bytes: cfg.max_inbound_bytes,
+            pairing_ttl: cfg.pairing_ttl,
+            sender: outbound::Sender::new(cfg.request_timeout),
+            host: OnceLock::new(),
+        }
+    }
+
+    /// Gives the provider its host without mounting ingress. The first host given is kept.
+    pub fn attach(&self, host: Arc<dyn ProviderHost>) {
+        if self.host.set(host).is_err() {
+            tracing::debug!("webhook provider already has a host");
+        }
+    }
+
+    fn host(&self) -> Result<&Arc<dyn ProviderHost>, ProviderError> {
+        self.host.get().ok_or_else(|| {
+            tracing::error!("webhook provider used before a host was attached");
+            internal("the provider is not ready")
+        })
+    }
+
+    async fn send(
+        &self,
+        binding: &Binding,
+        msg: outbound::Message<'_>,
+    ) -> Result<(), ProviderError> {
+        let creds = credentials(binding)?;
+        self.sender
+            .send(self.host.get().map(|h| h.as_ref()), &creds, msg)
+            .await
+    }
+}
+
+fn internal(message: &str) -> ProviderError {
+    ProviderError::new(
+        ProviderErrorKind::Internal,
+        ErrorCode::Internal.as_str(),
+        message,
+    )
+}
+
+fn credentials(binding: &Binding) -> Result<Credentials, ProviderError> {
+    Credentials::from_stored(&binding.credentials).ok_or_else(|| {
+        tracing::error!(connector_channel_id = %binding.channel_id, "webhook binding has unreadable credentials");
+        internal("the channel's binding is unreadable; bind it again")
+    })
+}
+
+/// The same logical call always yields the same id, so the endpoint can drop a retried send.
+fn tool_message_id(idempotency_key: &str) -> String {
+    format!("tool_{}", &sha256_hex(idempotency_key.as_bytes())[..32])
+}
+
+fn str_arg<'a>(args: &'a Map<String, Value>, name: &str) -> Result<Option<&'a str>, ProviderError> {
+    match args.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(_) => Err(ProviderError::invalid(format!("{name} must be a string"))),
+    }
+}
+
+fn required_str<'a>(args: &'a Map<String, Value>, name: &str) -> Result<&'a str, ProviderError> {
+    str_arg(args, name)?
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            ProviderError::invalid(format!("{name} is required and must be a non-empty string"))
+        })
+}
+
+#[async_trait]
+impl Provider for WebhookProvider {
+    fn card(&self) -> &Card {
+        &self.card
+    }
+
+    fn skill(&self) -> Option<&str> {
+        Some(&self.skill)
+    }
+
+    fn prefix(&self) -> &'static str {
+        PREFIX
+    }
+
+    async fn auth_start(&self, req: AuthRequest<'_>) -> Result<AuthStep, ProviderError> {
+        match req.flow.id.as_str() {
+            FLOW_BINDING => Ok(match Credentials::from_input(req.input) {
+                Ok(creds) => creds.into_step(),
+                Err(m) => AuthStep::Failed {
+                    code: "invalid_input".into(),
+                    message: m.into(),
+                },
+            }),
+            FLOW_PAIRING => {
+                let base = self.host()?.public_base_url();
+                pairing::start(&base, PREFIX, req.auth_session_id, self.pairing_ttl)
+            }
+            _ => Err(ProviderError::new(
+                ProviderErrorKind::InvalidInput,
+                ErrorCode::UnknownAuthFlow.as_str(),
+                "unknown auth flow",
+            )),
+        }
+    }
+
+    async fn invoke_tool(&self, call: ToolCall<'_>) -> Result<Value, ProviderError> {
+        let message_id = tool_message_id(call.idempotency_key);
+        let channel_id = call.binding.channel_id.as_str();
+        match call.tool_id {
+            TOOL_MESSAGE_SEND => {
+                let text = required_str(call.arguments, "text")?;
+                let msg = outbound::Message {
+                    channel_id,
+                    message_id: &message_id,
+                    text: Some(text),
+                    files: &[],
+                };
+                self.send(call.binding, msg).await?;
+            }
+            TOOL_FILE_SEND => {
+                let file_ref = required_str(call.arguments, "file_ref")?;
+                let text = str_arg(call.arguments, "text")?;
+                // Only the metadata and signed URL are sent: the endpoint fetches the bytes.
+                let (file, _bytes) = self.host()?.open_file(channel_id, file_ref).await.map_err(|e| match e {
+                    HostError::Full | HostError::Backend(_) => {
+                        tracing::warn!(connector_channel_id = channel_id, error = %e, "file lookup failed");
+                        ProviderError::new(ProviderErrorKind::Transient, ErrorCode::Unavailable.as_str(), "file storage is unavailable")
+                    }
+                    _ => ProviderError::new(
+                        ProviderErrorKind::InvalidInput,
+                        ErrorCode::FileNotFound.as_str(),
+                        "file_ref is not a file uploaded to this channel",
+                    ),
+                })?;
+                let files = [file];
+                let msg = outbound::Message {
+                    channel_id,
+                    message_id: &message_id,
+                    text,
+                    files: &files,
+                };
+                self.send(call.binding, msg).await?;
+            }
+            other => {
+                return Err(ProviderError::new(
+                    ProviderErrorKind::InvalidInput,
+                    ErrorCode::UnknownTool.as_str(),
+                    format!("unknown tool {other}"),
+                ));
+            }
+        }
+        Ok(json!({"status": "sent", "message_id": message_id}))
+    }
+
+    async fn deliver(&self, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
+        let out = outbound::Message {
+            channel_id: &msg.binding.channel_id,
+            message_id: msg.message_id,
+            text: msg.text,
+            files: msg.files,
+        };
+        self.send(msg.binding, out).await
+    }
+
+    /// The webhook contract has no typing indicator.
+    async fn activity(
+        &self,
+        _binding: &Binding,
+        _status: ActivityStatus,
+    ) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
+    /// Nothing is registered at the endpoint; forgetting the credentials is the core's job.
+    async fn release(&self, _binding: &Binding) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
+    fn ingress(&self, host: Arc<dyn ProviderHost>) -> Option<axum::Router> {
+        self.attach(host.clone());
+        Some(ingress::router(ingress::IngressState {
+            host,
+            max_inbound_bytes: self.max_inbound_bytes,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_ids_are_stable() {
+        let a = tool_message_id("call-1");
+        assert_eq!(a, tool_message_id("call-1"));
+        assert_ne!(a, tool_message_id("call-2"));
+        assert_eq!(a.len(), 5 + 32);
+        assert!(a.starts_with("tool_"));
+    }
+}

@@ -1,0 +1,391 @@
+//! Test doubles: an in-memory `ProviderHost` and a fake chat-system endpoint that is a real
+//! HTTP server on 127.0.0.1:0.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+use switchyard_core::files::{ByteStream, bytes_stream, collect};
+use switchyard_core::model::{AuthStatus, FileDirection, FileRecord};
+use switchyard_core::provider::{
+    AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile, ProgressSink,
+    Provider,
+};
+use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderHost};
+use switchyard_protocol::im::FileItem;
+use switchyard_protocol::{BuildInfo, ConnectionStatus};
+use switchyard_provider_webhook::{WebhookConfig, WebhookProvider};
+
+pub const SECRET: &str = "s3cr3t-signing-key-0123";
+pub const CHANNEL: &str = "cch_test";
+
+pub fn build_info() -> BuildInfo {
+    BuildInfo {
+        version: "0.1.0".into(),
+        git_tag: "v0.1.0".into(),
+        git_rev: "abc1234".into(),
+        build_time: "2607241200".into(),
+    }
+}
+
+pub fn config() -> WebhookConfig {
+    let mut cfg = WebhookConfig::new(build_info(), true);
+    cfg.max_inbound_bytes = 64 * 1024;
+    cfg.request_timeout = Duration::from_millis(500);
+    cfg
+}
+
+#[derive(Clone)]
+pub struct StoredFile {
+    pub channel_id: String,
+    pub filename: String,
+    pub mime_type: Option<String>,
+    pub bytes: Vec<u8>,
+}
+
+pub struct FakeHost {
+    pub base_url: String,
+    pub bindings: Mutex<HashMap<String, Binding>>,
+    pub inbound: Mutex<Vec<(String, InboundMessage)>>,
+    pub files: Mutex<HashMap<String, StoredFile>>,
+    pub auth: Mutex<HashMap<String, (AuthStatus, Value)>>,
+    pub steps: Mutex<Vec<(String, AuthStep)>>,
+    pub statuses: Mutex<Vec<(String, ConnectionStatus)>>,
+    pub full: AtomicBool,
+    next_file: AtomicU64,
+    eph: Arc<MemoryEphemeral>,
+}
+
+impl FakeHost {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            base_url: "https://switchyard.example.com".into(),
+            bindings: Mutex::default(),
+            inbound: Mutex::default(),
+            files: Mutex::default(),
+            auth: Mutex::default(),
+            steps: Mutex::default(),
+            statuses: Mutex::default(),
+            full: AtomicBool::new(false),
+            next_file: AtomicU64::new(1),
+            eph: Arc::new(MemoryEphemeral::default()),
+        })
+    }
+
+    pub fn bind(&self, channel_id: &str, endpoint_url: &str) -> Binding {
+        let b = Binding {
+            channel_id: channel_id.into(),
+            tenant_id: "ten_1".into(),
+            credentials: json!({"endpoint_url": endpoint_url, "signing_secret": SECRET}),
+        };
+        self.bindings
+            .lock()
+            .unwrap()
+            .insert(channel_id.into(), b.clone());
+        b
+    }
+
+    /// An outbound (xAgent-uploaded) file of `channel_id`.
+    pub fn add_upload(
+        &self,
+        channel_id: &str,
+        file_ref: &str,
+        filename: &str,
+        mime: &str,
+        bytes: &[u8],
+    ) {
+        self.files.lock().unwrap().insert(
+            file_ref.into(),
+            StoredFile {
+                channel_id: channel_id.into(),
+                filename: filename.into(),
+                mime_type: Some(mime.into()),
+                bytes: bytes.to_vec(),
+            },
+        );
+    }
+
+    pub fn statuses(&self) -> Vec<ConnectionStatus> {
+        self.statuses
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, s)| *s)
+            .collect()
+    }
+
+    pub fn inbound(&self) -> Vec<(String, InboundMessage)> {
+        self.inbound.lock().unwrap().clone()
+    }
+}
+
+fn file_type(mime: &str) -> &'static str {
+    match mime.split('/').next() {
+        Some("image") => "image",
+        Some("video") => "video",
+        Some("audio") => "audio",
+        _ => "file",
+    }
+}
+
+#[async_trait]
+impl ProviderHost for FakeHost {
+    async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
+        Ok(self.bindings.lock().unwrap().get(channel_id).cloned())
+    }
+
+    async fn bound_channels(&self) -> Result<Vec<Binding>, BackendError> {
+        Ok(self.bindings.lock().unwrap().values().cloned().collect())
+    }
+
+    async fn accept_inbound(
+        &self,
+        channel_id: &str,
+        msg: InboundMessage,
+    ) -> Result<InboundOutcome, HostError> {
+        if self.full.load(Ordering::SeqCst) {
+            return Err(HostError::Full);
+        }
+        let mut inbound = self.inbound.lock().unwrap();
+        if inbound
+            .iter()
+            .any(|(c, m)| c == channel_id && m.message_id == msg.message_id)
+        {
+            return Ok(InboundOutcome::Duplicate);
+        }
+        inbound.push((channel_id.into(), msg));
+        Ok(InboundOutcome::Stored)
+    }
+
+    async fn store_inbound_file(
+        &self,
+        channel_id: &str,
+        filename: &str,
+        mime_type: Option<&str>,
+        body: ByteStream,
+    ) -> Result<FileItem, HostError> {
+        let bytes = collect(body, 1 << 20)
+            .await
+            .map_err(|_| HostError::TooLarge)?;
+        let file_ref = format!("file_in_{}", self.next_file.fetch_add(1, Ordering::SeqCst));
+        let item = FileItem {
+            file_type: file_type(mime_type.unwrap_or("")).into(),
+            file_ref: file_ref.clone(),
+            filename: Some(filename.into()),
+            mime_type: mime_type.map(Into::into),
+            byte_size: Some(bytes.len() as u64),
+            expires_at: None,
+            download_url: Some(format!(
+                "{}/webhook/files/refs/{file_ref}?exp=1&sig=x",
+                self.base_url
+            )),
+        };
+        self.files.lock().unwrap().insert(
+            file_ref,
+            StoredFile {
+                channel_id: channel_id.into(),
+                filename: filename.into(),
+                mime_type: mime_type.map(Into::into),
+                bytes,
+            },
+        );
+        Ok(item)
+    }
+
+    async fn open_file(
+        &self,
+        channel_id: &str,
+        file_ref: &str,
+    ) -> Result<(OutboundFile, ByteStream), HostError> {
+        let f = self
+            .files
+            .lock()
+            .unwrap()
+            .get(file_ref)
+            .cloned()
+            .filter(|f| f.channel_id == channel_id);
+        let f = f.ok_or(HostError::FileNotFound)?;
+        let mime = f
+            .mime_type
+            .clone()
+            .unwrap_or_else(|| "application/octet-stream".into());
+        let record = FileRecord {
+            file_ref: file_ref.into(),
+            tenant_id: "ten_1".into(),
+            channel_id: channel_id.into(),
+            direction: FileDirection::Outbound,
+            filename: f.filename.clone(),
+            mime_type: mime.clone(),
+            file_type: file_type(&mime).into(),
+            byte_size: f.bytes.len() as u64,
+            storage_key: format!("k/{file_ref}"),
+            created_at: 0,
+            expires_at: i64::MAX,
+        };
+        let download_url = format!(
+            "{}/webhook/files/refs/{file_ref}?exp=9&sig=abc",
+            self.base_url
+        );
+        Ok((
+            OutboundFile {
+                record,
+                download_url,
+            },
+            bytes_stream(f.bytes),
+        ))
+    }
+
+    async fn auth_state(
+        &self,
+        auth_session_id: &str,
+    ) -> Result<Option<(String, AuthStatus, Value)>, BackendError> {
+        Ok(self
+            .auth
+            .lock()
+            .unwrap()
+            .get(auth_session_id)
+            .map(|(s, v)| (CHANNEL.to_owned(), *s, v.clone())))
+    }
+
+    async fn advance_auth(&self, auth_session_id: &str, step: AuthStep) -> Result<(), HostError> {
+        let mut auth = self.auth.lock().unwrap();
+        match &step {
+            AuthStep::Pending { status, state, .. } => {
+                auth.insert(auth_session_id.into(), (*status, state.clone()));
+            }
+            // A finished session is no longer "unfinished": auth_state forgets it.
+            AuthStep::Authenticated { .. } | AuthStep::Failed { .. } => {
+                auth.remove(auth_session_id);
+            }
+        }
+        self.steps
+            .lock()
+            .unwrap()
+            .push((auth_session_id.into(), step));
+        Ok(())
+    }
+
+    async fn set_target_status(
+        &self,
+        channel_id: &str,
+        status: ConnectionStatus,
+    ) -> Result<(), HostError> {
+        self.statuses
+            .lock()
+            .unwrap()
+            .push((channel_id.into(), status));
+        Ok(())
+    }
+
+    fn public_base_url(&self) -> String {
+        self.base_url.clone()
+    }
+
+    fn ephemeral(&self) -> Arc<dyn Ephemeral> {
+        self.eph.clone()
+    }
+}
+
+pub struct NoProgress;
+
+impl ProgressSink for NoProgress {
+    fn progress(&self, _status: &str, _message: &str, _progress: Option<f64>) {}
+}
+
+/// Serves the provider's ingress under its prefix, like the edge does; returns the base URL.
+pub async fn serve_ingress(provider: &WebhookProvider, host: Arc<FakeHost>) -> String {
+    let router = provider
+        .ingress(host)
+        .expect("webhook provider has ingress");
+    serve(Router::new().nest(provider.prefix(), router)).await
+}
+
+pub async fn serve(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{addr}")
+}
+
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// The chat system's side: records every post and answers with a settable status.
+pub struct Endpoint {
+    pub url: String,
+    pub received: Arc<Mutex<Vec<Received>>>,
+    status: Arc<AtomicU16>,
+    delay_ms: Arc<AtomicU64>,
+}
+
+#[derive(Clone)]
+struct EndpointState {
+    received: Arc<Mutex<Vec<Received>>>,
+    status: Arc<AtomicU16>,
+    delay_ms: Arc<AtomicU64>,
+}
+
+async fn endpoint_handler(
+    State(st): State<EndpointState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    st.received.lock().unwrap().push(Received { headers, body });
+    let delay = st.delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    StatusCode::from_u16(st.status.load(Ordering::SeqCst)).unwrap()
+}
+
+impl Endpoint {
+    pub async fn start() -> Self {
+        let st = EndpointState {
+            received: Arc::default(),
+            status: Arc::new(AtomicU16::new(200)),
+            delay_ms: Arc::new(AtomicU64::new(0)),
+        };
+        let router = Router::new()
+            .route("/hooks/in", axum::routing::post(endpoint_handler))
+            .with_state(st.clone());
+        let base = serve(router).await;
+        Self {
+            url: format!("{base}/hooks/in?token=path-secret-token"),
+            received: st.received,
+            status: st.status,
+            delay_ms: st.delay_ms,
+        }
+    }
+
+    pub fn answer(&self, status: u16) {
+        self.status.store(status, Ordering::SeqCst);
+    }
+
+    pub fn delay(&self, d: Duration) {
+        self.delay_ms.store(d.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+/// A URL where nothing listens: bind a port, then free it.
+pub async fn refused_url() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}/hooks/in?token=path-secret-token")
+}

@@ -1,0 +1,303 @@
+//! `deliver()` and the send tools against a fake endpoint: status mapping, signatures,
+//! health reporting, and deterministic tool message ids.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{CHANNEL, Endpoint, FakeHost, NoProgress, SECRET, config, refused_url};
+use serde_json::{Map, Value, json};
+use switchyard_core::provider::{Binding, OutboundMessage, Provider, ProviderErrorKind, ToolCall};
+use switchyard_protocol::ConnectionStatus;
+use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use switchyard_provider_webhook::{TOOL_FILE_SEND, TOOL_MESSAGE_SEND, WebhookProvider};
+
+fn provider(host: &Arc<FakeHost>) -> WebhookProvider {
+    let p = WebhookProvider::new(config());
+    p.attach(host.clone());
+    p
+}
+
+async fn deliver(
+    p: &WebhookProvider,
+    binding: &Binding,
+    id: &str,
+    text: &str,
+) -> Result<(), switchyard_core::provider::ProviderError> {
+    p.deliver(OutboundMessage {
+        binding,
+        message_id: id,
+        text: Some(text),
+        files: &[],
+    })
+    .await
+}
+
+fn header<'a>(r: &'a common::Received, name: &str) -> &'a str {
+    r.headers.get(name).unwrap().to_str().unwrap()
+}
+
+#[tokio::test]
+async fn delivers_signed_json() {
+    let host = FakeHost::new();
+    let ep = Endpoint::start().await;
+    let binding = host.bind(CHANNEL, &ep.url);
+    let p = provider(&host);
+
+    deliver(&p, &binding, "out_1", "hello there").await.unwrap();
+
+    let got = ep.received();
+    assert_eq!(got.len(), 1);
+    let r = &got[0];
+    assert_eq!(header(r, "content-type"), "application/json");
+    signing::verify(
+        SECRET.as_bytes(),
+        Some(header(r, TIMESTAMP_HEADER)),
+        Some(header(r, SIGNATURE_HEADER)),
+        &r.body,
+        signing::unix_now(),
+    )
+    .expect("the endpoint can verify what it receives");
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        v,
+        json!({"message_id": "out_1", "connector_channel_id": CHANNEL, "text": "hello there"})
+    );
+    assert!(
+        host.statuses().is_empty(),
+        "a healthy endpoint reports nothing"
+    );
+}
+
+#[tokio::test]
+async fn status_mapping() {
+    let host = FakeHost::new();
+    let ep = Endpoint::start().await;
+    let binding = host.bind(CHANNEL, &ep.url);
+    let p = provider(&host);
+
+    ep.answer(204);
+    assert!(deliver(&p, &binding, "a", "x").await.is_ok());
+
+    ep.answer(404);
+    let e = deliver(&p, &binding, "b", "x").await.unwrap_err();
+    assert_eq!(
+        (e.kind, e.code.as_str(), e.retryable()),
+        (ProviderErrorKind::Rejected, "target_delivery_failed", false)
+    );
+    assert_eq!(e.message, "endpoint answered 404");
+
+    ep.answer(503);
+    let e = deliver(&p, &binding, "c", "x").await.unwrap_err();
+    assert_eq!(
+        (e.kind, e.code.as_str(), e.retryable()),
+        (ProviderErrorKind::Transient, "target_unavailable", true)
+    );
+
+    // Redirects are not followed: the signed body goes to the bound URL only.
+    ep.answer(307);
+    let e = deliver(&p, &binding, "d", "x").await.unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::Rejected);
+}
+
+#[tokio::test]
+async fn refused_connection_is_transient_and_leaks_nothing() {
+    let host = FakeHost::new();
+    let url = refused_url().await;
+    let binding = host.bind(CHANNEL, &url);
+    let p = provider(&host);
+    let e = deliver(&p, &binding, "a", "x").await.unwrap_err();
+    assert_eq!(
+        (e.kind, e.code.as_str()),
+        (ProviderErrorKind::Transient, "target_unavailable")
+    );
+    let shown = format!("{e} {e:?}");
+    assert!(
+        !shown.contains("path-secret-token")
+            && !shown.contains("/hooks/in")
+            && !shown.contains(SECRET),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
+async fn timeout_is_transient() {
+    let host = FakeHost::new();
+    let ep = Endpoint::start().await;
+    ep.delay(Duration::from_secs(3)); // config() times out after 500 ms
+    let binding = host.bind(CHANNEL, &ep.url);
+    let p = provider(&host);
+    let e = deliver(&p, &binding, "a", "x").await.unwrap_err();
+    assert_eq!(
+        (e.kind, e.code.as_str()),
+        (ProviderErrorKind::Transient, "target_unavailable")
+    );
+    assert!(!e.message.contains("path-secret-token"));
+}
+
+#[tokio::test]
+async fn health_follows_the_endpoint() {
+    let host = FakeHost::new();
+    let ep = Endpoint::start().await;
+    let binding = host.bind(CHANNEL, &ep.url);
+    let p = provider(&host);
+
+    ep.answer(500);
+    for id in ["a", "b", "c"] {
+        assert!(deliver(&p, &binding, id, "x").await.is_err());
+    }
+    ep.answer(200);
+    deliver(&p, &binding, "d", "x").await.unwrap();
+    deliver(&p, &binding, "e", "x").await.unwrap();
+    assert_eq!(
+        host.statuses(),
+        vec![
+            ConnectionStatus::Degraded,
+            ConnectionStatus::Degraded,
+            ConnectionStatus::Offline,
+            ConnectionStatus::Connected
+        ]
+    );
+    assert!(
+        host.statuses
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(c, _)| c == CHANNEL)
+    );
+}
+
+#[tokio::test]
+async fn outbound_files_carry_metadata_and_download_url() {
+    let host = FakeHost::new();
+    let ep = Endpoint::start().await;
+    let binding = host.bind(CHANNEL, &ep.url);
+    host.add_upload(
+        CHANNEL,
+        "file_1",
+        "report.pdf",
+        "application/pdf",
+        b"pdf bytes",
+    );
+    let p = provider(&host);
+
+    let mut args = Map::new();
+    args.insert("file_ref".into(), json!("file_1"));
+    args.insert("text".into(), json!("the report"));
+    let out = p
+        .invoke_tool(ToolCall {
+            binding: &binding,
+            tool_id: TOOL_FILE_SEND,
+            arguments: &args,
+            idempotency_key: "k1",
+            progress: &NoProgress,
+        })
+        .await
+        .unwrap();
+    let id = out["message_id"].as_str().unwrap().to_owned();
+    assert_eq!(out["status"], "sent");
+
+    let v: Value = serde_json::from_slice(&ep.received()[0].body).unwrap();
+    assert_eq!(
+        v,
+        json!({
+            "message_id": id,
+            "connector_channel_id": CHANNEL,
+            "text": "the report",
+            "files": [{
+                "file_ref": "file_1",
+                "filename": "report.pdf",
+                "mime_type": "application/pdf",
+                "byte_size": 9,
+                "download_url": "https://switchyard.example.com/webhook/files/refs/file_1?exp=9&sig=abc"
+            }]
+        })
+    );
+}
+
+#[tokio::test]
+async fn file_of_another_channel_is_file_not_found() {
+    let host = FakeHost::new();
+    let ep = Endpoint::start().await;
+    let binding = host.bind(CHANNEL, &ep.url);
+    host.add_upload("cch_other", "file_x", "a.txt", "text/plain", b"x");
+    let p = provider(&host);
+    for file_ref in ["file_x", "file_missing"] {
+        let mut args = Map::new();
+        args.insert("file_ref".into(), json!(file_ref));
+        let e = p
+            .invoke_tool(ToolCall {
+                binding: &binding,
+                tool_id: TOOL_FILE_SEND,
+                arguments: &args,
+                idempotency_key: "k",
+                progress: &NoProgress,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.kind, e.code.as_str(), e.retryable()),
+            (ProviderErrorKind::InvalidInput, "file_not_found", false)
+        );
+    }
+    assert!(ep.received().is_empty());
+}
+
+#[tokio::test]
+async fn message_tool_ids_are_stable_across_retries() {
+    let host = FakeHost::new();
+    let ep = Endpoint::start().await;
+    let binding = host.bind(CHANNEL, &ep.url);
+    let p = provider(&host);
+    let mut args = Map::new();
+    args.insert("text".into(), json!("ping"));
+    let call = |key: &'static str| {
+        let (p, binding, args) = (&p, &binding, &args);
+        async move {
+            p.invoke_tool(ToolCall {
+                binding,
+                tool_id: TOOL_MESSAGE_SEND,
+                arguments: args,
+                idempotency_key: key,
+                progress: &NoProgress,
+            })
+            .await
+        }
+    };
+
+    ep.answer(502);
+    assert!(call("call-1").await.unwrap_err().retryable());
+    ep.answer(200);
+    let out = call("call-1").await.unwrap();
+    let other = call("call-2").await.unwrap();
+
+    let ids: Vec<String> = ep
+        .received()
+        .iter()
+        .map(|r| {
+            serde_json::from_slice::<Value>(&r.body).unwrap()["message_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids[0], ids[1], "a retried call re-sends the same id");
+    assert_eq!(ids[1], out["message_id"]);
+    assert_ne!(ids[2], ids[1]);
+    assert_eq!(other["message_id"], json!(ids[2]));
+
+    let mut empty = Map::new();
+    empty.insert("text".into(), json!(""));
+    let e = p
+        .invoke_tool(ToolCall {
+            binding: &binding,
+            tool_id: TOOL_MESSAGE_SEND,
+            arguments: &empty,
+            idempotency_key: "k",
+            progress: &NoProgress,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::InvalidInput);
+}
