@@ -222,7 +222,7 @@ mod tests {
     fn cipher_round_trip_and_rotation() {
         let old = Secret::new(Cipher::generate_key());
         let new = Secret::new(Cipher::generate_key());
-        let c_old = Cipher::from_base64(&[old.clone()]).unwrap();
+        let c_old = Cipher::from_base64(std::slice::from_ref(&old)).unwrap();
         let blob = c_old.encrypt(b"bot-token");
         assert!(!blob.windows(9).any(|w| w == b"bot-token"));
         let rotated = Cipher::from_base64(&[new, old]).unwrap();

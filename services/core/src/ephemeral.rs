@@ -23,9 +23,12 @@ pub trait Ephemeral: Send + Sync + 'static {
 
 /// In-memory implementation. Bounded: when full, expired keys are swept, and if still full
 /// the write is refused with `LimitExceeded` (callers treat that as "cache unavailable").
+/// Value and expiry per key.
+type Entries = HashMap<String, (Vec<u8>, Instant)>;
+
 #[derive(Clone)]
 pub struct MemoryEphemeral {
-    inner: Arc<Mutex<HashMap<String, (Vec<u8>, Instant)>>>,
+    inner: Arc<Mutex<Entries>>,
     max_keys: usize,
 }
 
@@ -34,12 +37,12 @@ impl MemoryEphemeral {
         Self { inner: Arc::new(Mutex::new(HashMap::new())), max_keys }
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, (Vec<u8>, Instant)>) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Entries) -> R) -> R {
         let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut m)
     }
 
-    fn room(&self, m: &mut HashMap<String, (Vec<u8>, Instant)>, key: &str) -> BackendResult<()> {
+    fn room(&self, m: &mut Entries, key: &str) -> BackendResult<()> {
         if m.len() < self.max_keys || m.contains_key(key) {
             return Ok(());
         }

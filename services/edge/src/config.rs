@@ -33,11 +33,11 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 impl Dur {
     fn render(&self) -> String {
         let ms = self.0.as_millis();
-        if ms % 3_600_000 == 0 && ms > 0 {
+        if ms > 0 && ms.is_multiple_of(3_600_000) {
             format!("{}h", ms / 3_600_000)
-        } else if ms % 60_000 == 0 && ms > 0 {
+        } else if ms > 0 && ms.is_multiple_of(60_000) {
             format!("{}m", ms / 60_000)
-        } else if ms % 1000 == 0 {
+        } else if ms.is_multiple_of(1000) {
             format!("{}s", ms / 1000)
         } else {
             format!("{ms}ms")
@@ -385,6 +385,8 @@ mod tests {
     }
 
     #[test]
+    // figment's Jail API fixes the closure's error type.
+    #[allow(clippy::result_large_err)]
     fn env_overrides_nested_keys() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("SWITCHYARD_LISTEN", "0.0.0.0:1234");

@@ -34,7 +34,7 @@ pub enum Incoming {
 /// What the session hands the socket writer.
 #[derive(Debug)]
 pub enum Outgoing {
-    Packet(Envelope),
+    Packet(Box<Envelope>),
     Close(u16, String),
 }
 
@@ -98,7 +98,7 @@ pub struct Session {
 
 /// Sends a packet; a closed writer means the socket is gone, which the read loop notices.
 async fn send(out: &mpsc::Sender<Outgoing>, env: Envelope) {
-    let _ = out.send(Outgoing::Packet(env)).await;
+    let _ = out.send(Outgoing::Packet(Box::new(env))).await;
 }
 
 fn packet(kind: &str) -> Envelope {
@@ -371,9 +371,9 @@ impl Session {
                 });
             }
             Inbound::ToolInvoke(p) => self.on_tool(meta, ch, p).await,
-            Inbound::ChatMessage(p) => self.to_worker(&ch, ChannelWork::Message(meta, p)).await,
-            Inbound::ChatDelta(p) => self.to_worker(&ch, ChannelWork::Delta(meta, p)).await,
-            Inbound::ChatActivity(p) => self.to_worker(&ch, ChannelWork::Activity(p)).await,
+            Inbound::ChatMessage(p) => self.enqueue_work(&ch, ChannelWork::Message(meta, p)).await,
+            Inbound::ChatDelta(p) => self.enqueue_work(&ch, ChannelWork::Delta(meta, p)).await,
+            Inbound::ChatActivity(p) => self.enqueue_work(&ch, ChannelWork::Activity(p)).await,
             Inbound::ChatAck(p) => self.on_ack(meta, &chid, p).await,
             Inbound::Hello(_) | Inbound::ChannelOpen | Inbound::Ping | Inbound::Pong | Inbound::Error { .. } => {}
         }
@@ -417,7 +417,7 @@ impl Session {
         });
     }
 
-    async fn to_worker(&mut self, ch: &ChannelRecord, work: ChannelWork) {
+    async fn enqueue_work(&mut self, ch: &ChannelRecord, work: ChannelWork) {
         let tx = match self.workers.get(&ch.id) {
             Some(tx) if !tx.is_closed() => tx.clone(),
             _ => {
@@ -573,7 +573,7 @@ impl Session {
         for d in batch {
             let env = packet(d.kind).with_channel(Some(chid)).with_payload(d.payload);
             let packet_id = env.packet_id.clone();
-            if self.out.send(Outgoing::Packet(env)).await.is_err() {
+            if self.out.send(Outgoing::Packet(Box::new(env))).await.is_err() {
                 return;
             }
             route.cursor = route.cursor.max(d.seq);
@@ -667,6 +667,6 @@ impl ProgressSink for Progress {
         let mut env = packet("tool.progress.push").with_channel(Some(&self.channel)).with_payload(payload);
         env.request_id = self.request_id.clone();
         // Progress is informational: drop it rather than block the tool when the queue is full.
-        let _ = self.out.try_send(Outgoing::Packet(env));
+        let _ = self.out.try_send(Outgoing::Packet(Box::new(env)));
     }
 }

@@ -45,15 +45,18 @@ impl Connector {
             expires_at: now + ms(self.hub.config.auth_session_ttl),
         };
         self.hub.store.insert_auth_session(&rec).await?;
+        let mut ch = ch.clone();
         if ch.binding.is_none() {
             self.hub.store.set_channel_status(&ch.id, ConnectionStatus::Authenticating, &ch.view, now).await?;
+            // Keep the local copy in step, so a failed step resets the stored status.
+            ch.status = ConnectionStatus::Authenticating;
         }
         let step = self
             .provider
             .auth_start(AuthRequest { tenant_id: &ch.tenant_id, channel_id: &ch.id, auth_session_id: &rec.id, flow, input: &p.input })
             .await
             .unwrap_or_else(|e| AuthStep::Failed { code: e.code.clone(), message: e.message.clone() });
-        let ch = self.apply_step(ch, &mut rec, step).await?;
+        let ch = self.apply_step(&ch, &mut rec, step).await?;
         Ok(self.auth_ack(&ch, &rec, Some(&ch)))
     }
 
@@ -138,11 +141,11 @@ impl Connector {
 
     /// `auth.logout`: releases the target binding and clears the credentials.
     pub async fn auth_logout(&self, ch: &ChannelRecord) -> Result<Value, Fault> {
-        if let Some(binding) = self.decrypt_binding(ch) {
-            if let Err(e) = self.provider.release(&binding).await {
-                // Local credentials go regardless: logout must not be blocked by the target.
-                tracing::warn!(code = %e.code, "provider release failed during logout");
-            }
+        // Local credentials go regardless: logout must not be blocked by the target.
+        if let Some(binding) = self.decrypt_binding(ch)
+            && let Err(e) = self.provider.release(&binding).await
+        {
+            tracing::warn!(code = %e.code, "provider release failed during logout");
         }
         self.supersede_sessions(&ch.id).await?;
         let now = now_ms();

@@ -24,7 +24,7 @@ pub struct UploadedFile {
 
 /// Outcome of a download request.
 pub enum DownloadCheck {
-    Ok(FileRecord, ByteStream),
+    Ok(Box<FileRecord>, ByteStream),
     /// Unknown or expired file, or expired URL.
     NotFound,
     /// Bad signature, or a channel/tenant that does not own the file.
@@ -179,7 +179,7 @@ impl Connector {
             None => return Ok(DownloadCheck::NotFound),
         }
         match self.hub.files.get(&rec.storage_key).await {
-            Ok(stream) => Ok(DownloadCheck::Ok(rec, stream)),
+            Ok(stream) => Ok(DownloadCheck::Ok(Box::new(rec), stream)),
             Err(e) if e.is(ErrorKind::NotFound) => Ok(DownloadCheck::NotFound),
             Err(e) => Err(e.into()),
         }

@@ -1,0 +1,52 @@
+# syntax=docker/dockerfile:1
+#
+# Switchyard container image: the one binary, with every backend compiled in
+# (Postgres, NATS, Redis, S3), on distroless, running as the non-root user 65532.
+#
+#   docker build -t switchyard:0.1.0 .
+#   docker build --build-arg SWITCHYARD_BUILD_TIME=$(date -u +%y%m%d%H%M) -t switchyard:0.1.0 .
+#
+# The Helm chart (helm/switchyard) runs the clustered mode. `docker run -p 8080:8080 IMAGE`
+# runs the embedded mode (SQLite and files under /home/nonroot/data; mount a volume there to
+# keep them).
+
+ARG RUST_IMAGE=rust:1.95-slim-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+
+FROM ${RUST_IMAGE} AS builder
+WORKDIR /src
+# Optional YYMMDDHHMM stamp for the Card's `build` and /health (see services/edge/build.rs);
+# unset = the time of the build. .git is not in the context, so the revision reads "unknown"
+# and the tag falls back to v<crate version>.
+ARG SWITCHYARD_BUILD_TIME=""
+COPY . .
+# The registry, git and target caches persist across builds; the binary is copied out of the
+# target cache, which is not part of the image.
+RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
+    --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
+    --mount=type=cache,target=/src/target,sharing=locked \
+    set -eu; \
+    if [ -z "${SWITCHYARD_BUILD_TIME}" ]; then unset SWITCHYARD_BUILD_TIME; fi; \
+    cargo build --release --locked -p switchyard --all-features; \
+    mkdir -p /out; \
+    cp target/release/switchyard /out/switchyard
+
+FROM ${RUNTIME_IMAGE}
+LABEL org.opencontainers.image.title="switchyard" \
+      org.opencontainers.image.description="Multi-tenant xAgent connector server" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=builder /out/switchyard /usr/local/bin/switchyard
+# The chart's preStop hook runs `sleep N` so the pod leaves the load balancers before it
+# drains; distroless has no shell or coreutils, so ship just that binary (it needs only the
+# glibc that cc-debian12 already has).
+COPY --from=builder /usr/bin/sleep /usr/local/bin/sleep
+# In a container the listeners must not bind loopback (the binary's default), or the
+# published ports lead nowhere. The chart sets the same values.
+ENV SWITCHYARD_LISTEN=0.0.0.0:8080 \
+    SWITCHYARD_METRICS_LISTEN=0.0.0.0:9090
+USER 65532:65532
+WORKDIR /home/nonroot
+EXPOSE 8080 9090
+ENTRYPOINT ["switchyard"]
+CMD ["serve"]
