@@ -221,6 +221,14 @@ pub trait ProviderHost: Send + Sync + 'static {
     /// Absolute base URL of this deployment (webhook registration, absolute download URLs).
     fn public_base_url(&self) -> String;
     fn ephemeral(&self) -> Arc<dyn crate::ephemeral::Ephemeral>;
+    /// Acquires or renews a cluster-wide named lease for this pod (e.g. one poller per bot).
+    /// Returns the fencing generation while held.
+    async fn acquire_lease(&self, name: &str, ttl: std::time::Duration) -> Result<Option<i64>, BackendError>;
+    /// Gives a lease up (drain, last channel gone).
+    async fn release_lease(&self, name: &str) -> Result<(), BackendError>;
+    /// Durable provider state such as update cursors, namespaced by the provider.
+    async fn kv_get(&self, key: &str) -> Result<Option<String>, BackendError>;
+    async fn kv_put(&self, key: &str, value: &str) -> Result<(), BackendError>;
 }
 
 #[async_trait]
@@ -263,5 +271,10 @@ pub trait Provider: Send + Sync + 'static {
     fn ingress(&self, host: Arc<dyn ProviderHost>) -> Option<axum::Router> {
         let _ = host;
         None
+    }
+    /// Starts background consumers (pollers, long connections) once per pod; they stop when
+    /// `stop` is cancelled. Called after `ingress`.
+    fn start(&self, host: Arc<dyn ProviderHost>, stop: tokio_util::sync::CancellationToken) {
+        let _ = (host, stop);
     }
 }

@@ -221,6 +221,8 @@ pub async fn run(cfg: Config, listener: TcpListener, metrics_listener: TcpListen
     hub.store.pod_heartbeat(&pod, now_ms()).await.context("registering pod presence")?;
 
     let connectors: Vec<Connector> = providers(&cfg).into_iter().map(|p| Connector::new(hub.clone(), p)).collect();
+    // Stops provider background consumers (pollers) at the end of the drain.
+    let providers_stop = CancellationToken::new();
     let doorbells = Doorbells::new(hub.bus.clone());
     let drain = CancellationToken::new();
     let draining = Arc::new(AtomicBool::new(false));
@@ -247,6 +249,9 @@ pub async fn run(cfg: Config, listener: TcpListener, metrics_listener: TcpListen
         app = app.nest(c.prefix(), connector_router(state));
     }
     // Spans name the path only: query strings carry URL signatures and pairing tokens.
+    for c in &connectors {
+        c.provider.start(Arc::new(c.clone()), providers_stop.clone());
+    }
     let app = app.layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<axum::body::Body>| {
         tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
     }));
@@ -283,6 +288,7 @@ pub async fn run(cfg: Config, listener: TcpListener, metrics_listener: TcpListen
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     stopped.cancel();
+    providers_stop.cancel();
     background.wait().await;
     janitor.resign().await;
     if let Err(e) = hub.store.remove_pod(&pod, now_ms()).await {

@@ -104,4 +104,22 @@ impl ProviderHost for Connector {
     fn ephemeral(&self) -> Arc<dyn Ephemeral> {
         self.hub.ephemeral.clone()
     }
+
+    async fn acquire_lease(&self, name: &str, ttl: std::time::Duration) -> Result<Option<i64>, BackendError> {
+        let name = format!("{}:{name}", self.card_id());
+        let lease = self.hub.store.acquire_lease(&name, &self.hub.pod_id, ttl.as_millis() as i64, crate::ids::now_ms()).await?;
+        Ok(lease.map(|l| l.generation))
+    }
+
+    async fn release_lease(&self, name: &str) -> Result<(), BackendError> {
+        self.hub.store.release_lease(&format!("{}:{name}", self.card_id()), &self.hub.pod_id).await
+    }
+
+    async fn kv_get(&self, key: &str) -> Result<Option<String>, BackendError> {
+        self.hub.store.kv_get(self.card_id(), key).await
+    }
+
+    async fn kv_put(&self, key: &str, value: &str) -> Result<(), BackendError> {
+        self.hub.store.kv_put(self.card_id(), key, value).await
+    }
 }

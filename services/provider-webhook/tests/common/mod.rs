@@ -293,6 +293,23 @@ impl ProviderHost for FakeHost {
     fn ephemeral(&self) -> Arc<dyn Ephemeral> {
         self.eph.clone()
     }
+
+    // The webhook provider holds no leases and no cursors; these record nothing.
+    async fn acquire_lease(&self, _name: &str, _ttl: std::time::Duration) -> Result<Option<i64>, BackendError> {
+        Ok(Some(1))
+    }
+
+    async fn release_lease(&self, _name: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    async fn kv_get(&self, _key: &str) -> Result<Option<String>, BackendError> {
+        Ok(None)
+    }
+
+    async fn kv_put(&self, _key: &str, _value: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 pub struct NoProgress;

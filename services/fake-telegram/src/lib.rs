@@ -1,0 +1,1 @@
+//! A fake Telegram Bot API server.
