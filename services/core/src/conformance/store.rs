@@ -1,1 +1,2060 @@
-//! Conformance suite (to be filled).
+//! Conformance suite for [`Store`]: what every durable store (SQLite, Postgres) must do.
+//!
+//! [`run_all`] takes a fresh, empty store: it checks that the schema starts at version 0 and
+//! migrates it. Every behaviour then uses its own random ids, so the behaviours share the
+//! instance. Sweeps (`reap_dead_pods`, `purge_*`, `expired_*`, `stale_unbound_channels`) act
+//! on the whole store, so their tests put the rows meant to be swept far in the past
+//! ([`AGES_AGO`]), sweep with cutoffs there, assert on their own rows only and count with
+//! `>=`; rows of other behaviours live around the real clock and are never in reach.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use switchyard_protocol::ConnectionStatus;
+
+use crate::error::ErrorKind;
+use crate::ids::{new_id, now_ms};
+use crate::model::*;
+use crate::store::{SCHEMA_VERSION, Store};
+
+/// A time long before anything a live system writes: sweep tests live here.
+const AGES_AGO: i64 = 1_000_000;
+const HOUR: i64 = 3_600_000;
+
+pub async fn run_all(store: Arc<dyn Store>) {
+    let s = &*store;
+    schema(s).await;
+    tenants(s).await;
+    api_keys(s).await;
+    connectors(s).await;
+    references_must_exist(s).await;
+    sockets_and_offline_time(s).await;
+    remove_pod(s).await;
+    reap_dead_pods(s).await;
+    expired_connectors(s).await;
+    delete_connector_cascades(s).await;
+    channels_insert_get_list(s).await;
+    channel_routes(s).await;
+    channel_binding_and_status(s).await;
+    find_channel_by_binding_key(s).await;
+    bound_channels(s).await;
+    stale_unbound_channels(s).await;
+    delete_channel_cascades(s).await;
+    auth_sessions(s).await;
+    purge_auth_sessions(s).await;
+    enqueue_dedupes(s).await;
+    enqueue_respects_cap(s).await;
+    pending_outbox_order_and_filters(s).await;
+    ack_fail_and_attempts(s).await;
+    purge_outbox(s).await;
+    claims(s).await;
+    expired_claims_are_replaced(s).await;
+    purge_claims(s).await;
+    files(s).await;
+    expired_files(s).await;
+    leases(s).await;
+    lease_release(s).await;
+    lease_is_atomic(&store).await;
+    kv(s).await;
+    last_socket_race(&store).await;
+    enqueue_is_atomic(&store).await;
+    claim_is_atomic(&store).await;
+}
+
+// -- fixtures ------------------------------------------------------------------------------------
+
+async fn tenant(s: &dyn Store) -> Tenant {
+    let t = Tenant {
+        id: new_id("ten"),
+        name: new_id("name"),
+        created_at: now_ms(),
+    };
+    s.create_tenant(&t).await.expect("create tenant");
+    t
+}
+
+async fn connector_with(
+    s: &dyn Store,
+    tenant_id: &str,
+    offline_since: Option<i64>,
+) -> ConnectorRecord {
+    let c = ConnectorRecord {
+        id: new_id("conn"),
+        tenant_id: tenant_id.to_owned(),
+        card_id: new_id("card"),
+        created_at: now_ms(),
+        offline_since,
+    };
+    s.insert_connector(&c).await.expect("insert connector");
+    c
+}
+
+/// A tenant with one connector_id.
+async fn connector(s: &dyn Store) -> ConnectorRecord {
+    let t = tenant(s).await;
+    connector_with(s, &t.id, None).await
+}
+
+fn channel_rec(c: &ConnectorRecord, updated_at: i64) -> ChannelRecord {
+    ChannelRecord {
+        id: new_id("cch"),
+        tenant_id: c.tenant_id.clone(),
+        connector_id: c.id.clone(),
+        card_id: c.card_id.clone(),
+        route_socket: None,
+        profiles: vec!["xagent.im.v2".to_owned()],
+        status: ConnectionStatus::Created,
+        view: json!({"display": "new"}),
+        binding: None,
+        binding_key: None,
+        created_at: updated_at,
+        updated_at,
+    }
+}
+
+async fn channel_of(s: &dyn Store, c: &ConnectorRecord) -> ChannelRecord {
+    let ch = channel_rec(c, now_ms());
+    s.insert_channel(&ch).await.expect("insert channel");
+    ch
+}
+
+/// A channel of a fresh tenant and connector_id.
+async fn channel(s: &dyn Store) -> ChannelRecord {
+    let c = connector(s).await;
+    channel_of(s, &c).await
+}
+
+fn message(channel_id: &str, created_at: i64, expires_at: i64) -> OutboxRecord {
+    let message_id = new_id("msg");
+    OutboxRecord {
+        seq: 0,
+        channel_id: channel_id.to_owned(),
+        payload: json!({"message_id": message_id, "text": "hello"}),
+        message_id,
+        created_at,
+        expires_at,
+        attempts: 0,
+        state: OutboxState::Pending,
+        last_error: None,
+    }
+}
+
+/// A message accepted now, expiring in an hour, with a two-hour dedupe window.
+async fn enqueue(s: &dyn Store, channel_id: &str, cap: u32) -> (OutboxRecord, EnqueueOutcome) {
+    let now = now_ms();
+    let m = message(channel_id, now, now + HOUR);
+    let out = s
+        .enqueue_outbox(&m, cap, now + 2 * HOUR)
+        .await
+        .expect("enqueue");
+    (m, out)
+}
+
+async fn pending_ids(s: &dyn Store, channel_id: &str, now: i64) -> Vec<String> {
+    let recs = s
+        .pending_outbox(channel_id, 0, now, 1000)
+        .await
+        .expect("pending outbox");
+    recs.into_iter().map(|r| r.message_id).collect()
+}
+
+fn claim_rec(
+    channel_id: &str,
+    key: &str,
+    fingerprint: &str,
+    created_at: i64,
+    expires_at: i64,
+) -> IdempotencyRecord {
+    IdempotencyRecord {
+        scope: "msg".to_owned(),
+        channel_id: channel_id.to_owned(),
+        key: key.to_owned(),
+        fingerprint: fingerprint.to_owned(),
+        state: ClaimState::InProgress,
+        outcome: None,
+        created_at,
+        expires_at,
+    }
+}
+
+fn file_rec(ch: &ChannelRecord, expires_at: i64) -> FileRecord {
+    let file_ref = new_id("fref");
+    FileRecord {
+        storage_key: format!("files/{file_ref}"),
+        file_ref,
+        tenant_id: ch.tenant_id.clone(),
+        channel_id: ch.id.clone(),
+        direction: FileDirection::Inbound,
+        filename: "photo.jpg".to_owned(),
+        mime_type: "image/jpeg".to_owned(),
+        file_type: "image".to_owned(),
+        byte_size: 1234,
+        created_at: expires_at - HOUR,
+        expires_at,
+    }
+}
+
+fn auth_rec(channel_id: &str, status: AuthStatus, expires_at: i64) -> AuthSessionRecord {
+    AuthSessionRecord {
+        id: new_id("auth"),
+        channel_id: channel_id.to_owned(),
+        flow_id: "qr".to_owned(),
+        status,
+        state: Some(b"sealed provider state".to_vec()),
+        public: json!({"qr_code_text": "https://example.invalid/qr", "poll_interval_ms": 2000}),
+        created_at: expires_at - HOUR,
+        expires_at,
+    }
+}
+
+async fn offline_since(s: &dyn Store, connector_id: &str) -> Option<i64> {
+    s.get_connector(connector_id)
+        .await
+        .expect("get connector")
+        .expect("connector exists")
+        .offline_since
+}
+
+async fn socket(s: &dyn Store, connector_id: &str, pod_id: &str) -> String {
+    let id = new_id("sock");
+    let rec = SocketRecord {
+        id: id.clone(),
+        connector_id: connector_id.to_owned(),
+        pod_id: pod_id.to_owned(),
+        opened_at: now_ms(),
+    };
+    s.register_socket(&rec).await.expect("register socket");
+    id
+}
+
+/// A pod with a fresh heartbeat: no sweep in this suite reaches it.
+async fn live_pod(s: &dyn Store) -> String {
+    let pod = new_id("pod");
+    s.pod_heartbeat(&pod, now_ms())
+        .await
+        .expect("pod heartbeat");
+    pod
+}
+
+fn sorted<T: Clone, K: Ord>(v: &[T], key: impl Fn(&T) -> K) -> Vec<T> {
+    let mut v = v.to_vec();
+    v.sort_by_key(key);
+    v
+}
+
+// -- schema, tenants, keys -----------------------------------------------------------------------
+
+async fn schema(s: &dyn Store) {
+    assert_eq!(
+        s.schema_version().await.expect("schema version"),
+        0,
+        "a fresh store has no schema"
+    );
+    s.migrate().await.expect("migrate");
+    assert_eq!(
+        s.schema_version().await.expect("schema version"),
+        SCHEMA_VERSION
+    );
+    s.migrate()
+        .await
+        .expect("migrating a current schema is a no-op");
+    assert_eq!(
+        s.schema_version().await.expect("schema version"),
+        SCHEMA_VERSION
+    );
+    s.ping().await.expect("ping");
+}
+
+async fn tenants(s: &dyn Store) {
+    let t = tenant(s).await;
+    assert_eq!(s.get_tenant(&t.id).await.expect("get"), Some(t.clone()));
+    assert_eq!(
+        s.find_tenant(&t.id).await.expect("find by id"),
+        Some(t.clone())
+    );
+    assert_eq!(
+        s.find_tenant(&t.name).await.expect("find by name"),
+        Some(t.clone())
+    );
+    assert_eq!(
+        s.get_tenant(&new_id("ten")).await.expect("get unknown"),
+        None
+    );
+    assert_eq!(
+        s.find_tenant(&new_id("ten")).await.expect("find unknown"),
+        None
+    );
+    assert!(s.list_tenants().await.expect("list").contains(&t));
+
+    let same_id = Tenant {
+        name: new_id("name"),
+        ..t.clone()
+    };
+    let err = s
+        .create_tenant(&same_id)
+        .await
+        .expect_err("duplicate tenant id");
+    assert_eq!(err.kind, ErrorKind::Conflict);
+    let same_name = Tenant {
+        id: new_id("ten"),
+        ..t.clone()
+    };
+    let err = s
+        .create_tenant(&same_name)
+        .await
+        .expect_err("duplicate tenant name");
+    assert_eq!(
+        err.kind,
+        ErrorKind::Conflict,
+        "names are unique so find_tenant is unambiguous"
+    );
+}
+
+async fn api_keys(s: &dyn Store) {
+    let t = tenant(s).await;
+    let other = tenant(s).await;
+    let key = |tenant_id: &str| ApiKeyRecord {
+        id: new_id("key"),
+        tenant_id: tenant_id.to_owned(),
+        secret_hash: crate::ids::random_secret(32),
+        created_at: now_ms(),
+        revoked_at: None,
+    };
+    let (k1, k2, k3) = (key(&t.id), key(&t.id), key(&other.id));
+    for k in [&k1, &k2, &k3] {
+        s.insert_api_key(k).await.expect("insert api key");
+    }
+    assert_eq!(s.get_api_key(&k1.id).await.expect("get"), Some(k1.clone()));
+    assert_eq!(
+        s.get_api_key(&new_id("key")).await.expect("get unknown"),
+        None
+    );
+    let listed = s.list_api_keys(&t.id).await.expect("list");
+    assert_eq!(
+        sorted(&listed, |k| k.id.clone()),
+        sorted(&[k1.clone(), k2.clone()], |k| k.id.clone())
+    );
+    assert!(
+        s.list_api_keys(&new_id("ten"))
+            .await
+            .expect("list unknown")
+            .is_empty()
+    );
+
+    let err = s.insert_api_key(&k1).await.expect_err("duplicate key id");
+    assert_eq!(err.kind, ErrorKind::Conflict);
+
+    let at = now_ms();
+    s.revoke_api_key(&k1.id, at).await.expect("revoke");
+    assert_eq!(
+        s.get_api_key(&k1.id)
+            .await
+            .expect("get")
+            .and_then(|k| k.revoked_at),
+        Some(at)
+    );
+    assert_eq!(
+        s.get_api_key(&k2.id)
+            .await
+            .expect("get")
+            .and_then(|k| k.revoked_at),
+        None
+    );
+    let err = s
+        .revoke_api_key(&new_id("key"), at)
+        .await
+        .expect_err("revoke unknown");
+    assert_eq!(err.kind, ErrorKind::NotFound);
+}
+
+// -- connector_ids, sockets, pods ----------------------------------------------------------------
+
+async fn connectors(s: &dyn Store) {
+    let t = tenant(s).await;
+    let c = connector_with(s, &t.id, None).await;
+    assert_eq!(s.get_connector(&c.id).await.expect("get"), Some(c.clone()));
+    assert_eq!(
+        s.connector_for(&t.id, &c.card_id)
+            .await
+            .expect("connector_for"),
+        Some(c.clone())
+    );
+    assert_eq!(
+        s.connector_for(&t.id, &new_id("card"))
+            .await
+            .expect("other card"),
+        None
+    );
+    assert_eq!(
+        s.get_connector(&new_id("conn")).await.expect("get unknown"),
+        None
+    );
+
+    let twin = ConnectorRecord {
+        id: new_id("conn"),
+        ..c.clone()
+    };
+    let err = s
+        .insert_connector(&twin)
+        .await
+        .expect_err("second connector_id for the same tenant and Card");
+    assert_eq!(err.kind, ErrorKind::Conflict);
+    assert_eq!(
+        s.connector_for(&t.id, &c.card_id)
+            .await
+            .expect("connector_for"),
+        Some(c.clone())
+    );
+
+    let other = tenant(s).await;
+    let theirs = ConnectorRecord {
+        id: new_id("conn"),
+        tenant_id: other.id.clone(),
+        ..c.clone()
+    };
+    s.insert_connector(&theirs)
+        .await
+        .expect("same Card, another tenant");
+    assert_eq!(
+        s.connector_for(&other.id, &c.card_id)
+            .await
+            .expect("connector_for"),
+        Some(theirs)
+    );
+}
+
+/// Rows that belong to another row need it to exist.
+async fn references_must_exist(s: &dyn Store) {
+    let orphan = ChannelRecord {
+        connector_id: new_id("conn"),
+        ..channel_rec(&connector(s).await, now_ms())
+    };
+    let err = s
+        .insert_channel(&orphan)
+        .await
+        .expect_err("channel of an unknown connector_id");
+    assert_eq!(err.kind, ErrorKind::NotFound);
+
+    let now = now_ms();
+    let m = message(&new_id("cch"), now, now + HOUR);
+    let err = s
+        .enqueue_outbox(&m, 10, now + HOUR)
+        .await
+        .expect_err("enqueue to an unknown channel");
+    assert_eq!(err.kind, ErrorKind::NotFound);
+}
+
+async fn sockets_and_offline_time(s: &dyn Store) {
+    let t = tenant(s).await;
+    let c = connector_with(s, &t.id, Some(now_ms() - HOUR)).await;
+    let pod = live_pod(s).await;
+
+    let s1 = socket(s, &c.id, &pod).await;
+    assert_eq!(
+        offline_since(s, &c.id).await,
+        None,
+        "hello clears the offline time"
+    );
+    let s2 = socket(s, &c.id, &pod).await;
+
+    let t1 = now_ms();
+    s.unregister_socket(&s1, t1).await.expect("unregister");
+    assert_eq!(
+        offline_since(s, &c.id).await,
+        None,
+        "another socket remains"
+    );
+
+    s.unregister_socket(&s2, t1 + 5)
+        .await
+        .expect("unregister last");
+    assert_eq!(
+        offline_since(s, &c.id).await,
+        Some(t1 + 5),
+        "the last socket went"
+    );
+
+    s.unregister_socket(&s2, t1 + 9)
+        .await
+        .expect("unregistering twice is harmless");
+    s.unregister_socket(&new_id("sock"), t1 + 9)
+        .await
+        .expect("unknown socket");
+    assert_eq!(
+        offline_since(s, &c.id).await,
+        Some(t1 + 5),
+        "offline time is not moved"
+    );
+
+    socket(s, &c.id, &pod).await;
+    assert_eq!(
+        offline_since(s, &c.id).await,
+        None,
+        "a new hello clears it again"
+    );
+}
+
+async fn remove_pod(s: &dyn Store) {
+    let draining = new_id("pod");
+    s.pod_heartbeat(&draining, AGES_AGO)
+        .await
+        .expect("heartbeat");
+    let other = live_pod(s).await;
+    let only_here = connector(s).await;
+    let also_elsewhere = connector(s).await;
+    socket(s, &only_here.id, &draining).await;
+    socket(s, &also_elsewhere.id, &draining).await;
+    let remaining = socket(s, &also_elsewhere.id, &other).await;
+
+    let now = now_ms();
+    s.remove_pod(&draining, now).await.expect("remove pod");
+    assert_eq!(offline_since(s, &only_here.id).await, Some(now));
+    assert_eq!(offline_since(s, &also_elsewhere.id).await, None);
+
+    // Its socket went with the pod: unregistering the other one makes the connector offline.
+    s.unregister_socket(&remaining, now + 1)
+        .await
+        .expect("unregister");
+    assert_eq!(offline_since(s, &also_elsewhere.id).await, Some(now + 1));
+
+    // The pod row went too: a sweep that would reach its old heartbeat does not report it.
+    let reaped = s.reap_dead_pods(AGES_AGO + 1, now).await.expect("reap");
+    assert!(!reaped.contains(&draining));
+}
+
+async fn reap_dead_pods(s: &dyn Store) {
+    let dead = new_id("pod");
+    s.pod_heartbeat(&dead, AGES_AGO).await.expect("heartbeat");
+    let live = live_pod(s).await;
+    let never_beat = new_id("pod");
+
+    let on_dead = connector(s).await;
+    let on_both = connector(s).await;
+    let on_orphan = connector(s).await;
+    let on_live = connector(s).await;
+    socket(s, &on_dead.id, &dead).await;
+    socket(s, &on_both.id, &dead).await;
+    let live_socket = socket(s, &on_both.id, &live).await;
+    socket(s, &on_orphan.id, &never_beat).await;
+    socket(s, &on_live.id, &live).await;
+
+    let now = now_ms();
+    let reaped = s.reap_dead_pods(AGES_AGO + 1, now).await.expect("reap");
+    assert!(reaped.contains(&dead));
+    assert!(!reaped.contains(&live));
+    assert_eq!(offline_since(s, &on_dead.id).await, Some(now));
+    assert_eq!(
+        offline_since(s, &on_orphan.id).await,
+        Some(now),
+        "sockets of a pod without a row are reaped"
+    );
+    assert_eq!(offline_since(s, &on_both.id).await, None);
+    assert_eq!(offline_since(s, &on_live.id).await, None);
+
+    s.unregister_socket(&live_socket, now + 1)
+        .await
+        .expect("unregister");
+    assert_eq!(
+        offline_since(s, &on_both.id).await,
+        Some(now + 1),
+        "the dead pod's socket is gone"
+    );
+
+    let again = s
+        .reap_dead_pods(AGES_AGO + 1, now)
+        .await
+        .expect("reap again");
+    assert!(!again.contains(&dead));
+
+    // A heartbeat keeps a pod out of reach of a later cutoff.
+    let beating = new_id("pod");
+    s.pod_heartbeat(&beating, AGES_AGO)
+        .await
+        .expect("heartbeat");
+    s.pod_heartbeat(&beating, AGES_AGO + 10)
+        .await
+        .expect("heartbeat");
+    assert!(
+        !s.reap_dead_pods(AGES_AGO + 5, now)
+            .await
+            .expect("reap")
+            .contains(&beating)
+    );
+    assert!(
+        s.reap_dead_pods(AGES_AGO + 11, now)
+            .await
+            .expect("reap")
+            .contains(&beating)
+    );
+}
+
+async fn expired_connectors(s: &dyn Store) {
+    let t = tenant(s).await;
+    let old = connector_with(s, &t.id, Some(AGES_AGO)).await;
+    let at_cutoff = connector_with(s, &t.id, Some(AGES_AGO + 100)).await;
+    let online = connector_with(s, &t.id, None).await;
+    let recent = connector_with(s, &t.id, Some(now_ms())).await;
+
+    let expired = s
+        .expired_connectors(AGES_AGO + 100)
+        .await
+        .expect("expired connectors");
+    assert!(expired.contains(&old));
+    for c in [&at_cutoff, &online, &recent] {
+        assert!(
+            !expired.iter().any(|e| e.id == c.id),
+            "{} is not expired",
+            c.id
+        );
+    }
+}
+
+async fn delete_connector_cascades(s: &dyn Store) {
+    let c = connector(s).await;
+    let ch1 = channel_of(s, &c).await;
+    let ch2 = channel_of(s, &c).await;
+    let keep = channel_of(s, &connector_with(s, &c.tenant_id, None).await).await;
+    let pod = live_pod(s).await;
+    let sock = socket(s, &c.id, &pod).await;
+
+    let now = now_ms();
+    let auth = auth_rec(&ch1.id, AuthStatus::Pending, now + HOUR);
+    s.insert_auth_session(&auth)
+        .await
+        .expect("insert auth session");
+    let (m, _) = enqueue(s, &ch1.id, 10).await;
+    let (kept_msg, _) = enqueue(s, &keep.id, 10).await;
+    let claim = claim_rec(&ch1.id, "k1", "fp", now, now + HOUR);
+    assert_eq!(s.claim(&claim).await.expect("claim"), Claim::New);
+    let f1 = file_rec(&ch1, now + HOUR);
+    let f2 = file_rec(&ch2, now + HOUR);
+    let kept_file = file_rec(&keep, now + HOUR);
+    for f in [&f1, &f2, &kept_file] {
+        s.insert_file(f).await.expect("insert file");
+    }
+
+    let cascade = s.delete_connector(&c.id).await.expect("delete connector");
+    assert_eq!(
+        sorted(&cascade.channels, |c| c.id.clone()),
+        sorted(&[ch1.clone(), ch2.clone()], |c| c.id.clone())
+    );
+    assert_eq!(
+        sorted(&cascade.files, |f| f.file_ref.clone()),
+        sorted(&[f1.clone(), f2.clone()], |f| f.file_ref.clone())
+    );
+
+    assert_eq!(s.get_connector(&c.id).await.expect("get"), None);
+    assert_eq!(
+        s.connector_for(&c.tenant_id, &c.card_id)
+            .await
+            .expect("connector_for"),
+        None
+    );
+    assert!(s.list_channels(&c.id).await.expect("list").is_empty());
+    assert_eq!(s.get_channel(&ch1.id).await.expect("get"), None);
+    assert_eq!(s.get_auth_session(&auth.id).await.expect("get"), None);
+    assert_eq!(s.get_file(&f1.file_ref).await.expect("get"), None);
+    assert_eq!(s.get_file(&f2.file_ref).await.expect("get"), None);
+    assert_eq!(s.count_pending(&ch1.id).await.expect("count"), 0);
+
+    // Brought back under the same ids, nothing of the old state shows through.
+    s.insert_connector(&c).await.expect("reinsert connector");
+    s.insert_channel(&ch1).await.expect("reinsert channel");
+    assert_eq!(
+        s.enqueue_outbox(&m, 10, now + HOUR).await.expect("enqueue"),
+        EnqueueOutcome::Stored,
+        "seen-records went"
+    );
+    assert_eq!(
+        s.claim(&claim).await.expect("claim"),
+        Claim::New,
+        "claims went"
+    );
+    s.unregister_socket(&sock, now + 7)
+        .await
+        .expect("unregister");
+    assert_eq!(offline_since(s, &c.id).await, None, "the socket row went");
+
+    // Another connector_id's state is untouched.
+    assert_eq!(
+        s.get_channel(&keep.id).await.expect("get"),
+        Some(keep.clone())
+    );
+    assert_eq!(
+        s.get_file(&kept_file.file_ref).await.expect("get"),
+        Some(kept_file)
+    );
+    assert_eq!(
+        pending_ids(s, &keep.id, now).await,
+        vec![kept_msg.message_id]
+    );
+
+    assert_eq!(
+        s.delete_connector(&new_id("conn"))
+            .await
+            .expect("delete unknown"),
+        Cascade::default()
+    );
+}
+
+// -- channels ------------------------------------------------------------------------------------
+
+async fn channels_insert_get_list(s: &dyn Store) {
+    let c = connector(s).await;
+    let mut bound = channel_rec(&c, now_ms());
+    bound.binding = Some(vec![0, 1, 2, 255]);
+    bound.binding_key = Some(new_id("bk"));
+    bound.status = ConnectionStatus::Connected;
+    bound.route_socket = Some(new_id("sock"));
+    bound.profiles = vec!["xagent.im.v2".to_owned(), "xagent.device.v1".to_owned()];
+    s.insert_channel(&bound).await.expect("insert");
+    let plain = channel_of(s, &c).await;
+
+    assert_eq!(
+        s.get_channel(&bound.id).await.expect("get"),
+        Some(bound.clone())
+    );
+    assert_eq!(
+        s.get_channel(&new_id("cch")).await.expect("get unknown"),
+        None
+    );
+    let listed = s.list_channels(&c.id).await.expect("list");
+    assert_eq!(
+        sorted(&listed, |c| c.id.clone()),
+        sorted(&[bound.clone(), plain], |c| c.id.clone())
+    );
+
+    let err = s
+        .insert_channel(&bound)
+        .await
+        .expect_err("duplicate channel id");
+    assert_eq!(err.kind, ErrorKind::Conflict);
+}
+
+async fn channel_routes(s: &dyn Store) {
+    let ch = channel(s).await;
+    let (a, b) = (new_id("sock"), new_id("sock"));
+    let t = ch.updated_at;
+    let profiles = vec!["xagent.im.v1".to_owned(), "xagent.im.v2".to_owned()];
+
+    s.set_channel_route(&ch.id, Some(&a), &profiles, t + 1)
+        .await
+        .expect("route");
+    let want = ChannelRecord {
+        route_socket: Some(a.clone()),
+        profiles: profiles.clone(),
+        updated_at: t + 1,
+        ..ch.clone()
+    };
+    assert_eq!(
+        s.get_channel(&ch.id).await.expect("get"),
+        Some(want.clone())
+    );
+
+    s.clear_channel_route_if(&ch.id, &b, t + 2)
+        .await
+        .expect("clear for another socket");
+    assert_eq!(
+        s.get_channel(&ch.id).await.expect("get"),
+        Some(want.clone()),
+        "routed elsewhere: untouched"
+    );
+
+    s.clear_channel_route_if(&ch.id, &a, t + 3)
+        .await
+        .expect("clear");
+    let cleared = ChannelRecord {
+        route_socket: None,
+        updated_at: t + 3,
+        ..want
+    };
+    assert_eq!(s.get_channel(&ch.id).await.expect("get"), Some(cleared));
+
+    s.set_channel_route(&ch.id, Some(&b), &[], t + 4)
+        .await
+        .expect("route");
+    s.set_channel_route(&ch.id, None, &profiles, t + 5)
+        .await
+        .expect("close");
+    let got = s.get_channel(&ch.id).await.expect("get").expect("channel");
+    assert_eq!(
+        (got.route_socket, got.profiles, got.updated_at),
+        (None, profiles, t + 5)
+    );
+}
+
+async fn channel_binding_and_status(s: &dyn Store) {
+    let mut ch = channel(s).await;
+    ch.route_socket = Some(new_id("sock"));
+    s.set_channel_route(
+        &ch.id,
+        ch.route_socket.as_deref(),
+        &ch.profiles,
+        ch.updated_at,
+    )
+    .await
+    .expect("route");
+    let t = ch.updated_at;
+    let key = new_id("bk");
+
+    let view = json!({"display": "bot @acme", "chat": "team"});
+    s.set_channel_binding(
+        &ch.id,
+        Some(b"ciphertext"),
+        Some(&key),
+        ConnectionStatus::Connected,
+        &view,
+        t + 1,
+    )
+    .await
+    .expect("bind");
+    let bound = ChannelRecord {
+        binding: Some(b"ciphertext".to_vec()),
+        binding_key: Some(key.clone()),
+        status: ConnectionStatus::Connected,
+        view: view.clone(),
+        updated_at: t + 1,
+        ..ch.clone()
+    };
+    assert_eq!(
+        s.get_channel(&ch.id).await.expect("get"),
+        Some(bound.clone())
+    );
+
+    let degraded_view = json!({"display": "bot @acme", "warning": "rate limited"});
+    s.set_channel_status(&ch.id, ConnectionStatus::Degraded, &degraded_view, t + 2)
+        .await
+        .expect("status");
+    let degraded = ChannelRecord {
+        status: ConnectionStatus::Degraded,
+        view: degraded_view,
+        updated_at: t + 2,
+        ..bound
+    };
+    assert_eq!(
+        s.get_channel(&ch.id).await.expect("get"),
+        Some(degraded.clone()),
+        "the binding is kept"
+    );
+
+    let revoked_view = json!({});
+    s.set_channel_binding(
+        &ch.id,
+        None,
+        None,
+        ConnectionStatus::Revoked,
+        &revoked_view,
+        t + 3,
+    )
+    .await
+    .expect("unbind");
+    let unbound = ChannelRecord {
+        binding: None,
+        binding_key: None,
+        status: ConnectionStatus::Revoked,
+        view: revoked_view,
+        updated_at: t + 3,
+        ..degraded
+    };
+    assert_eq!(s.get_channel(&ch.id).await.expect("get"), Some(unbound));
+}
+
+async fn find_channel_by_binding_key(s: &dyn Store) {
+    let c = connector(s).await;
+    let key = new_id("bk");
+    let view = json!({});
+    let bound = channel_of(s, &c).await;
+    s.set_channel_binding(
+        &bound.id,
+        Some(b"x"),
+        Some(&key),
+        ConnectionStatus::Connected,
+        &view,
+        now_ms(),
+    )
+    .await
+    .expect("bind");
+    // Unbound but still carrying a key: not a binding.
+    let unbound_key = new_id("bk");
+    let half = channel_of(s, &c).await;
+    s.set_channel_binding(
+        &half.id,
+        None,
+        Some(&unbound_key),
+        ConnectionStatus::Created,
+        &view,
+        now_ms(),
+    )
+    .await
+    .expect("set key only");
+    // The same key at another tenant's connector_id for the same Card.
+    let other_tenant = tenant(s).await;
+    let theirs_conn = ConnectorRecord {
+        id: new_id("conn"),
+        tenant_id: other_tenant.id.clone(),
+        ..c.clone()
+    };
+    s.insert_connector(&theirs_conn)
+        .await
+        .expect("insert connector");
+    let theirs = channel_of(s, &theirs_conn).await;
+    s.set_channel_binding(
+        &theirs.id,
+        Some(b"y"),
+        Some(&key),
+        ConnectionStatus::Connected,
+        &view,
+        now_ms(),
+    )
+    .await
+    .expect("bind");
+
+    let found = s
+        .find_channel_by_binding_key(&c.tenant_id, &c.card_id, &key)
+        .await
+        .expect("find");
+    assert_eq!(found.map(|c| c.id), Some(bound.id));
+    let found = s
+        .find_channel_by_binding_key(&other_tenant.id, &c.card_id, &key)
+        .await
+        .expect("find");
+    assert_eq!(found.map(|c| c.id), Some(theirs.id));
+    assert_eq!(
+        s.find_channel_by_binding_key(&c.tenant_id, &new_id("card"), &key)
+            .await
+            .expect("other card"),
+        None
+    );
+    assert_eq!(
+        s.find_channel_by_binding_key(&c.tenant_id, &c.card_id, &unbound_key)
+            .await
+            .expect("unbound"),
+        None
+    );
+    assert_eq!(
+        s.find_channel_by_binding_key(&c.tenant_id, &c.card_id, &new_id("bk"))
+            .await
+            .expect("unknown"),
+        None
+    );
+}
+
+async fn bound_channels(s: &dyn Store) {
+    let c = connector(s).await;
+    let view = json!({});
+    let mine = channel_of(s, &c).await;
+    s.set_channel_binding(
+        &mine.id,
+        Some(b"x"),
+        Some(&new_id("bk")),
+        ConnectionStatus::Connected,
+        &view,
+        now_ms(),
+    )
+    .await
+    .expect("bind");
+    channel_of(s, &c).await;
+    let other_tenant = tenant(s).await;
+    let theirs_conn = ConnectorRecord {
+        id: new_id("conn"),
+        tenant_id: other_tenant.id,
+        ..c.clone()
+    };
+    s.insert_connector(&theirs_conn)
+        .await
+        .expect("insert connector");
+    let theirs = channel_of(s, &theirs_conn).await;
+    s.set_channel_binding(
+        &theirs.id,
+        Some(b"y"),
+        None,
+        ConnectionStatus::Offline,
+        &view,
+        now_ms(),
+    )
+    .await
+    .expect("bind");
+    let other_card = channel(s).await;
+    s.set_channel_binding(
+        &other_card.id,
+        Some(b"z"),
+        None,
+        ConnectionStatus::Connected,
+        &view,
+        now_ms(),
+    )
+    .await
+    .expect("bind");
+
+    let got = s.bound_channels(&c.card_id).await.expect("bound channels");
+    let mut ids: Vec<String> = got.into_iter().map(|c| c.id).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        sorted(&[mine.id, theirs.id], |id| id.clone()),
+        "bound channels of the Card across tenants"
+    );
+}
+
+async fn stale_unbound_channels(s: &dyn Store) {
+    let c = connector(s).await;
+    let insert = |ch: ChannelRecord| async move {
+        s.insert_channel(&ch).await.expect("insert channel");
+        ch
+    };
+    let stale = insert(channel_rec(&c, AGES_AGO)).await;
+    let routed = insert(ChannelRecord {
+        route_socket: Some(new_id("sock")),
+        ..channel_rec(&c, AGES_AGO)
+    })
+    .await;
+    let bound = insert(ChannelRecord {
+        binding: Some(b"x".to_vec()),
+        status: ConnectionStatus::Connected,
+        ..channel_rec(&c, AGES_AGO)
+    })
+    .await;
+    let at_cutoff = insert(channel_rec(&c, AGES_AGO + 100)).await;
+    let fresh = channel_of(s, &c).await;
+
+    let found = s
+        .stale_unbound_channels(AGES_AGO + 100)
+        .await
+        .expect("stale unbound");
+    assert!(found.contains(&stale));
+    for ch in [&routed, &bound, &at_cutoff, &fresh] {
+        assert!(
+            !found.iter().any(|f| f.id == ch.id),
+            "{} is not stale garbage",
+            ch.id
+        );
+    }
+}
+
+async fn delete_channel_cascades(s: &dyn Store) {
+    let c = connector(s).await;
+    let ch = channel_of(s, &c).await;
+    let keep = channel_of(s, &c).await;
+    let now = now_ms();
+    let auth = auth_rec(&ch.id, AuthStatus::Scanned, now + HOUR);
+    s.insert_auth_session(&auth)
+        .await
+        .expect("insert auth session");
+    let (m, _) = enqueue(s, &ch.id, 10).await;
+    let (kept_msg, _) = enqueue(s, &keep.id, 10).await;
+    let claim = claim_rec(&ch.id, "k", "fp", now, now + HOUR);
+    s.claim(&claim).await.expect("claim");
+    let (f1, f2, kept_file) = (
+        file_rec(&ch, now + HOUR),
+        file_rec(&ch, now + 2 * HOUR),
+        file_rec(&keep, now + HOUR),
+    );
+    for f in [&f1, &f2, &kept_file] {
+        s.insert_file(f).await.expect("insert file");
+    }
+
+    let files = s.delete_channel(&ch.id).await.expect("delete channel");
+    assert_eq!(
+        sorted(&files, |f| f.file_ref.clone()),
+        sorted(&[f1.clone(), f2.clone()], |f| f.file_ref.clone())
+    );
+    assert_eq!(s.get_channel(&ch.id).await.expect("get"), None);
+    assert!(
+        !s.list_channels(&c.id)
+            .await
+            .expect("list")
+            .iter()
+            .any(|x| x.id == ch.id)
+    );
+    assert_eq!(s.get_auth_session(&auth.id).await.expect("get"), None);
+    assert_eq!(s.get_file(&f1.file_ref).await.expect("get"), None);
+    assert_eq!(s.count_pending(&ch.id).await.expect("count"), 0);
+
+    s.insert_channel(&ch).await.expect("reinsert channel");
+    assert_eq!(
+        s.enqueue_outbox(&m, 10, now + HOUR).await.expect("enqueue"),
+        EnqueueOutcome::Stored,
+        "seen-records went"
+    );
+    assert_eq!(
+        s.claim(&claim).await.expect("claim"),
+        Claim::New,
+        "claims went"
+    );
+
+    assert_eq!(
+        s.get_channel(&keep.id).await.expect("get"),
+        Some(keep.clone())
+    );
+    assert_eq!(
+        s.get_file(&kept_file.file_ref).await.expect("get"),
+        Some(kept_file)
+    );
+    assert_eq!(
+        pending_ids(s, &keep.id, now).await,
+        vec![kept_msg.message_id]
+    );
+
+    assert!(
+        s.delete_channel(&new_id("cch"))
+            .await
+            .expect("delete unknown")
+            .is_empty()
+    );
+}
+
+// -- auth sessions -------------------------------------------------------------------------------
+
+async fn auth_sessions(s: &dyn Store) {
+    let ch = channel(s).await;
+    let other = channel(s).await;
+    let exp = now_ms() + HOUR;
+    let open: Vec<AuthSessionRecord> = [
+        AuthStatus::Pending,
+        AuthStatus::Scanned,
+        AuthStatus::QrRefreshRequired,
+    ]
+    .into_iter()
+    .map(|st| auth_rec(&ch.id, st, exp))
+    .collect();
+    let closed: Vec<AuthSessionRecord> = [
+        AuthStatus::Authenticated,
+        AuthStatus::Expired,
+        AuthStatus::Failed,
+        AuthStatus::Canceled,
+    ]
+    .into_iter()
+    .map(|st| auth_rec(&ch.id, st, exp))
+    .collect();
+    for a in open.iter().chain(&closed) {
+        s.insert_auth_session(a).await.expect("insert auth session");
+    }
+    s.insert_auth_session(&auth_rec(&other.id, AuthStatus::Pending, exp))
+        .await
+        .expect("insert");
+    let no_state = AuthSessionRecord {
+        state: None,
+        ..auth_rec(&other.id, AuthStatus::Expired, exp)
+    };
+    s.insert_auth_session(&no_state).await.expect("insert");
+
+    assert_eq!(
+        s.get_auth_session(&open[0].id).await.expect("get"),
+        Some(open[0].clone())
+    );
+    assert_eq!(
+        s.get_auth_session(&no_state.id).await.expect("get"),
+        Some(no_state)
+    );
+    assert_eq!(
+        s.get_auth_session(&new_id("auth"))
+            .await
+            .expect("get unknown"),
+        None
+    );
+    let got = s.open_auth_sessions(&ch.id).await.expect("open");
+    assert_eq!(
+        sorted(&got, |a| a.id.clone()),
+        sorted(&open, |a| a.id.clone())
+    );
+
+    let updated = AuthSessionRecord {
+        status: AuthStatus::Authenticated,
+        state: None,
+        public: json!({"message": "done"}),
+        expires_at: exp + 5,
+        ..open[0].clone()
+    };
+    s.update_auth_session(&updated).await.expect("update");
+    assert_eq!(
+        s.get_auth_session(&updated.id).await.expect("get"),
+        Some(updated.clone())
+    );
+    let got = s.open_auth_sessions(&ch.id).await.expect("open");
+    assert_eq!(
+        sorted(&got, |a| a.id.clone()),
+        sorted(&open[1..], |a| a.id.clone())
+    );
+
+    let err = s
+        .insert_auth_session(&updated)
+        .await
+        .expect_err("duplicate auth session id");
+    assert_eq!(err.kind, ErrorKind::Conflict);
+}
+
+async fn purge_auth_sessions(s: &dyn Store) {
+    let ch = channel(s).await;
+    let old = auth_rec(&ch.id, AuthStatus::Pending, AGES_AGO);
+    let at_cutoff = auth_rec(&ch.id, AuthStatus::Failed, AGES_AGO + 100);
+    let live = auth_rec(&ch.id, AuthStatus::Pending, now_ms() + HOUR);
+    for a in [&old, &at_cutoff, &live] {
+        s.insert_auth_session(a).await.expect("insert auth session");
+    }
+    assert!(s.purge_auth_sessions(AGES_AGO + 100).await.expect("purge") >= 1);
+    assert_eq!(s.get_auth_session(&old.id).await.expect("get"), None);
+    assert_eq!(
+        s.get_auth_session(&at_cutoff.id).await.expect("get"),
+        Some(at_cutoff)
+    );
+    assert_eq!(s.get_auth_session(&live.id).await.expect("get"), Some(live));
+}
+
+// -- outbox --------------------------------------------------------------------------------------
+
+async fn enqueue_dedupes(s: &dyn Store) {
+    let ch = channel(s).await;
+    let now = now_ms();
+    let m = message(&ch.id, now, now + HOUR);
+    let seen_until = now + 2 * HOUR;
+    assert_eq!(
+        s.enqueue_outbox(&m, 10, seen_until).await.expect("enqueue"),
+        EnqueueOutcome::Stored
+    );
+
+    let stored = s.pending_outbox(&ch.id, 0, now, 10).await.expect("pending");
+    assert_eq!(stored.len(), 1);
+    assert!(stored[0].seq > 0, "the store assigns seq");
+    assert_eq!(
+        stored[0],
+        OutboxRecord {
+            seq: stored[0].seq,
+            ..m.clone()
+        }
+    );
+
+    let again = OutboxRecord {
+        payload: json!({"other": true}),
+        created_at: now + 1,
+        ..m.clone()
+    };
+    assert_eq!(
+        s.enqueue_outbox(&again, 10, seen_until)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Duplicate
+    );
+    assert_eq!(s.count_pending(&ch.id).await.expect("count"), 1);
+
+    assert!(s.ack_outbox(&ch.id, &m.message_id).await.expect("ack"));
+    let after_ack = OutboxRecord {
+        created_at: now + 10,
+        ..m.clone()
+    };
+    assert_eq!(
+        s.enqueue_outbox(&after_ack, 10, seen_until)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Duplicate,
+        "the seen-record outlives the acked message"
+    );
+    let after_window = OutboxRecord {
+        created_at: seen_until,
+        expires_at: seen_until + HOUR,
+        ..m.clone()
+    };
+    assert_eq!(
+        s.enqueue_outbox(&after_window, 10, seen_until + 2 * HOUR)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Stored,
+        "past the dedupe window the id is new again"
+    );
+
+    // A dedupe window shorter than the message's life: the outbox row itself still dedupes.
+    let short = message(&ch.id, now, now + HOUR);
+    assert_eq!(
+        s.enqueue_outbox(&short, 10, now + 1)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Stored
+    );
+    let later = OutboxRecord {
+        created_at: now + 5,
+        ..short.clone()
+    };
+    assert_eq!(
+        s.enqueue_outbox(&later, 10, now + HOUR)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Duplicate
+    );
+
+    // The same message id in another channel is another message.
+    let elsewhere = channel(s).await;
+    let there = OutboxRecord {
+        channel_id: elsewhere.id.clone(),
+        ..m.clone()
+    };
+    assert_eq!(
+        s.enqueue_outbox(&there, 10, seen_until)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Stored
+    );
+}
+
+async fn enqueue_respects_cap(s: &dyn Store) {
+    let ch = channel(s).await;
+    let (m1, o1) = enqueue(s, &ch.id, 2).await;
+    let (m2, o2) = enqueue(s, &ch.id, 2).await;
+    let (m3, o3) = enqueue(s, &ch.id, 2).await;
+    assert_eq!(
+        (o1, o2, o3),
+        (
+            EnqueueOutcome::Stored,
+            EnqueueOutcome::Stored,
+            EnqueueOutcome::Full
+        )
+    );
+    assert_eq!(s.count_pending(&ch.id).await.expect("count"), 2);
+
+    // Refused when full leaves no seen-record behind: the retry is accepted once there is room.
+    assert!(s.ack_outbox(&ch.id, &m1.message_id).await.expect("ack"));
+    assert_eq!(
+        s.enqueue_outbox(&m3, 2, m3.created_at + HOUR)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Stored
+    );
+    assert_eq!(enqueue(s, &ch.id, 2).await.1, EnqueueOutcome::Full);
+
+    // Failed messages do not hold capacity.
+    assert!(
+        s.fail_outbox(&ch.id, &m2.message_id, "rejected")
+            .await
+            .expect("fail")
+    );
+    assert_eq!(s.count_pending(&ch.id).await.expect("count"), 1);
+    assert_eq!(enqueue(s, &ch.id, 2).await.1, EnqueueOutcome::Stored);
+
+    // Neither do expired ones waiting for the purge.
+    let other = channel(s).await;
+    let now = now_ms();
+    let short = message(&other.id, now, now + 10);
+    assert_eq!(
+        s.enqueue_outbox(&short, 1, now + 10)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Stored
+    );
+    let next = message(&other.id, now + 10, now + HOUR);
+    assert_eq!(
+        s.enqueue_outbox(&next, 1, now + HOUR)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Stored
+    );
+}
+
+async fn pending_outbox_order_and_filters(s: &dyn Store) {
+    let ch = channel(s).await;
+    let other = channel(s).await;
+    let now = now_ms();
+    let mut msgs = Vec::new();
+    for i in 0..5 {
+        let m = message(&ch.id, now + i, now + HOUR);
+        assert_eq!(
+            s.enqueue_outbox(&m, 100, now + HOUR)
+                .await
+                .expect("enqueue"),
+            EnqueueOutcome::Stored
+        );
+        enqueue(s, &other.id, 100).await;
+        msgs.push(m.message_id);
+    }
+    let all = s
+        .pending_outbox(&ch.id, 0, now, 100)
+        .await
+        .expect("pending");
+    assert_eq!(
+        all.iter().map(|r| r.message_id.clone()).collect::<Vec<_>>(),
+        msgs,
+        "oldest first, own channel only"
+    );
+    assert!(all.windows(2).all(|w| w[0].seq < w[1].seq), "seq increases");
+
+    let after = s
+        .pending_outbox(&ch.id, all[1].seq, now, 100)
+        .await
+        .expect("pending after");
+    assert_eq!(
+        after
+            .iter()
+            .map(|r| r.message_id.clone())
+            .collect::<Vec<_>>(),
+        msgs[2..].to_vec()
+    );
+    let first_two = s
+        .pending_outbox(&ch.id, 0, now, 2)
+        .await
+        .expect("pending limited");
+    assert_eq!(
+        first_two
+            .iter()
+            .map(|r| r.message_id.clone())
+            .collect::<Vec<_>>(),
+        msgs[..2].to_vec()
+    );
+
+    assert!(
+        s.fail_outbox(&ch.id, &msgs[2], "undeliverable")
+            .await
+            .expect("fail")
+    );
+    let ids = pending_ids(s, &ch.id, now).await;
+    assert!(!ids.contains(&msgs[2]), "failed messages are not pending");
+
+    let short = message(&ch.id, now, now + 50);
+    assert_eq!(
+        s.enqueue_outbox(&short, 100, now + 50)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Stored
+    );
+    assert!(
+        pending_ids(s, &ch.id, now + 49)
+            .await
+            .contains(&short.message_id)
+    );
+    assert!(
+        !pending_ids(s, &ch.id, now + 50)
+            .await
+            .contains(&short.message_id),
+        "expired at expires_at"
+    );
+    assert_eq!(s.count_pending(&ch.id).await.expect("count"), 5);
+}
+
+async fn ack_fail_and_attempts(s: &dyn Store) {
+    let ch = channel(s).await;
+    let (m, _) = enqueue(s, &ch.id, 10).await;
+    let now = m.created_at;
+    let ch_id = ch.id.as_str();
+    let get = |id: String| async move {
+        let recs = s.pending_outbox(ch_id, 0, now, 100).await.expect("pending");
+        recs.into_iter().find(|r| r.message_id == id)
+    };
+
+    s.record_attempt(&ch.id, &m.message_id, Some("timeout"))
+        .await
+        .expect("attempt");
+    let r = get(m.message_id.clone()).await.expect("pending");
+    assert_eq!((r.attempts, r.last_error.as_deref()), (1, Some("timeout")));
+    s.record_attempt(&ch.id, &m.message_id, None)
+        .await
+        .expect("attempt");
+    let r = get(m.message_id.clone()).await.expect("pending");
+    assert_eq!((r.attempts, r.last_error.as_deref()), (2, None));
+    s.record_attempt(&ch.id, &new_id("msg"), Some("x"))
+        .await
+        .expect("attempt on unknown message");
+
+    assert!(
+        s.fail_outbox(&ch.id, &m.message_id, "rejected")
+            .await
+            .expect("fail")
+    );
+    assert!(
+        !s.fail_outbox(&ch.id, &m.message_id, "again")
+            .await
+            .expect("fail twice"),
+        "no longer pending"
+    );
+    assert_eq!(get(m.message_id.clone()).await, None);
+    assert_eq!(s.count_pending(&ch.id).await.expect("count"), 0);
+    assert!(
+        s.ack_outbox(&ch.id, &m.message_id)
+            .await
+            .expect("ack a failed message")
+    );
+
+    let (m2, _) = enqueue(s, &ch.id, 10).await;
+    assert!(s.ack_outbox(&ch.id, &m2.message_id).await.expect("ack"));
+    assert!(
+        !s.ack_outbox(&ch.id, &m2.message_id)
+            .await
+            .expect("ack twice")
+    );
+    assert_eq!(get(m2.message_id.clone()).await, None);
+    assert!(
+        !s.fail_outbox(&ch.id, &m2.message_id, "gone")
+            .await
+            .expect("fail acked")
+    );
+    assert!(
+        !s.ack_outbox(&new_id("cch"), &m2.message_id)
+            .await
+            .expect("ack unknown channel")
+    );
+}
+
+async fn purge_outbox(s: &dyn Store) {
+    let ch = channel(s).await;
+    let old = message(&ch.id, AGES_AGO - 100, AGES_AGO);
+    let old_failed = message(&ch.id, AGES_AGO - 100, AGES_AGO + 50);
+    let at_cutoff_later = message(&ch.id, AGES_AGO - 100, AGES_AGO + 101);
+    let live = message(&ch.id, now_ms(), now_ms() + HOUR);
+    for m in [&old, &old_failed, &at_cutoff_later] {
+        assert_eq!(
+            s.enqueue_outbox(m, 10, m.expires_at)
+                .await
+                .expect("enqueue"),
+            EnqueueOutcome::Stored
+        );
+    }
+    assert_eq!(
+        s.enqueue_outbox(&live, 10, live.expires_at + HOUR)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Stored
+    );
+    assert!(
+        s.fail_outbox(&ch.id, &old_failed.message_id, "rejected")
+            .await
+            .expect("fail")
+    );
+
+    assert!(s.purge_outbox(AGES_AGO + 100).await.expect("purge") >= 2);
+    let left = pending_ids(s, &ch.id, 0).await;
+    assert_eq!(
+        sorted(&left, |id| id.clone()),
+        sorted(
+            &[at_cutoff_later.message_id.clone(), live.message_id.clone()],
+            |id| id.clone()
+        )
+    );
+    assert!(
+        !s.ack_outbox(&ch.id, &old_failed.message_id)
+            .await
+            .expect("ack"),
+        "the failed message was purged"
+    );
+
+    // The seen-record went with it (it would still say Duplicate at its creation time)...
+    assert_eq!(
+        s.enqueue_outbox(&old, 10, old.expires_at)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Stored
+    );
+    // ...while a live one stays after its message is acked.
+    assert!(s.ack_outbox(&ch.id, &live.message_id).await.expect("ack"));
+    let retry = OutboxRecord {
+        created_at: live.created_at + 1,
+        ..live.clone()
+    };
+    assert_eq!(
+        s.enqueue_outbox(&retry, 10, live.expires_at)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Duplicate
+    );
+}
+
+// -- idempotency ---------------------------------------------------------------------------------
+
+async fn claims(s: &dyn Store) {
+    let ch = channel(s).await;
+    let now = now_ms();
+    let first = claim_rec(&ch.id, &new_id("k"), "fp-1", now, now + HOUR);
+    assert_eq!(s.claim(&first).await.expect("claim"), Claim::New);
+
+    let retry = IdempotencyRecord {
+        fingerprint: "fp-2".to_owned(),
+        created_at: now + 1,
+        ..first.clone()
+    };
+    assert_eq!(
+        s.claim(&retry).await.expect("claim"),
+        Claim::Existing(first.clone()),
+        "the stored claim wins"
+    );
+
+    let outcome = json!({"status": "ok", "result": {"sent": 1}});
+    s.finish_claim("msg", &ch.id, &first.key, &outcome)
+        .await
+        .expect("finish");
+    let done = IdempotencyRecord {
+        state: ClaimState::Done,
+        outcome: Some(outcome),
+        ..first.clone()
+    };
+    assert_eq!(
+        s.claim(&retry).await.expect("claim"),
+        Claim::Existing(done.clone())
+    );
+
+    s.release_claim("msg", &ch.id, &first.key)
+        .await
+        .expect("release");
+    assert_eq!(
+        s.claim(&retry).await.expect("claim"),
+        Claim::Existing(done),
+        "a finished claim is not released"
+    );
+
+    let second = claim_rec(&ch.id, &new_id("k"), "fp", now, now + HOUR);
+    assert_eq!(s.claim(&second).await.expect("claim"), Claim::New);
+    s.release_claim("msg", &ch.id, &second.key)
+        .await
+        .expect("release");
+    assert_eq!(
+        s.claim(&second).await.expect("claim"),
+        Claim::New,
+        "released: the retry runs"
+    );
+    s.release_claim("msg", &ch.id, &new_id("k"))
+        .await
+        .expect("release unknown");
+
+    let tool = IdempotencyRecord {
+        scope: "tool".to_owned(),
+        ..first.clone()
+    };
+    assert_eq!(
+        s.claim(&tool).await.expect("claim"),
+        Claim::New,
+        "scopes are separate"
+    );
+    let other = channel(s).await;
+    let there = IdempotencyRecord {
+        channel_id: other.id.clone(),
+        ..first.clone()
+    };
+    assert_eq!(
+        s.claim(&there).await.expect("claim"),
+        Claim::New,
+        "channels are separate"
+    );
+}
+
+async fn expired_claims_are_replaced(s: &dyn Store) {
+    let ch = channel(s).await;
+    let now = now_ms();
+    let old = claim_rec(&ch.id, &new_id("k"), "old", now, now + 10);
+    assert_eq!(s.claim(&old).await.expect("claim"), Claim::New);
+    s.finish_claim("msg", &ch.id, &old.key, &json!({"old": true}))
+        .await
+        .expect("finish");
+
+    let before_expiry = IdempotencyRecord {
+        fingerprint: "new".to_owned(),
+        created_at: now + 9,
+        ..old.clone()
+    };
+    assert!(matches!(
+        s.claim(&before_expiry).await.expect("claim"),
+        Claim::Existing(_)
+    ));
+
+    let fresh = IdempotencyRecord {
+        fingerprint: "new".to_owned(),
+        created_at: now + 10,
+        expires_at: now + HOUR,
+        ..old.clone()
+    };
+    assert_eq!(
+        s.claim(&fresh).await.expect("claim"),
+        Claim::New,
+        "expired at expires_at"
+    );
+    let probe = IdempotencyRecord {
+        created_at: now + 11,
+        ..fresh.clone()
+    };
+    assert_eq!(
+        s.claim(&probe).await.expect("claim"),
+        Claim::Existing(fresh),
+        "the new claim replaced the old"
+    );
+}
+
+async fn purge_claims(s: &dyn Store) {
+    let ch = channel(s).await;
+    let old = claim_rec(&ch.id, &new_id("k"), "fp", AGES_AGO - 100, AGES_AGO);
+    let at_cutoff_later = claim_rec(&ch.id, &new_id("k"), "fp", AGES_AGO - 100, AGES_AGO + 101);
+    for c in [&old, &at_cutoff_later] {
+        assert_eq!(s.claim(c).await.expect("claim"), Claim::New);
+    }
+    assert!(s.purge_claims(AGES_AGO + 100).await.expect("purge") >= 1);
+    // Probing at the original creation time: a surviving claim would still be unexpired.
+    assert_eq!(s.claim(&old).await.expect("claim"), Claim::New, "purged");
+    assert_eq!(
+        s.claim(&at_cutoff_later).await.expect("claim"),
+        Claim::Existing(at_cutoff_later.clone())
+    );
+}
+
+// -- files ---------------------------------------------------------------------------------------
+
+async fn files(s: &dyn Store) {
+    let ch = channel(s).await;
+    let f = FileRecord {
+        direction: FileDirection::Outbound,
+        byte_size: 5_000_000_000,
+        ..file_rec(&ch, now_ms() + HOUR)
+    };
+    s.insert_file(&f).await.expect("insert file");
+    assert_eq!(s.get_file(&f.file_ref).await.expect("get"), Some(f.clone()));
+    assert_eq!(
+        s.get_file(&new_id("fref")).await.expect("get unknown"),
+        None
+    );
+    let err = s.insert_file(&f).await.expect_err("duplicate file_ref");
+    assert_eq!(err.kind, ErrorKind::Conflict);
+
+    s.delete_file(&f.file_ref).await.expect("delete");
+    assert_eq!(s.get_file(&f.file_ref).await.expect("get"), None);
+    s.delete_file(&f.file_ref)
+        .await
+        .expect("deleting a missing file is fine");
+}
+
+async fn expired_files(s: &dyn Store) {
+    let ch = channel(s).await;
+    let old = file_rec(&ch, AGES_AGO);
+    let at_cutoff = file_rec(&ch, AGES_AGO + 100);
+    let later = file_rec(&ch, AGES_AGO + 101);
+    let live = file_rec(&ch, now_ms() + HOUR);
+    for f in [&old, &at_cutoff, &later, &live] {
+        s.insert_file(f).await.expect("insert file");
+    }
+    let expired = s
+        .expired_files(AGES_AGO + 100, 1000)
+        .await
+        .expect("expired files");
+    assert!(expired.contains(&old));
+    assert!(expired.contains(&at_cutoff), "expired at expires_at");
+    assert!(
+        !expired
+            .iter()
+            .any(|f| f.file_ref == later.file_ref || f.file_ref == live.file_ref)
+    );
+    assert!(
+        expired
+            .windows(2)
+            .all(|w| w[0].expires_at <= w[1].expires_at),
+        "oldest first"
+    );
+    assert_eq!(
+        s.expired_files(AGES_AGO + 100, 1)
+            .await
+            .expect("limited")
+            .len(),
+        1
+    );
+    for f in [&old, &at_cutoff, &later, &live] {
+        s.delete_file(&f.file_ref).await.expect("cleanup");
+    }
+}
+
+// -- leases --------------------------------------------------------------------------------------
+
+async fn leases(s: &dyn Store) {
+    let name = new_id("lease");
+    let t = now_ms();
+    assert_eq!(s.get_lease(&name).await.expect("get"), None);
+
+    let a1 = s.acquire_lease(&name, "a", 1000, t).await.expect("acquire");
+    let want = Lease {
+        name: name.clone(),
+        holder: "a".to_owned(),
+        generation: 1,
+        expires_at: t + 1000,
+    };
+    assert_eq!(a1, Some(want.clone()));
+    assert_eq!(s.get_lease(&name).await.expect("get"), Some(want.clone()));
+
+    let renewed = s
+        .acquire_lease(&name, "a", 1000, t + 100)
+        .await
+        .expect("renew");
+    let want = Lease {
+        expires_at: t + 1100,
+        ..want
+    };
+    assert_eq!(renewed, Some(want.clone()), "renewal keeps the generation");
+
+    assert_eq!(
+        s.acquire_lease(&name, "b", 1000, t + 200)
+            .await
+            .expect("contend"),
+        None
+    );
+    assert_eq!(
+        s.get_lease(&name).await.expect("get"),
+        Some(want.clone()),
+        "a failed acquire changes nothing"
+    );
+
+    let b = s
+        .acquire_lease(&name, "b", 1000, t + 1100)
+        .await
+        .expect("take over");
+    let want_b = Lease {
+        name: name.clone(),
+        holder: "b".to_owned(),
+        generation: 2,
+        expires_at: t + 2100,
+    };
+    assert_eq!(
+        b,
+        Some(want_b.clone()),
+        "expired at expires_at: another holder takes it with a new generation"
+    );
+    assert_eq!(
+        s.acquire_lease(&name, "a", 1000, t + 1200)
+            .await
+            .expect("old holder"),
+        None
+    );
+}
+
+async fn lease_release(s: &dyn Store) {
+    let name = new_id("lease");
+    let t = now_ms();
+    let a = s
+        .acquire_lease(&name, "a", 60_000, t)
+        .await
+        .expect("acquire")
+        .expect("free lease");
+
+    s.release_lease(&name, "b")
+        .await
+        .expect("release by a non-holder");
+    assert_eq!(
+        s.get_lease(&name).await.expect("get"),
+        Some(a.clone()),
+        "a non-holder cannot release"
+    );
+    assert_eq!(
+        s.acquire_lease(&name, "b", 60_000, t + 1)
+            .await
+            .expect("contend"),
+        None
+    );
+
+    s.release_lease(&name, "a").await.expect("release");
+    let b = s
+        .acquire_lease(&name, "b", 60_000, t + 2)
+        .await
+        .expect("acquire after release");
+    let b = b.expect("a released lease is free at once");
+    assert_eq!(
+        (b.holder.as_str(), b.generation),
+        ("b", a.generation + 1),
+        "fencing survives a release"
+    );
+
+    s.release_lease(&new_id("lease"), "a")
+        .await
+        .expect("release unknown");
+}
+
+async fn lease_is_atomic(store: &Arc<dyn Store>) {
+    let name = new_id("lease");
+    let now = now_ms();
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                store
+                    .acquire_lease(&name, &format!("holder-{i}"), 60_000, now)
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for t in tasks {
+        if let Some(lease) = t.await.expect("task").expect("acquire") {
+            winners.push(lease);
+        }
+    }
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one concurrent acquirer wins: {winners:?}"
+    );
+    assert_eq!(winners[0].generation, 1);
+    assert_eq!(
+        store.get_lease(&name).await.expect("get"),
+        Some(winners[0].clone())
+    );
+}
+
+// -- kv ------------------------------------------------------------------------------------------
+
+async fn kv(s: &dyn Store) {
+    let ns = new_id("ns");
+    assert_eq!(s.kv_get(&ns, "cursor").await.expect("get"), None);
+    s.kv_put(&ns, "cursor", "1").await.expect("put");
+    assert_eq!(
+        s.kv_get(&ns, "cursor").await.expect("get"),
+        Some("1".to_owned())
+    );
+    s.kv_put(&ns, "cursor", "2").await.expect("overwrite");
+    assert_eq!(
+        s.kv_get(&ns, "cursor").await.expect("get"),
+        Some("2".to_owned())
+    );
+    assert_eq!(
+        s.kv_get(&new_id("ns"), "cursor")
+            .await
+            .expect("other namespace"),
+        None
+    );
+    assert_eq!(s.kv_get(&ns, "other").await.expect("other key"), None);
+}
+
+// -- concurrency ---------------------------------------------------------------------------------
+
+/// Runs `n` copies of `f` on separate tasks at once and returns their results in task order.
+async fn concurrently<T, F, Fut>(store: &Arc<dyn Store>, n: usize, f: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(Arc<dyn Store>, usize) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let tasks: Vec<_> = (0..n).map(|i| tokio::spawn(f(store.clone(), i))).collect();
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        out.push(t.await.expect("task"));
+    }
+    out
+}
+
+/// "Was it the last socket?" must see every concurrent change, or a connector_id without
+/// sockets stays online forever (never deregistered) or one with a socket goes offline.
+async fn last_socket_race(store: &Arc<dyn Store>) {
+    let s = &**store;
+    let pod = live_pod(s).await;
+    for _ in 0..3 {
+        let c = connector(s).await;
+        let mut sockets = Vec::new();
+        for _ in 0..8 {
+            sockets.push(socket(s, &c.id, &pod).await);
+        }
+        let sockets = Arc::new(sockets);
+        let now = now_ms();
+        concurrently(store, 8, |st, i| {
+            let sockets = sockets.clone();
+            async move {
+                st.unregister_socket(&sockets[i], now)
+                    .await
+                    .expect("unregister")
+            }
+        })
+        .await;
+        assert_eq!(
+            offline_since(s, &c.id).await,
+            Some(now),
+            "all sockets went at once"
+        );
+    }
+
+    for _ in 0..3 {
+        let c = connector(s).await;
+        let mut sockets = Vec::new();
+        for _ in 0..4 {
+            sockets.push(socket(s, &c.id, &pod).await);
+        }
+        let (sockets, pod, conn) = (Arc::new(sockets), pod.clone(), c.id.clone());
+        let now = now_ms();
+        concurrently(store, 5, |st, i| {
+            let (sockets, pod, conn) = (sockets.clone(), pod.clone(), conn.clone());
+            async move {
+                if i < 4 {
+                    st.unregister_socket(&sockets[i], now)
+                        .await
+                        .expect("unregister");
+                } else {
+                    let rec = SocketRecord {
+                        id: new_id("sock"),
+                        connector_id: conn,
+                        pod_id: pod,
+                        opened_at: now,
+                    };
+                    st.register_socket(&rec).await.expect("register");
+                }
+            }
+        })
+        .await;
+        assert_eq!(
+            offline_since(s, &c.id).await,
+            None,
+            "a hello during the closes keeps it online"
+        );
+    }
+}
+
+async fn enqueue_is_atomic(store: &Arc<dyn Store>) {
+    let s = &**store;
+    let ch = channel(s).await;
+    let now = now_ms();
+    let m = Arc::new(message(&ch.id, now, now + HOUR));
+    let outcomes = concurrently(store, 8, |st, _| {
+        let m = m.clone();
+        async move {
+            st.enqueue_outbox(&m, 100, now + HOUR)
+                .await
+                .expect("enqueue")
+        }
+    })
+    .await;
+    let stored = outcomes
+        .iter()
+        .filter(|o| **o == EnqueueOutcome::Stored)
+        .count();
+    assert_eq!(stored, 1, "one copy of a message is stored: {outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, EnqueueOutcome::Stored | EnqueueOutcome::Duplicate))
+    );
+
+    let ch = channel(s).await;
+    let ch_id = Arc::new(ch.id.clone());
+    let outcomes = concurrently(store, 8, |st, _| {
+        let ch_id = ch_id.clone();
+        async move {
+            st.enqueue_outbox(&message(&ch_id, now, now + HOUR), 3, now + HOUR)
+                .await
+                .expect("enqueue")
+        }
+    })
+    .await;
+    let stored = outcomes
+        .iter()
+        .filter(|o| **o == EnqueueOutcome::Stored)
+        .count();
+    assert_eq!(stored, 3, "the cap holds under concurrency: {outcomes:?}");
+    assert_eq!(s.count_pending(&ch.id).await.expect("count"), 3);
+    let recs = s
+        .pending_outbox(&ch.id, 0, now, 100)
+        .await
+        .expect("pending");
+    assert!(recs.windows(2).all(|w| w[0].seq < w[1].seq));
+}
+
+async fn claim_is_atomic(store: &Arc<dyn Store>) {
+    let s = &**store;
+    let ch = channel(s).await;
+    let now = now_ms();
+    let key = new_id("k");
+    let (ch_id, key) = (Arc::new(ch.id.clone()), Arc::new(key));
+    let claims = concurrently(store, 8, |st, i| {
+        let (ch_id, key) = (ch_id.clone(), key.clone());
+        async move {
+            let rec = claim_rec(&ch_id, &key, &format!("fp-{i}"), now, now + HOUR);
+            st.claim(&rec).await.expect("claim")
+        }
+    })
+    .await;
+    let winners = claims.iter().filter(|c| **c == Claim::New).count();
+    assert_eq!(
+        winners, 1,
+        "one concurrent claimant owns the work: {claims:?}"
+    );
+}

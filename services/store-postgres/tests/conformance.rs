@@ -1,0 +1,104 @@
+//! Runs the Store conformance suite against Postgres, in a schema of its own that is dropped
+//! afterwards. The server comes from `SWITCHYARD_TEST_POSTGRES_URL`.
+
+use std::sync::Arc;
+
+use sqlx::Connection;
+use switchyard_core::conformance::store::run_all;
+use switchyard_core::ids::random_secret;
+use switchyard_store_postgres::PostgresStore;
+
+const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn url() -> String {
+    std::env::var("SWITCHYARD_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+async fn drop_schema(url: &str, schema: &str) {
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .expect("connect to drop the test schema");
+    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .execute(&mut conn)
+        .await
+        .expect("drop the test schema");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance() {
+    let url = url();
+    let schema = format!("t_{}", random_secret(8));
+    let store = PostgresStore::connect(&url, Some(&schema), 8)
+        .await
+        .expect("connect postgres");
+    let store = Arc::new(store);
+    // On its own task so that a failed assertion still reaches the cleanup below.
+    let outcome = tokio::spawn(run_all(store.clone())).await;
+    store.close().await;
+    drop_schema(&url, &schema).await;
+    match outcome {
+        Ok(()) => {}
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("conformance task: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn unreachable_database_is_unavailable_quickly() {
+    let started = std::time::Instant::now();
+    // Port 1 on loopback: nothing listens there, the connection is refused.
+    let err = PostgresStore::connect("postgres://postgres@127.0.0.1:1/test", None, 2)
+        .await
+        .err()
+        .expect("no server");
+    assert_eq!(err.kind, switchyard_core::ErrorKind::Unavailable, "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn schema_names_are_checked() {
+    let err = PostgresStore::connect(&url(), Some("public; drop table x"), 2)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(err.kind, switchyard_core::ErrorKind::Internal);
+}
+
+/// A Postgres restart, seen from the pool: its server connections die. Only this test's own
+/// connections (tagged by application name) are killed, so other users of the server are
+/// untouched.
+#[tokio::test]
+async fn pool_recovers_when_its_connections_die() {
+    use switchyard_core::store::Store;
+
+    let tag = format!("t_{}", random_secret(8));
+    let base = url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let tagged = format!("{base}{sep}application_name={tag}");
+    let store = PostgresStore::connect(&tagged, None, 2)
+        .await
+        .expect("connect postgres");
+    store.ping().await.expect("ping");
+
+    let mut admin = sqlx::PgConnection::connect(&base)
+        .await
+        .expect("admin connection");
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .bind(&tag)
+    .fetch_all(&mut admin)
+    .await
+    .expect("terminate backends");
+    assert!(!killed.is_empty(), "the pool had a connection to kill");
+
+    store
+        .ping()
+        .await
+        .expect("the pool replaces dead connections");
+    store.close().await;
+}
