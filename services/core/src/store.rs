@@ -34,7 +34,11 @@ pub trait Store: Send + Sync + 'static {
     // -- connector_ids, sockets, pods --
     async fn get_connector(&self, id: &str) -> BackendResult<Option<ConnectorRecord>>;
     /// The live connector_id of a tenant for a Card, if any.
-    async fn connector_for(&self, tenant_id: &str, card_id: &str) -> BackendResult<Option<ConnectorRecord>>;
+    async fn connector_for(
+        &self,
+        tenant_id: &str,
+        card_id: &str,
+    ) -> BackendResult<Option<ConnectorRecord>>;
     /// Conflict when the tenant already has one for this Card.
     async fn insert_connector(&self, rec: &ConnectorRecord) -> BackendResult<()>;
     /// Records a socket that completed hello and clears the connector's offline time.
@@ -48,16 +52,28 @@ pub trait Store: Send + Sync + 'static {
     async fn reap_dead_pods(&self, stale_before: i64, now: i64) -> BackendResult<Vec<String>>;
     /// Connectors offline since before `offline_before`.
     async fn expired_connectors(&self, offline_before: i64) -> BackendResult<Vec<ConnectorRecord>>;
-    /// Deletes a connector_id and everything it owns; returns the channels and files removed
-    /// so the caller can release provider state and file bytes.
-    async fn delete_connector(&self, id: &str) -> BackendResult<Cascade>;
+    /// Deletes a connector_id and everything it owns, but only if it is still offline since
+    /// before `offline_before` (checked atomically, so a reconnect racing the janitor wins).
+    /// Returns the channels and files removed so the caller can release provider state and
+    /// file bytes; None when nothing was deleted.
+    async fn delete_connector(
+        &self,
+        id: &str,
+        offline_before: i64,
+    ) -> BackendResult<Option<Cascade>>;
 
     // -- channels --
     async fn insert_channel(&self, rec: &ChannelRecord) -> BackendResult<()>;
     async fn get_channel(&self, id: &str) -> BackendResult<Option<ChannelRecord>>;
     async fn list_channels(&self, connector_id: &str) -> BackendResult<Vec<ChannelRecord>>;
     /// Sets the route socket (None = closed) and the enabled profiles.
-    async fn set_channel_route(&self, id: &str, socket: Option<&str>, profiles: &[String], now: i64) -> BackendResult<()>;
+    async fn set_channel_route(
+        &self,
+        id: &str,
+        socket: Option<&str>,
+        profiles: &[String],
+        now: i64,
+    ) -> BackendResult<()>;
     /// Clears the route only if it still points at `socket`.
     async fn clear_channel_route_if(&self, id: &str, socket: &str, now: i64) -> BackendResult<()>;
     /// Replaces binding, status and view in one step.
@@ -71,9 +87,20 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
     ) -> BackendResult<()>;
     /// Changes status and view, keeping the binding.
-    async fn set_channel_status(&self, id: &str, status: switchyard_protocol::ConnectionStatus, view: &serde_json::Value, now: i64) -> BackendResult<()>;
+    async fn set_channel_status(
+        &self,
+        id: &str,
+        status: switchyard_protocol::ConnectionStatus,
+        view: &serde_json::Value,
+        now: i64,
+    ) -> BackendResult<()>;
     /// A bound channel of the tenant and Card with this binding key (duplicate binding check).
-    async fn find_channel_by_binding_key(&self, tenant_id: &str, card_id: &str, key: &str) -> BackendResult<Option<ChannelRecord>>;
+    async fn find_channel_by_binding_key(
+        &self,
+        tenant_id: &str,
+        card_id: &str,
+        key: &str,
+    ) -> BackendResult<Option<ChannelRecord>>;
     /// Every bound channel of a Card across tenants (shared consumers such as pollers start
     /// from it).
     async fn bound_channels(&self, card_id: &str) -> BackendResult<Vec<ChannelRecord>>;
@@ -95,21 +122,48 @@ pub trait Store: Send + Sync + 'static {
     // -- outbox (Connector -> xAgent pending deliveries) --
     /// Stores a message unless `(channel, message_id)` was seen within the dedupe window or
     /// the channel holds `cap` pending messages. `dedupe_until` bounds the seen-record.
-    async fn enqueue_outbox(&self, rec: &OutboxRecord, cap: u32, dedupe_until: i64) -> BackendResult<EnqueueOutcome>;
+    async fn enqueue_outbox(
+        &self,
+        rec: &OutboxRecord,
+        cap: u32,
+        dedupe_until: i64,
+    ) -> BackendResult<EnqueueOutcome>;
     /// Pending, unexpired messages of a channel with `seq > after`, oldest first.
-    async fn pending_outbox(&self, channel_id: &str, after_seq: i64, now: i64, limit: u32) -> BackendResult<Vec<OutboxRecord>>;
+    async fn pending_outbox(
+        &self,
+        channel_id: &str,
+        after_seq: i64,
+        now: i64,
+        limit: u32,
+    ) -> BackendResult<Vec<OutboxRecord>>;
     async fn count_pending(&self, channel_id: &str) -> BackendResult<u64>;
-    async fn record_attempt(&self, channel_id: &str, message_id: &str, error: Option<&str>) -> BackendResult<()>;
+    async fn record_attempt(
+        &self,
+        channel_id: &str,
+        message_id: &str,
+        error: Option<&str>,
+    ) -> BackendResult<()>;
     /// Terminal success: the message leaves the outbox.
     async fn ack_outbox(&self, channel_id: &str, message_id: &str) -> BackendResult<bool>;
     /// Terminal failure: kept as failed with its reason until purged.
-    async fn fail_outbox(&self, channel_id: &str, message_id: &str, reason: &str) -> BackendResult<bool>;
+    async fn fail_outbox(
+        &self,
+        channel_id: &str,
+        message_id: &str,
+        reason: &str,
+    ) -> BackendResult<bool>;
     /// Removes expired pending and old failed messages and dedupe records; returns how many messages.
     async fn purge_outbox(&self, now: i64) -> BackendResult<u64>;
 
     // -- idempotency (receiver side) --
     async fn claim(&self, rec: &IdempotencyRecord) -> BackendResult<Claim>;
-    async fn finish_claim(&self, scope: &str, channel_id: &str, key: &str, outcome: &serde_json::Value) -> BackendResult<()>;
+    async fn finish_claim(
+        &self,
+        scope: &str,
+        channel_id: &str,
+        key: &str,
+        outcome: &serde_json::Value,
+    ) -> BackendResult<()>;
     /// Drops an unfinished claim so a retry can run (after a retryable failure).
     async fn release_claim(&self, scope: &str, channel_id: &str, key: &str) -> BackendResult<()>;
     async fn purge_claims(&self, now: i64) -> BackendResult<u64>;
@@ -123,7 +177,13 @@ pub trait Store: Send + Sync + 'static {
     // -- leases --
     /// Acquires or renews `name` for `holder` until `now + ttl_ms`. Returns the lease when held
     /// by `holder` afterwards; the generation increases whenever the holder changes.
-    async fn acquire_lease(&self, name: &str, holder: &str, ttl_ms: i64, now: i64) -> BackendResult<Option<Lease>>;
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_ms: i64,
+        now: i64,
+    ) -> BackendResult<Option<Lease>>;
     async fn release_lease(&self, name: &str, holder: &str) -> BackendResult<()>;
     async fn get_lease(&self, name: &str) -> BackendResult<Option<Lease>>;
 

@@ -802,13 +802,23 @@ impl Store for PostgresStore {
         all(rows, connector)
     }
 
-    async fn delete_connector(&self, id: &str) -> BackendResult<Cascade> {
+    async fn delete_connector(
+        &self,
+        id: &str,
+        offline_before: i64,
+    ) -> BackendResult<Option<Cascade>> {
         let mut tx = self.begin().await?;
-        sqlx::query("SELECT id FROM connectors WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("lock connector"))?;
+        // The row lock serialises this with register_socket, which clears offline_since.
+        let offline: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT offline_since FROM connectors WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db("lock connector"))?;
+        if !matches!(offline, Some(Some(t)) if t < offline_before) {
+            tx.commit().await.map_err(db("commit"))?;
+            return Ok(None);
+        }
         let cascade = delete_channels(&mut tx, "connector_id = $1", id).await?;
         for sql in [
             "DELETE FROM sockets WHERE connector_id = $1",
@@ -821,7 +831,7 @@ impl Store for PostgresStore {
                 .map_err(db("delete connector"))?;
         }
         tx.commit().await.map_err(db("commit"))?;
-        Ok(cascade)
+        Ok(Some(cascade))
     }
 
     // -- channels --

@@ -728,8 +728,23 @@ impl Store for SqliteStore {
         all(rows, connector)
     }
 
-    async fn delete_connector(&self, id: &str) -> BackendResult<Cascade> {
+    async fn delete_connector(
+        &self,
+        id: &str,
+        offline_before: i64,
+    ) -> BackendResult<Option<Cascade>> {
+        // BEGIN IMMEDIATE: no socket can register between the check and the delete.
         let mut tx = self.write().await?;
+        let offline: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT offline_since FROM connectors WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db("read connector"))?;
+        if !matches!(offline, Some(Some(t)) if t < offline_before) {
+            tx.commit().await.map_err(db("commit"))?;
+            return Ok(None);
+        }
         let cascade = delete_channels(&mut tx, "connector_id = $1", id).await?;
         for sql in [
             "DELETE FROM sockets WHERE connector_id = $1",
@@ -742,7 +757,7 @@ impl Store for SqliteStore {
                 .map_err(db("delete connector"))?;
         }
         tx.commit().await.map_err(db("commit"))?;
-        Ok(cascade)
+        Ok(Some(cascade))
     }
 
     // -- channels --

@@ -633,7 +633,25 @@ async fn delete_connector_cascades(s: &dyn Store) {
         s.insert_file(f).await.expect("insert file");
     }
 
-    let cascade = s.delete_connector(&c.id).await.expect("delete connector");
+    // Online (a socket is registered): the janitor's delete does nothing.
+    assert_eq!(
+        s.delete_connector(&c.id, now + HOUR)
+            .await
+            .expect("delete online"),
+        None
+    );
+    assert!(s.get_channel(&ch1.id).await.expect("get").is_some());
+    s.unregister_socket(&sock, now).await.expect("unregister");
+    // Offline, but not before the cutoff: kept.
+    assert_eq!(
+        s.delete_connector(&c.id, now).await.expect("delete recent"),
+        None
+    );
+    let cascade = s
+        .delete_connector(&c.id, now + 1)
+        .await
+        .expect("delete connector")
+        .expect("offline connector deleted");
     assert_eq!(
         sorted(&cascade.channels, |c| c.id.clone()),
         sorted(&[ch1.clone(), ch2.clone()], |c| c.id.clone())
@@ -670,10 +688,22 @@ async fn delete_connector_cascades(s: &dyn Store) {
         Claim::New,
         "claims went"
     );
+    s.register_socket(&SocketRecord {
+        id: sock.clone(),
+        connector_id: c.id.clone(),
+        pod_id: pod.clone(),
+        opened_at: now,
+    })
+    .await
+    .expect("register");
     s.unregister_socket(&sock, now + 7)
         .await
         .expect("unregister");
-    assert_eq!(offline_since(s, &c.id).await, None, "the socket row went");
+    assert_eq!(
+        offline_since(s, &c.id).await,
+        Some(now + 7),
+        "a fresh socket row, not the old one"
+    );
 
     // Another connector_id's state is untouched.
     assert_eq!(
@@ -690,10 +720,10 @@ async fn delete_connector_cascades(s: &dyn Store) {
     );
 
     assert_eq!(
-        s.delete_connector(&new_id("conn"))
+        s.delete_connector(&new_id("conn"), now + HOUR)
             .await
             .expect("delete unknown"),
-        Cascade::default()
+        None
     );
 }
 

@@ -36,21 +36,48 @@ pub struct Janitor {
 }
 
 impl Janitor {
-    pub fn new(hub: Arc<Hub>, connectors: &[Connector], presence_ttl: Duration, lease_ttl: Duration) -> Self {
-        let connectors = connectors.iter().map(|c| (c.card_id().to_owned(), c.clone())).collect();
-        Self { hub, connectors, presence_ttl, lease_ttl }
+    pub fn new(
+        hub: Arc<Hub>,
+        connectors: &[Connector],
+        presence_ttl: Duration,
+        lease_ttl: Duration,
+    ) -> Self {
+        let connectors = connectors
+            .iter()
+            .map(|c| (c.card_id().to_owned(), c.clone()))
+            .collect();
+        Self {
+            hub,
+            connectors,
+            presence_ttl,
+            lease_ttl,
+        }
     }
 
     /// One step: acquire or renew the lease; sweep when held. Returns None when another pod
     /// holds the lease.
     pub async fn step(&self) -> BackendResult<Option<JanitorReport>> {
         let store = &self.hub.store;
-        let Some(lease) = store.acquire_lease(JANITOR_LEASE, &self.hub.pod_id, ms(self.lease_ttl), now_ms()).await? else {
+        let Some(lease) = store
+            .acquire_lease(
+                JANITOR_LEASE,
+                &self.hub.pod_id,
+                ms(self.lease_ttl),
+                now_ms(),
+            )
+            .await?
+        else {
             return Ok(None);
         };
-        let mut report = JanitorReport { generation: lease.generation, ..Default::default() };
+        let mut report = JanitorReport {
+            generation: lease.generation,
+            ..Default::default()
+        };
         let now = now_ms();
-        report.dead_pods = store.reap_dead_pods(now - ms(self.presence_ttl), now).await?.len();
+        report.dead_pods = store
+            .reap_dead_pods(now - ms(self.presence_ttl), now)
+            .await?
+            .len();
 
         let grace = ms(self.hub.config.connector_grace);
         for conn in store.expired_connectors(now - grace).await? {
@@ -58,12 +85,18 @@ impl Janitor {
             if !self.still_leader(lease.generation).await? {
                 return Ok(Some(report));
             }
-            let cascade = store.delete_connector(&conn.id).await?;
+            let Some(cascade) = store.delete_connector(&conn.id, now - grace).await? else {
+                continue; // reconnected meanwhile
+            };
             report.connectors_removed += 1;
             report.channels_removed += cascade.channels.len();
             self.release_channels(&cascade.channels).await;
             report.files_removed += self.delete_bytes(&cascade.files).await;
-            let _ = self.hub.bus.publish(&connector_topic(&conn.id), Doorbell::ConnectorGone.encode()).await;
+            let _ = self
+                .hub
+                .bus
+                .publish(&connector_topic(&conn.id), Doorbell::ConnectorGone.encode())
+                .await;
             tracing::info!(connector_id = %conn.id, channels = cascade.channels.len(), "connector_id deregistered after its offline grace");
         }
         for ch in store.stale_unbound_channels(now - grace).await? {
@@ -88,7 +121,8 @@ impl Janitor {
         store.purge_claims(now).await?;
         store.purge_auth_sessions(now).await?;
         metrics::counter!("switchyard_janitor_sweeps_total").increment(1);
-        metrics::counter!("switchyard_connectors_deregistered_total").increment(report.connectors_removed as u64);
+        metrics::counter!("switchyard_connectors_deregistered_total")
+            .increment(report.connectors_removed as u64);
         Ok(Some(report))
     }
 
@@ -98,13 +132,17 @@ impl Janitor {
             .store
             .get_lease(JANITOR_LEASE)
             .await?
-            .is_some_and(|l| l.holder == self.hub.pod_id && l.generation == generation && l.expires_at > now_ms()))
+            .is_some_and(|l| {
+                l.holder == self.hub.pod_id && l.generation == generation && l.expires_at > now_ms()
+            }))
     }
 
     /// Each channel releases its own target state; one failure never skips the others.
     async fn release_channels(&self, channels: &[ChannelRecord]) {
         for ch in channels {
-            let Some(conn) = self.connectors.get(&ch.card_id) else { continue };
+            let Some(conn) = self.connectors.get(&ch.card_id) else {
+                continue;
+            };
             if let Some(binding) = conn.decrypt_binding(ch)
                 && let Err(e) = conn.provider.release(&binding).await
             {
@@ -118,7 +156,9 @@ impl Janitor {
         for f in files {
             match self.hub.files.delete(&f.storage_key).await {
                 Ok(()) => n += 1,
-                Err(e) => tracing::warn!(error = %e, "deleting file bytes failed; retried when the file is seen again"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "deleting file bytes failed; retried when the file is seen again")
+                }
             }
         }
         n
@@ -126,6 +166,10 @@ impl Janitor {
 
     /// Gives the lease up (drain).
     pub async fn resign(&self) {
-        let _ = self.hub.store.release_lease(JANITOR_LEASE, &self.hub.pod_id).await;
+        let _ = self
+            .hub
+            .store
+            .release_lease(JANITOR_LEASE, &self.hub.pod_id)
+            .await;
     }
 }
