@@ -50,6 +50,10 @@ pub trait Store: Send + Sync + 'static {
     async fn remove_pod(&self, pod_id: &str, now: i64) -> BackendResult<()>;
     /// Removes pods not seen since `stale_before` with their sockets; returns their ids.
     async fn reap_dead_pods(&self, stale_before: i64, now: i64) -> BackendResult<Vec<String>>;
+    /// Start-up rule (L-08): when no pod has heartbeated since `stale_before`, the whole
+    /// deployment was down and nobody could reconnect, so every offline connector's offline
+    /// time restarts at `now`. Returns how many connectors were touched (0 when a pod is live).
+    async fn restart_offline_clocks(&self, now: i64, stale_before: i64) -> BackendResult<u64>;
     /// Connectors offline since before `offline_before`.
     async fn expired_connectors(&self, offline_before: i64) -> BackendResult<Vec<ConnectorRecord>>;
     /// Deletes a connector_id and everything it owns, but only if it is still offline since

@@ -53,12 +53,15 @@ pub async fn open_store(cfg: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let url = match &cfg.database_url {
         Some(u) => u.clone(),
         None => {
-            std::fs::create_dir_all(&cfg.data_dir).with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
+            std::fs::create_dir_all(&cfg.data_dir)
+                .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
             format!("sqlite://{}", cfg.data_dir.join("switchyard.db").display())
         }
     };
     if url.starts_with("sqlite:") {
-        let store = switchyard_store_sqlite::SqliteStore::open(&url).await.context("opening SQLite store")?;
+        let store = switchyard_store_sqlite::SqliteStore::open(&url)
+            .await
+            .context("opening SQLite store")?;
         return Ok(Arc::new(store));
     }
     crate::cluster::open_postgres(cfg, &url).await
@@ -75,24 +78,41 @@ pub async fn backends(cfg: &Config) -> anyhow::Result<Backends> {
         Some(url) => crate::cluster::open_redis(url, &cfg.redis_key_prefix).await?,
     };
     let files: Arc<dyn FileStore> = match &cfg.s3.bucket {
-        None => Arc::new(LocalFileStore::new(cfg.data_dir.join("files")).context("opening files folder")?),
+        None => Arc::new(
+            LocalFileStore::new(cfg.data_dir.join("files")).context("opening files folder")?,
+        ),
         Some(_) => crate::cluster::open_s3(&cfg.s3).await?,
     };
-    Ok(Backends { store, bus, ephemeral, files })
+    Ok(Backends {
+        store,
+        bus,
+        ephemeral,
+        files,
+    })
 }
 
 /// SQLite migrates itself; a shared Postgres must be migrated with `switchyard migrate`
 /// first, and a pod refuses a schema it does not know.
 pub async fn prepare_schema(cfg: &Config, store: &dyn Store) -> anyhow::Result<()> {
     if !cfg.is_clustered() {
-        store.migrate().await.context("migrating the embedded store")?;
+        store
+            .migrate()
+            .await
+            .context("migrating the embedded store")?;
     }
-    let v = store.schema_version().await.context("reading the schema version")?;
+    let v = store
+        .schema_version()
+        .await
+        .context("reading the schema version")?;
     if v < SCHEMA_VERSION {
-        bail!("database schema version {v} is older than {SCHEMA_VERSION}; run `switchyard migrate`");
+        bail!(
+            "database schema version {v} is older than {SCHEMA_VERSION}; run `switchyard migrate`"
+        );
     }
     if v > SCHEMA_VERSION {
-        bail!("database schema version {v} is newer than this build understands ({SCHEMA_VERSION}); upgrade switchyard");
+        bail!(
+            "database schema version {v} is newer than this build understands ({SCHEMA_VERSION}); upgrade switchyard"
+        );
     }
     Ok(())
 }
@@ -110,21 +130,33 @@ pub fn keys(cfg: &Config) -> anyhow::Result<(Vec<Secret>, Vec<Secret>)> {
         return Ok((cfg.signing_keys.0.clone(), cfg.encryption_keys.0.clone()));
     }
     if cfg.is_clustered() {
-        bail!("SWITCHYARD_SIGNING_KEYS and SWITCHYARD_ENCRYPTION_KEYS are required with a shared database (every pod must use the same keys)");
+        bail!(
+            "SWITCHYARD_SIGNING_KEYS and SWITCHYARD_ENCRYPTION_KEYS are required with a shared database (every pod must use the same keys)"
+        );
     }
     let path = cfg.data_dir.join("keys.json");
     let file: KeyFile = if path.exists() {
         serde_json::from_slice(&std::fs::read(&path)?).context("reading keys.json")?
     } else {
-        let kf = KeyFile { signing_keys: vec![random_secret(32)], encryption_keys: vec![Cipher::generate_key()] };
+        let kf = KeyFile {
+            signing_keys: vec![random_secret(32)],
+            encryption_keys: vec![Cipher::generate_key()],
+        };
         std::fs::create_dir_all(&cfg.data_dir)?;
         write_private(&path, &serde_json::to_vec_pretty(&kf)?)?;
         kf
     };
     let pick = |configured: &[Secret], stored: &[String]| {
-        if configured.is_empty() { stored.iter().map(Secret::new).collect() } else { configured.to_vec() }
+        if configured.is_empty() {
+            stored.iter().map(Secret::new).collect()
+        } else {
+            configured.to_vec()
+        }
     };
-    Ok((pick(&cfg.signing_keys.0, &file.signing_keys), pick(&cfg.encryption_keys.0, &file.encryption_keys)))
+    Ok((
+        pick(&cfg.signing_keys.0, &file.signing_keys),
+        pick(&cfg.encryption_keys.0, &file.encryption_keys),
+    ))
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -136,7 +168,9 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         opts.mode(0o600);
     }
-    let mut f = opts.open(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut f = opts
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
     f.write_all(bytes)?;
     f.sync_all()?;
     Ok(())
@@ -158,7 +192,9 @@ pub fn pod_id(cfg: &Config) -> String {
 pub fn providers(cfg: &Config) -> Vec<Arc<dyn Provider>> {
     let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);
     wh.max_inbound_bytes = cfg.limits.max_inbound_bytes;
-    vec![Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh))]
+    vec![Arc::new(switchyard_provider_webhook::WebhookProvider::new(
+        wh,
+    ))]
 }
 
 #[derive(Clone)]
@@ -182,7 +218,10 @@ async fn readyz(State(p): State<Probe>) -> impl IntoResponse {
         return (StatusCode::SERVICE_UNAVAILABLE, "bus disconnected");
     }
     if p.hub.ephemeral.ping().await.is_err() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "ephemeral state unreachable");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ephemeral state unreachable",
+        );
     }
     (StatusCode::OK, "ready")
 }
@@ -194,14 +233,22 @@ async fn metrics_text() -> impl IntoResponse {
 /// Runs a pod until `shutdown` is cancelled, then drains: readiness fails, new upgrades are
 /// refused, sessions finish in-flight work within the drain timeout and close with a
 /// reconnect code, leases and presence are released.
-pub async fn run(cfg: Config, listener: TcpListener, metrics_listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run(
+    cfg: Config,
+    listener: TcpListener,
+    metrics_listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     crate::telemetry::prometheus();
     let b = backends(&cfg).await?;
     prepare_schema(&cfg, b.store.as_ref()).await?;
     let (signing, encryption) = keys(&cfg)?;
     let pod = pod_id(&cfg);
     let local: SocketAddr = listener.local_addr()?;
-    let public_base_url = cfg.public_base_url.clone().unwrap_or_else(|| format!("http://{local}"));
+    let public_base_url = cfg
+        .public_base_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{local}"));
     let hub = Arc::new(Hub {
         store: b.store.clone(),
         bus: b.bus.clone(),
@@ -214,13 +261,37 @@ pub async fn run(cfg: Config, listener: TcpListener, metrics_listener: TcpListen
         public_base_url,
     });
     if !cfg.is_clustered() && hub.store.list_tenants().await?.is_empty() {
-        let (tenant, key) = switchyard_core::engine::create_tenant(hub.store.as_ref(), "default").await?;
+        let (tenant, key) =
+            switchyard_core::engine::create_tenant(hub.store.as_ref(), "default").await?;
         // Shown exactly once, on the first start of an embedded node.
-        println!("created tenant {} ({}); its API key (shown once):\n{}", tenant.name, tenant.id, key.key.expose());
+        println!(
+            "created tenant {} ({}); its API key (shown once):\n{}",
+            tenant.name,
+            tenant.id,
+            key.key.expose()
+        );
     }
-    hub.store.pod_heartbeat(&pod, now_ms()).await.context("registering pod presence")?;
+    let now = now_ms();
+    // If the whole deployment was down, restored connectors get a full grace from now.
+    let restarted = hub
+        .store
+        .restart_offline_clocks(now, now - cfg.lease.presence_ttl.0.as_millis() as i64)
+        .await?;
+    if restarted > 0 {
+        tracing::info!(
+            connectors = restarted,
+            "first pod up: offline grace restarts now for restored connectors"
+        );
+    }
+    hub.store
+        .pod_heartbeat(&pod, now)
+        .await
+        .context("registering pod presence")?;
 
-    let connectors: Vec<Connector> = providers(&cfg).into_iter().map(|p| Connector::new(hub.clone(), p)).collect();
+    let connectors: Vec<Connector> = providers(&cfg)
+        .into_iter()
+        .map(|p| Connector::new(hub.clone(), p))
+        .collect();
     // Stops provider background consumers (pollers) at the end of the drain.
     let providers_stop = CancellationToken::new();
     let doorbells = Doorbells::new(hub.bus.clone());
@@ -250,13 +321,17 @@ pub async fn run(cfg: Config, listener: TcpListener, metrics_listener: TcpListen
     }
     // Spans name the path only: query strings carry URL signatures and pairing tokens.
     for c in &connectors {
-        c.provider.start(Arc::new(c.clone()), providers_stop.clone());
+        c.provider
+            .start(Arc::new(c.clone()), providers_stop.clone());
     }
     let app = app.layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<axum::body::Body>| {
         tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
     }));
 
-    let probe = Probe { hub: hub.clone(), draining: draining.clone() };
+    let probe = Probe {
+        hub: hub.clone(),
+        draining: draining.clone(),
+    };
     let metrics_app = Router::new()
         .route("/metrics", get(metrics_text))
         .route("/livez", get(livez))
@@ -265,26 +340,54 @@ pub async fn run(cfg: Config, listener: TcpListener, metrics_listener: TcpListen
     let stopped = CancellationToken::new();
     let metrics_stop = stopped.clone();
     let metrics_server = tokio::spawn(async move {
-        axum::serve(metrics_listener, metrics_app).with_graceful_shutdown(metrics_stop.cancelled_owned()).await
+        axum::serve(metrics_listener, metrics_app)
+            .with_graceful_shutdown(metrics_stop.cancelled_owned())
+            .await
     });
 
     let background = TaskTracker::new();
-    background.spawn(presence_loop(hub.clone(), cfg.lease.presence_interval.0, stopped.clone()));
-    let janitor = Arc::new(Janitor::new(hub.clone(), &connectors, cfg.lease.presence_ttl.0, cfg.lease.janitor_lease_ttl.0));
-    background.spawn(janitor_loop(janitor.clone(), cfg.lease.janitor_interval.0, stopped.clone()));
+    background.spawn(presence_loop(
+        hub.clone(),
+        cfg.lease.presence_interval.0,
+        stopped.clone(),
+    ));
+    let janitor = Arc::new(Janitor::new(
+        hub.clone(),
+        &connectors,
+        cfg.lease.presence_ttl.0,
+        cfg.lease.janitor_lease_ttl.0,
+    ));
+    background.spawn(janitor_loop(
+        janitor.clone(),
+        cfg.lease.janitor_interval.0,
+        stopped.clone(),
+    ));
     background.close();
 
     tracing::info!(%local, pod = %pod, "switchyard serving");
     let accept_stop = drain.clone();
-    let server = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(accept_stop.cancelled_owned()).await });
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(accept_stop.cancelled_owned())
+            .await
+    });
 
     shutdown.cancelled().await;
     tracing::info!("drain started");
     draining.store(true, Ordering::SeqCst);
     drain.cancel();
     sessions.close();
-    if tokio::time::timeout(cfg.drain_timeout.0 + Duration::from_secs(2), sessions.wait()).await.is_err() {
-        tracing::warn!(remaining = sessions.len(), "sessions still open after the drain timeout");
+    if tokio::time::timeout(
+        cfg.drain_timeout.0 + Duration::from_secs(2),
+        sessions.wait(),
+    )
+    .await
+    .is_err()
+    {
+        tracing::warn!(
+            remaining = sessions.len(),
+            "sessions still open after the drain timeout"
+        );
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     stopped.cancel();

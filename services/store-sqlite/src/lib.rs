@@ -671,6 +671,27 @@ impl Store for SqliteStore {
         tx.commit().await.map_err(db("commit"))
     }
 
+    async fn restart_offline_clocks(&self, now: i64, stale_before: i64) -> BackendResult<u64> {
+        let mut tx = self.write().await?;
+        let live: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pods WHERE last_seen >= $1")
+            .bind(stale_before)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db("count live pods"))?;
+        let touched = if live == 0 {
+            sqlx::query("UPDATE connectors SET offline_since = $1 WHERE offline_since IS NOT NULL")
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db("restart offline clocks"))?
+                .rows_affected()
+        } else {
+            0
+        };
+        tx.commit().await.map_err(db("commit"))?;
+        Ok(touched)
+    }
+
     async fn remove_pod(&self, pod_id: &str, now: i64) -> BackendResult<()> {
         let mut tx = self.write().await?;
         let mut affected: Vec<String> =

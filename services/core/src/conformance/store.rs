@@ -33,6 +33,7 @@ pub async fn run_all(store: Arc<dyn Store>) {
     reap_dead_pods(s).await;
     expired_connectors(s).await;
     delete_connector_cascades(s).await;
+    offline_clocks_restart_only_when_all_pods_are_gone(s).await;
     channels_insert_get_list(s).await;
     channel_routes(s).await;
     channel_binding_and_status(s).await;
@@ -607,6 +608,51 @@ async fn expired_connectors(s: &dyn Store) {
             c.id
         );
     }
+}
+
+async fn offline_clocks_restart_only_when_all_pods_are_gone(s: &dyn Store) {
+    // Other behaviours keep pods alive in this shared store, so "no live pod" is simulated
+    // with a cutoff in the future of every heartbeat.
+    let c = connector(s).await;
+    let pod = live_pod(s).await;
+    let sock = socket(s, &c.id, &pod).await;
+    let now = now_ms();
+    s.unregister_socket(&sock, now - HOUR)
+        .await
+        .expect("unregister");
+    assert_eq!(offline_since(s, &c.id).await, Some(now - HOUR));
+    assert_eq!(
+        s.restart_offline_clocks(now, now - HOUR)
+            .await
+            .expect("live pods"),
+        0
+    );
+    assert_eq!(
+        offline_since(s, &c.id).await,
+        Some(now - HOUR),
+        "a live pod keeps the clock"
+    );
+    let later = now + 10 * HOUR;
+    assert!(
+        s.restart_offline_clocks(later, later)
+            .await
+            .expect("no live pod")
+            >= 1
+    );
+    assert_eq!(
+        offline_since(s, &c.id).await,
+        Some(later),
+        "the clock restarts at start-up"
+    );
+    // Put it back in the past so other sweeps sharing this store are not disturbed.
+    s.register_socket(&SocketRecord {
+        id: new_id("sock"),
+        connector_id: c.id.clone(),
+        pod_id: pod.clone(),
+        opened_at: now,
+    })
+    .await
+    .expect("register");
 }
 
 async fn delete_connector_cascades(s: &dyn Store) {
