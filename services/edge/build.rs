@@ -33,12 +33,20 @@ fn build_time() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!("{:02}{:02}{:02}{:02}{:02}", y % 100, m, d, rem / 3600, (rem % 3600) / 60)
+    format!(
+        "{:02}{:02}{:02}{:02}{:02}",
+        y % 100,
+        m,
+        d,
+        rem / 3600,
+        (rem % 3600) / 60
+    )
 }
 
 fn main() {
     let rev = git(&["rev-parse", "--short=7", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    let tag = git(&["describe", "--tags", "--abbrev=0"]).unwrap_or_else(|| format!("v{}", env!("CARGO_PKG_VERSION")));
+    let tag = git(&["describe", "--tags", "--abbrev=0"])
+        .unwrap_or_else(|| format!("v{}", env!("CARGO_PKG_VERSION")));
     println!("cargo:rustc-env=SWITCHYARD_GIT_REV={rev}");
     println!("cargo:rustc-env=SWITCHYARD_GIT_TAG={tag}");
     println!("cargo:rustc-env=SWITCHYARD_BUILD_TIME={}", build_time());

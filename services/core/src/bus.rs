@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use futures::stream::BoxStream;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
@@ -37,7 +37,10 @@ pub enum Doorbell {
     /// The channel's Descriptor changed; push it.
     Descriptor { channel_id: String },
     /// Another socket opened the channel; every other socket drops its route.
-    ChannelTaken { channel_id: String, socket_id: String },
+    ChannelTaken {
+        channel_id: String,
+        socket_id: String,
+    },
     /// The connector_id was deregistered; close its sockets.
     ConnectorGone,
 }
@@ -91,7 +94,9 @@ impl Bus for LocalBus {
 
     async fn subscribe(&self, topic: &str) -> BackendResult<BoxStream<'static, Vec<u8>>> {
         let rx = self.sender(topic).subscribe();
-        Ok(BroadcastStream::new(rx).filter_map(|r| async move { r.ok() }).boxed())
+        Ok(BroadcastStream::new(rx)
+            .filter_map(|r| async move { r.ok() })
+            .boxed())
     }
 
     fn is_connected(&self) -> bool {

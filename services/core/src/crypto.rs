@@ -67,7 +67,9 @@ impl Cipher {
         let keys = keys
             .iter()
             .map(|k| {
-                let raw = STANDARD.decode(k.expose().trim()).map_err(|_| CryptoError::BadKey)?;
+                let raw = STANDARD
+                    .decode(k.expose().trim())
+                    .map_err(|_| CryptoError::BadKey)?;
                 if raw.len() != 32 {
                     return Err(CryptoError::BadKey);
                 }
@@ -88,7 +90,9 @@ impl Cipher {
         let mut nonce = [0u8; 12];
         rand::rng().fill_bytes(&mut nonce);
         // ChaCha20-Poly1305 encryption cannot fail for in-memory buffers.
-        let ct = self.keys[0].encrypt(Nonce::from_slice(&nonce), plaintext).unwrap_or_default();
+        let ct = self.keys[0]
+            .encrypt(Nonce::from_slice(&nonce), plaintext)
+            .unwrap_or_default();
         let mut out = Vec::with_capacity(13 + ct.len());
         out.push(0u8);
         out.extend_from_slice(&nonce);
@@ -162,19 +166,33 @@ impl UrlSigner {
     }
 
     fn mac(key: &Secret, file_ref: &str, expires_ms: i64) -> String {
-        URL_SAFE_NO_PAD.encode(hmac_sha256(key.expose().as_bytes(), format!("{file_ref}.{expires_ms}").as_bytes()))
+        URL_SAFE_NO_PAD.encode(hmac_sha256(
+            key.expose().as_bytes(),
+            format!("{file_ref}.{expires_ms}").as_bytes(),
+        ))
     }
 
     /// Query string `exp=..&sig=..` for a file ref.
     pub fn sign(&self, file_ref: &str, expires_ms: i64) -> String {
-        format!("exp={expires_ms}&sig={}", Self::mac(&self.keys[0], file_ref, expires_ms))
+        format!(
+            "exp={expires_ms}&sig={}",
+            Self::mac(&self.keys[0], file_ref, expires_ms)
+        )
     }
 
-    pub fn verify(&self, file_ref: &str, expires_ms: i64, sig: &str, now_ms: i64) -> SignatureCheck {
-        let ok = self
-            .keys
-            .iter()
-            .any(|k| ct_eq(Self::mac(k, file_ref, expires_ms).as_bytes(), sig.as_bytes()));
+    pub fn verify(
+        &self,
+        file_ref: &str,
+        expires_ms: i64,
+        sig: &str,
+        now_ms: i64,
+    ) -> SignatureCheck {
+        let ok = self.keys.iter().any(|k| {
+            ct_eq(
+                Self::mac(k, file_ref, expires_ms).as_bytes(),
+                sig.as_bytes(),
+            )
+        });
         match (ok, expires_ms >= now_ms) {
             (false, _) => SignatureCheck::Invalid,
             (true, false) => SignatureCheck::Expired,
@@ -241,7 +259,10 @@ mod tests {
         assert_eq!(s.verify("file_2", 2000, sig, 1000), SignatureCheck::Invalid);
         assert_eq!(s.verify("file_1", 2001, sig, 1000), SignatureCheck::Invalid);
         let rotated = UrlSigner::new(vec![Secret::new("k2"), Secret::new("k1")]).unwrap();
-        assert_eq!(rotated.verify("file_1", 2000, sig, 1000), SignatureCheck::Valid);
+        assert_eq!(
+            rotated.verify("file_1", 2000, sig, 1000),
+            SignatureCheck::Valid
+        );
     }
 
     #[test]

@@ -34,7 +34,10 @@ pub struct MemoryEphemeral {
 
 impl MemoryEphemeral {
     pub fn new(max_keys: usize) -> Self {
-        Self { inner: Arc::new(Mutex::new(HashMap::new())), max_keys }
+        Self {
+            inner: Arc::new(Mutex::new(HashMap::new())),
+            max_keys,
+        }
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Entries) -> R) -> R {
@@ -49,7 +52,10 @@ impl MemoryEphemeral {
         let now = Instant::now();
         m.retain(|_, (_, exp)| *exp > now);
         if m.len() >= self.max_keys {
-            return Err(BackendError::new(ErrorKind::LimitExceeded, "ephemeral store full"));
+            return Err(BackendError::new(
+                ErrorKind::LimitExceeded,
+                "ephemeral store full",
+            ));
         }
         Ok(())
     }
@@ -62,7 +68,9 @@ impl Default for MemoryEphemeral {
 }
 
 fn live(entry: Option<&(Vec<u8>, Instant)>) -> Option<&Vec<u8>> {
-    entry.filter(|(_, exp)| *exp > Instant::now()).map(|(v, _)| v)
+    entry
+        .filter(|(_, exp)| *exp > Instant::now())
+        .map(|(v, _)| v)
 }
 
 #[async_trait]
@@ -97,8 +105,8 @@ impl Ephemeral for MemoryEphemeral {
 
     async fn incr(&self, key: &str, ttl: Duration) -> BackendResult<u64> {
         self.with(|m| {
-            let current = live(m.get(key))
-                .and_then(|v| v.as_slice().try_into().ok().map(u64::from_le_bytes));
+            let current =
+                live(m.get(key)).and_then(|v| v.as_slice().try_into().ok().map(u64::from_le_bytes));
             let exp = match (current, m.get(key)) {
                 (Some(_), Some((_, exp))) => *exp,
                 _ => Instant::now() + ttl,

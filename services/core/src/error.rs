@@ -36,14 +36,22 @@ impl fmt::Display for BackendError {
 
 impl BackendError {
     pub fn new(kind: ErrorKind, context: impl Into<String>) -> Self {
-        Self { kind, context: context.into(), source: None }
+        Self {
+            kind,
+            context: context.into(),
+            source: None,
+        }
     }
     pub fn with_source(
         kind: ErrorKind,
         context: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        Self { kind, context: context.into(), source: Some(Box::new(source)) }
+        Self {
+            kind,
+            context: context.into(),
+            source: Some(Box::new(source)),
+        }
     }
     pub fn not_found(what: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, what)

@@ -33,9 +33,13 @@ pub fn bytes_stream(b: impl Into<Bytes>) -> ByteStream {
 pub async fn collect(mut s: ByteStream, max: u64) -> BackendResult<Vec<u8>> {
     let mut out = Vec::new();
     while let Some(chunk) = s.next().await {
-        let chunk = chunk.map_err(|e| BackendError::with_source(ErrorKind::Unavailable, "read stream", e))?;
+        let chunk = chunk
+            .map_err(|e| BackendError::with_source(ErrorKind::Unavailable, "read stream", e))?;
         if (out.len() + chunk.len()) as u64 > max {
-            return Err(BackendError::new(ErrorKind::LimitExceeded, "stream too large"));
+            return Err(BackendError::new(
+                ErrorKind::LimitExceeded,
+                "stream too large",
+            ));
         }
         out.extend_from_slice(&chunk);
     }
@@ -52,15 +56,20 @@ pub struct LocalFileStore {
 impl LocalFileStore {
     pub fn new(root: impl Into<PathBuf>) -> BackendResult<Self> {
         let root = root.into();
-        std::fs::create_dir_all(&root)
-            .map_err(|e| BackendError::with_source(ErrorKind::Internal, "create files folder", e))?;
+        std::fs::create_dir_all(&root).map_err(|e| {
+            BackendError::with_source(ErrorKind::Internal, "create files folder", e)
+        })?;
         Ok(Self { root })
     }
 
     fn path(&self, key: &str) -> BackendResult<PathBuf> {
         let ok = !key.is_empty()
-            && key.split('/').all(|p| !p.is_empty() && p != "." && p != "..")
-            && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'));
+            && key
+                .split('/')
+                .all(|p| !p.is_empty() && p != "." && p != "..")
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'));
         if !ok {
             return Err(BackendError::new(ErrorKind::Internal, "invalid object key"));
         }
@@ -69,7 +78,11 @@ impl LocalFileStore {
 }
 
 fn io_err(ctx: &str, e: std::io::Error) -> BackendError {
-    let kind = if e.kind() == std::io::ErrorKind::NotFound { ErrorKind::NotFound } else { ErrorKind::Internal };
+    let kind = if e.kind() == std::io::ErrorKind::NotFound {
+        ErrorKind::NotFound
+    } else {
+        ErrorKind::Internal
+    };
     BackendError::with_source(kind, ctx.to_owned(), e)
 }
 
@@ -78,17 +91,26 @@ impl FileStore for LocalFileStore {
     async fn put(&self, key: &str, mut body: ByteStream, max_bytes: u64) -> BackendResult<u64> {
         let path = self.path(key)?;
         if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir).await.map_err(|e| io_err("create dir", e))?;
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|e| io_err("create dir", e))?;
         }
         let tmp = path.with_extension(format!("part-{}", crate::ids::random_secret(4)));
-        let mut f = tokio::fs::File::create(&tmp).await.map_err(|e| io_err("create", e))?;
+        let mut f = tokio::fs::File::create(&tmp)
+            .await
+            .map_err(|e| io_err("create", e))?;
         let mut n: u64 = 0;
         let result: BackendResult<()> = async {
             while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| BackendError::with_source(ErrorKind::Unavailable, "read upload", e))?;
+                let chunk = chunk.map_err(|e| {
+                    BackendError::with_source(ErrorKind::Unavailable, "read upload", e)
+                })?;
                 n += chunk.len() as u64;
                 if n > max_bytes {
-                    return Err(BackendError::new(ErrorKind::LimitExceeded, "file too large"));
+                    return Err(BackendError::new(
+                        ErrorKind::LimitExceeded,
+                        "file too large",
+                    ));
                 }
                 f.write_all(&chunk).await.map_err(|e| io_err("write", e))?;
             }
@@ -102,13 +124,19 @@ impl FileStore for LocalFileStore {
             let _ = tokio::fs::remove_file(&tmp).await;
             return Err(e);
         }
-        tokio::fs::rename(&tmp, &path).await.map_err(|e| io_err("rename", e))?;
+        tokio::fs::rename(&tmp, &path)
+            .await
+            .map_err(|e| io_err("rename", e))?;
         Ok(n)
     }
 
     async fn get(&self, key: &str) -> BackendResult<ByteStream> {
-        let f = tokio::fs::File::open(self.path(key)?).await.map_err(|e| io_err("open", e))?;
-        Ok(tokio_util::io::ReaderStream::new(f).map_err(std::io::Error::other).boxed())
+        let f = tokio::fs::File::open(self.path(key)?)
+            .await
+            .map_err(|e| io_err("open", e))?;
+        Ok(tokio_util::io::ReaderStream::new(f)
+            .map_err(std::io::Error::other)
+            .boxed())
     }
 
     async fn delete(&self, key: &str) -> BackendResult<()> {
@@ -120,6 +148,9 @@ impl FileStore for LocalFileStore {
     }
 
     async fn ping(&self) -> BackendResult<()> {
-        tokio::fs::metadata(&self.root).await.map(|_| ()).map_err(|e| io_err("stat root", e))
+        tokio::fs::metadata(&self.root)
+            .await
+            .map(|_| ())
+            .map_err(|e| io_err("stat root", e))
     }
 }

@@ -90,7 +90,10 @@ impl AuthStatus {
         serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
     }
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Authenticated | Self::Expired | Self::Failed | Self::Canceled)
+        matches!(
+            self,
+            Self::Authenticated | Self::Expired | Self::Failed | Self::Canceled
+        )
     }
 }
 

@@ -25,7 +25,9 @@ pub struct Binding {
 
 impl std::fmt::Debug for Binding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Binding").field("channel_id", &self.channel_id).finish_non_exhaustive()
+        f.debug_struct("Binding")
+            .field("channel_id", &self.channel_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -51,7 +53,10 @@ pub enum AuthStep {
         /// Provider state kept encrypted with the session.
         state: Value,
     },
-    Failed { code: String, message: String },
+    Failed {
+        code: String,
+        message: String,
+    },
 }
 
 impl std::fmt::Debug for AuthStep {
@@ -136,16 +141,28 @@ pub struct ProviderError {
 
 impl ProviderError {
     pub fn new(kind: ProviderErrorKind, code: &str, message: impl Into<String>) -> Self {
-        Self { kind, code: code.to_owned(), message: message.into() }
+        Self {
+            kind,
+            code: code.to_owned(),
+            message: message.into(),
+        }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(ProviderErrorKind::InvalidInput, "invalid_arguments", message)
+        Self::new(
+            ProviderErrorKind::InvalidInput,
+            "invalid_arguments",
+            message,
+        )
     }
     pub fn transient(message: impl Into<String>) -> Self {
         Self::new(ProviderErrorKind::Transient, "target_unavailable", message)
     }
     pub fn rejected(message: impl Into<String>) -> Self {
-        Self::new(ProviderErrorKind::Rejected, "target_delivery_failed", message)
+        Self::new(
+            ProviderErrorKind::Rejected,
+            "target_delivery_failed",
+            message,
+        )
     }
     pub fn retryable(&self) -> bool {
         self.kind == ProviderErrorKind::Transient
@@ -201,7 +218,11 @@ pub trait ProviderHost: Send + Sync + 'static {
     /// Every bound channel of this Card (pollers and shared consumers use it at start).
     async fn bound_channels(&self) -> Result<Vec<Binding>, BackendError>;
     /// Durably stores an inbound message, then rings the doorbell of the channel's socket.
-    async fn accept_inbound(&self, channel_id: &str, msg: InboundMessage) -> Result<InboundOutcome, HostError>;
+    async fn accept_inbound(
+        &self,
+        channel_id: &str,
+        msg: InboundMessage,
+    ) -> Result<InboundOutcome, HostError>;
     /// Streams an inbound file into the file store; returns the item for `chat.message.files`.
     async fn store_inbound_file(
         &self,
@@ -211,19 +232,34 @@ pub trait ProviderHost: Send + Sync + 'static {
         body: ByteStream,
     ) -> Result<FileItem, HostError>;
     /// Opens an uploaded file of the channel.
-    async fn open_file(&self, channel_id: &str, file_ref: &str) -> Result<(OutboundFile, ByteStream), HostError>;
+    async fn open_file(
+        &self,
+        channel_id: &str,
+        file_ref: &str,
+    ) -> Result<(OutboundFile, ByteStream), HostError>;
     /// The encrypted provider state of an unfinished auth session (pairing flows).
-    async fn auth_state(&self, auth_session_id: &str) -> Result<Option<(String, AuthStatus, Value)>, BackendError>;
+    async fn auth_state(
+        &self,
+        auth_session_id: &str,
+    ) -> Result<Option<(String, AuthStatus, Value)>, BackendError>;
     /// Advances an auth session from outside the data plane (pairing completed, QR scanned).
     async fn advance_auth(&self, auth_session_id: &str, step: AuthStep) -> Result<(), HostError>;
     /// Reports the target's health for a channel; a change is pushed as a Descriptor.
-    async fn set_target_status(&self, channel_id: &str, status: ConnectionStatus) -> Result<(), HostError>;
+    async fn set_target_status(
+        &self,
+        channel_id: &str,
+        status: ConnectionStatus,
+    ) -> Result<(), HostError>;
     /// Absolute base URL of this deployment (webhook registration, absolute download URLs).
     fn public_base_url(&self) -> String;
     fn ephemeral(&self) -> Arc<dyn crate::ephemeral::Ephemeral>;
     /// Acquires or renews a cluster-wide named lease for this pod (e.g. one poller per bot).
     /// Returns the fencing generation while held.
-    async fn acquire_lease(&self, name: &str, ttl: std::time::Duration) -> Result<Option<i64>, BackendError>;
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<i64>, BackendError>;
     /// Gives a lease up (drain, last channel gone).
     async fn release_lease(&self, name: &str) -> Result<(), BackendError>;
     /// Durable provider state such as update cursors, namespaced by the provider.
@@ -253,12 +289,21 @@ pub trait Provider: Send + Sync + 'static {
         false
     }
     /// Shows the assembled text so far (only called when `streams_deltas`).
-    async fn delta(&self, binding: &Binding, message_id: &str, text: &str) -> Result<(), ProviderError> {
+    async fn delta(
+        &self,
+        binding: &Binding,
+        message_id: &str,
+        text: &str,
+    ) -> Result<(), ProviderError> {
         let _ = (binding, message_id, text);
         Ok(())
     }
     /// Maps `chat.activity` to the target's typing indicator, if it has one.
-    async fn activity(&self, binding: &Binding, status: ActivityStatus) -> Result<(), ProviderError> {
+    async fn activity(
+        &self,
+        binding: &Binding,
+        status: ActivityStatus,
+    ) -> Result<(), ProviderError> {
         let _ = (binding, status);
         Ok(())
     }

@@ -11,7 +11,11 @@ use crate::app::{open_store, prepare_schema};
 use crate::config::{Config, DEFAULT_CONFIG_TOML};
 
 #[derive(Debug, Parser)]
-#[command(name = "switchyard", version, about = "Multi-tenant xAgent connector server")]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Multi-tenant xAgent connector server"
+)]
 pub struct Cli {
     /// Configuration file (TOML); also SWITCHYARD_CONFIG.
     #[arg(long, global = true)]
@@ -96,11 +100,18 @@ pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
         Command::Tenant { command } => match command {
             TenantCommand::Create { name, json } => {
                 let store = admin_store(&cfg).await?;
-                let (t, key) = switchyard_core::engine::create_tenant(store.as_ref(), &name).await?;
+                let (t, key) =
+                    switchyard_core::engine::create_tenant(store.as_ref(), &name).await?;
                 if json {
-                    println!("{}", json!({"tenant_id": t.id, "name": t.name, "key_id": key.id, "api_key": key.key.expose()}));
+                    println!(
+                        "{}",
+                        json!({"tenant_id": t.id, "name": t.name, "key_id": key.id, "api_key": key.key.expose()})
+                    );
                 } else {
-                    println!("tenant {} created with id {}; API key id {}:", t.name, t.id, key.id);
+                    println!(
+                        "tenant {} created with id {}; API key id {}:",
+                        t.name, t.id, key.id
+                    );
                     println!("{}", key.key.expose());
                 }
             }
@@ -120,10 +131,15 @@ pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
         Command::Key { command } => match command {
             KeyCommand::Create { tenant, json } => {
                 let store = admin_store(&cfg).await?;
-                let Some(t) = store.find_tenant(&tenant).await? else { bail!("no tenant {tenant:?}") };
+                let Some(t) = store.find_tenant(&tenant).await? else {
+                    bail!("no tenant {tenant:?}")
+                };
                 let key = switchyard_core::engine::create_key(store.as_ref(), &t.id).await?;
                 if json {
-                    println!("{}", json!({"tenant_id": t.id, "key_id": key.id, "api_key": key.key.expose()}));
+                    println!(
+                        "{}",
+                        json!({"tenant_id": t.id, "key_id": key.id, "api_key": key.key.expose()})
+                    );
                 } else {
                     println!("API key {} for tenant {}:", key.id, t.name);
                     println!("{}", key.key.expose());
@@ -131,7 +147,10 @@ pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
             }
             KeyCommand::Revoke { key_id, json } => {
                 let store = admin_store(&cfg).await?;
-                store.revoke_api_key(&key_id, now_ms()).await.with_context(|| format!("revoking {key_id}"))?;
+                store
+                    .revoke_api_key(&key_id, now_ms())
+                    .await
+                    .with_context(|| format!("revoking {key_id}"))?;
                 if json {
                     println!("{}", json!({"key_id": key_id, "revoked": true}));
                 } else {
@@ -140,14 +159,24 @@ pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
             }
             KeyCommand::List { tenant, json } => {
                 let store = admin_store(&cfg).await?;
-                let Some(t) = store.find_tenant(&tenant).await? else { bail!("no tenant {tenant:?}") };
+                let Some(t) = store.find_tenant(&tenant).await? else {
+                    bail!("no tenant {tenant:?}")
+                };
                 let keys = store.list_api_keys(&t.id).await?;
                 if json {
                     let rows: Vec<_> = keys.iter().map(|k| json!({"key_id": k.id, "created_at": k.created_at, "revoked_at": k.revoked_at})).collect();
                     println!("{}", serde_json::Value::Array(rows));
                 } else {
                     for k in keys {
-                        println!("{}\t{}", k.id, if k.revoked_at.is_some() { "revoked" } else { "active" });
+                        println!(
+                            "{}\t{}",
+                            k.id,
+                            if k.revoked_at.is_some() {
+                                "revoked"
+                            } else {
+                                "active"
+                            }
+                        );
                     }
                 }
             }

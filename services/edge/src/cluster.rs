@@ -14,9 +14,13 @@ use crate::config::{Config, S3Config};
 
 #[cfg(feature = "postgres")]
 pub async fn open_postgres(cfg: &Config, url: &str) -> anyhow::Result<Arc<dyn Store>> {
-    let s = switchyard_store_postgres::PostgresStore::connect(url, cfg.database_schema.as_deref(), cfg.database_max_connections)
-        .await
-        .context("connecting to Postgres")?;
+    let s = switchyard_store_postgres::PostgresStore::connect(
+        url,
+        cfg.database_schema.as_deref(),
+        cfg.database_max_connections,
+    )
+    .await
+    .context("connecting to Postgres")?;
     Ok(Arc::new(s))
 }
 
@@ -27,7 +31,9 @@ pub async fn open_postgres(_cfg: &Config, _url: &str) -> anyhow::Result<Arc<dyn 
 
 #[cfg(feature = "nats")]
 pub async fn open_nats(url: &str, prefix: &str) -> anyhow::Result<Arc<dyn Bus>> {
-    let b = switchyard_bus_nats::NatsBus::connect(url, prefix).await.context("connecting to NATS")?;
+    let b = switchyard_bus_nats::NatsBus::connect(url, prefix)
+        .await
+        .context("connecting to NATS")?;
     Ok(Arc::new(b))
 }
 
@@ -38,7 +44,9 @@ pub async fn open_nats(_url: &str, _prefix: &str) -> anyhow::Result<Arc<dyn Bus>
 
 #[cfg(feature = "redis")]
 pub async fn open_redis(url: &str, prefix: &str) -> anyhow::Result<Arc<dyn Ephemeral>> {
-    let r = switchyard_ephemeral_redis::RedisEphemeral::connect(url, prefix).await.context("connecting to Redis")?;
+    let r = switchyard_ephemeral_redis::RedisEphemeral::connect(url, prefix)
+        .await
+        .context("connecting to Redis")?;
     Ok(Arc::new(r))
 }
 

@@ -61,9 +61,11 @@ impl<'de> Deserialize<'de> for Dur {
         }
         match Raw::deserialize(d)? {
             Raw::N(n) => Ok(Dur(Duration::from_secs(n))),
-            Raw::S(s) => parse_duration(&s)
-                .map(Dur)
-                .ok_or_else(|| serde::de::Error::custom(format!("invalid duration {s:?}; use 500ms, 30s, 5m or 1h"))),
+            Raw::S(s) => parse_duration(&s).map(Dur).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "invalid duration {s:?}; use 500ms, 30s, 5m or 1h"
+                ))
+            }),
         }
     }
 }
@@ -88,8 +90,17 @@ impl<'de> Deserialize<'de> for SecretList {
             L(Vec<String>),
         }
         let items = match Raw::deserialize(d)? {
-            Raw::S(s) => s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(Secret::new).collect(),
-            Raw::L(l) => l.into_iter().filter(|x| !x.is_empty()).map(Secret::new).collect(),
+            Raw::S(s) => s
+                .split(',')
+                .map(str::trim)
+                .filter(|x| !x.is_empty())
+                .map(Secret::new)
+                .collect(),
+            Raw::L(l) => l
+                .into_iter()
+                .filter(|x| !x.is_empty())
+                .map(Secret::new)
+                .collect(),
         };
         Ok(SecretList(items))
     }
@@ -106,7 +117,12 @@ pub struct S3Config {
 
 impl Default for S3Config {
     fn default() -> Self {
-        Self { endpoint: None, bucket: None, region: "us-east-1".into(), force_path_style: false }
+        Self {
+            endpoint: None,
+            bucket: None,
+            region: "us-east-1".into(),
+            force_path_style: false,
+        }
     }
 }
 
@@ -217,7 +233,9 @@ pub struct TelegramConfig {
 
 impl Default for TelegramConfig {
     fn default() -> Self {
-        Self { api_base: "https://api.telegram.org".into() }
+        Self {
+            api_base: "https://api.telegram.org".into(),
+        }
     }
 }
 
@@ -232,7 +250,10 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { format: "text".into(), level: "info".into() }
+        Self {
+            format: "text".into(),
+            level: "info".into(),
+        }
     }
 }
 
@@ -304,10 +325,15 @@ impl Config {
     /// Defaults, then the file (if any), then `SWITCHYARD_*` environment variables.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
         let mut fig = Figment::from(Serialized::defaults(Config::default()));
-        let file = file.map(Path::to_path_buf).or_else(|| std::env::var_os("SWITCHYARD_CONFIG").map(PathBuf::from));
+        let file = file
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("SWITCHYARD_CONFIG").map(PathBuf::from));
         if let Some(f) = file {
             if !f.exists() {
-                return Err(ConfigError::Invalid(format!("config file {} does not exist", f.display())));
+                return Err(ConfigError::Invalid(format!(
+                    "config file {} does not exist",
+                    f.display()
+                )));
             }
             fig = fig.merge(Toml::file(f));
         }
@@ -319,25 +345,37 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(u) = &self.public_base_url {
-            let parsed = url::Url::parse(u).map_err(|_| ConfigError::Invalid("public_base_url must be an absolute URL".into()))?;
+            let parsed = url::Url::parse(u).map_err(|_| {
+                ConfigError::Invalid("public_base_url must be an absolute URL".into())
+            })?;
             if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(ConfigError::Invalid("public_base_url must be http or https".into()));
+                return Err(ConfigError::Invalid(
+                    "public_base_url must be http or https".into(),
+                ));
             }
         }
         if let Some(db) = &self.database_url
-            && !(db.starts_with("sqlite:") || db.starts_with("postgres://") || db.starts_with("postgresql://"))
+            && !(db.starts_with("sqlite:")
+                || db.starts_with("postgres://")
+                || db.starts_with("postgresql://"))
         {
-            return Err(ConfigError::Invalid("database_url must start with sqlite: or postgres://".into()));
+            return Err(ConfigError::Invalid(
+                "database_url must start with sqlite: or postgres://".into(),
+            ));
         }
         if self.delivery.window == 0 || self.limits.tools_per_socket == 0 {
-            return Err(ConfigError::Invalid("delivery.window and limits.tools_per_socket must be at least 1".into()));
+            return Err(ConfigError::Invalid(
+                "delivery.window and limits.tools_per_socket must be at least 1".into(),
+            ));
         }
         Ok(())
     }
 
     /// True when the store is shared by several pods (keys must then be configured).
     pub fn is_clustered(&self) -> bool {
-        self.database_url.as_deref().is_some_and(|u| u.starts_with("postgres"))
+        self.database_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("postgres"))
     }
 
     pub fn engine(&self) -> EngineConfig {
@@ -380,7 +418,9 @@ mod tests {
 
     #[test]
     fn printed_default_config_is_the_default() {
-        let parsed: Config = Figment::from(Toml::string(DEFAULT_CONFIG_TOML)).extract().unwrap();
+        let parsed: Config = Figment::from(Toml::string(DEFAULT_CONFIG_TOML))
+            .extract()
+            .unwrap();
         assert_eq!(parsed, Config::default());
     }
 

@@ -40,19 +40,30 @@ impl Drop for Subscription {
 
 impl Doorbells {
     pub fn new(bus: Arc<dyn Bus>) -> Arc<Self> {
-        Arc::new(Self { bus, subs: Mutex::new(HashMap::new()) })
+        Arc::new(Self {
+            bus,
+            subs: Mutex::new(HashMap::new()),
+        })
     }
 
     pub async fn subscribe(self: &Arc<Self>, connector_id: &str) -> BackendResult<Subscription> {
         if let Some(rx) = self.existing(connector_id) {
-            return Ok(Subscription { rx, connector_id: connector_id.to_owned(), owner: Arc::downgrade(self) });
+            return Ok(Subscription {
+                rx,
+                connector_id: connector_id.to_owned(),
+                owner: Arc::downgrade(self),
+            });
         }
         let mut stream = self.bus.subscribe(&connector_topic(connector_id)).await?;
         let mut subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
         // Another session may have subscribed while we awaited; keep theirs.
         if let Some(e) = subs.get(connector_id) {
             let rx = e.tx.subscribe();
-            return Ok(Subscription { rx, connector_id: connector_id.to_owned(), owner: Arc::downgrade(self) });
+            return Ok(Subscription {
+                rx,
+                connector_id: connector_id.to_owned(),
+                owner: Arc::downgrade(self),
+            });
         }
         let (tx, rx) = broadcast::channel(FANOUT_CAPACITY);
         let fan = tx.clone();
@@ -65,7 +76,11 @@ impl Doorbells {
         });
         subs.insert(connector_id.to_owned(), Entry { tx, task });
         metrics::gauge!("switchyard_connector_subscriptions").set(subs.len() as f64);
-        Ok(Subscription { rx, connector_id: connector_id.to_owned(), owner: Arc::downgrade(self) })
+        Ok(Subscription {
+            rx,
+            connector_id: connector_id.to_owned(),
+            owner: Arc::downgrade(self),
+        })
     }
 
     fn existing(&self, connector_id: &str) -> Option<broadcast::Receiver<Doorbell>> {
@@ -76,7 +91,9 @@ impl Doorbells {
     fn release(&self, connector_id: &str) {
         let mut subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
         // The dropping receiver still counts while Drop runs, so one means "last one".
-        if subs.get(connector_id).is_some_and(|e| e.tx.receiver_count() <= 1)
+        if subs
+            .get(connector_id)
+            .is_some_and(|e| e.tx.receiver_count() <= 1)
             && let Some(e) = subs.remove(connector_id)
         {
             e.task.abort();

@@ -40,7 +40,11 @@ pub struct ConnState {
 pub fn http_status(code: ErrorCode) -> StatusCode {
     use ErrorCode::*;
     match code {
-        ConnectorChannelIdRequired | InvalidPacket | InvalidArguments | UnknownTool | UnknownAuthFlow => StatusCode::BAD_REQUEST,
+        ConnectorChannelIdRequired
+        | InvalidPacket
+        | InvalidArguments
+        | UnknownTool
+        | UnknownAuthFlow => StatusCode::BAD_REQUEST,
         ConnectorChannelNotOwned | ConnectorChannelConnectorMismatch => StatusCode::FORBIDDEN,
         ConnectionNotFound | FileNotFound | AuthSessionNotFound => StatusCode::NOT_FOUND,
         PacketTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -50,12 +54,20 @@ pub fn http_status(code: ErrorCode) -> StatusCode {
 }
 
 fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, axum::Json(json!({"error": code, "message": message}))).into_response()
+    (
+        status,
+        axum::Json(json!({"error": code, "message": message})),
+    )
+        .into_response()
 }
 
 impl IntoResponse for FaultResponse {
     fn into_response(self) -> Response {
-        error_response(http_status(self.0.code), self.0.code.as_str(), &self.0.message)
+        error_response(
+            http_status(self.0.code),
+            self.0.code.as_str(),
+            &self.0.message,
+        )
     }
 }
 
@@ -69,23 +81,37 @@ async fn tenant_of(conn: &Connector, headers: &HeaderMap) -> Result<String, Resp
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     let Some(presented) = presented else {
-        return Err(error_response(StatusCode::UNAUTHORIZED, "unauthorized", "a Bearer API key is required"));
+        return Err(error_response(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a Bearer API key is required",
+        ));
     };
     match conn.hub.authenticate(presented).await {
         Ok(Some(t)) => Ok(t),
-        Ok(None) => Err(error_response(StatusCode::UNAUTHORIZED, "unauthorized", "invalid API key")),
+        Ok(None) => Err(error_response(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "invalid API key",
+        )),
         Err(e) => Err(FaultResponse(e.into()).into_response()),
     }
 }
 
 pub fn connector_router(state: ConnState) -> Router {
-    let ingress = state.conn.provider.ingress(Arc::new(state.conn.clone()) as Arc<dyn ProviderHost>);
+    let ingress = state
+        .conn
+        .provider
+        .ingress(Arc::new(state.conn.clone()) as Arc<dyn ProviderHost>);
     let mut r = Router::new()
         .route("/connector-card.json", get(card))
         .route("/skill.md", get(skill))
         .route("/health", get(health))
         .route("/ws", get(ws))
-        .route("/files/uploads", post(upload).layer(DefaultBodyLimit::disable()))
+        .route(
+            "/files/uploads",
+            post(upload).layer(DefaultBodyLimit::disable()),
+        )
         .route("/files/refs/{file_ref}", get(download))
         .with_state(state);
     if let Some(ingress) = ingress {
@@ -100,7 +126,11 @@ async fn card(State(s): State<ConnState>) -> Response {
 
 async fn skill(State(s): State<ConnState>) -> Response {
     match s.conn.provider.skill() {
-        Some(md) => ([(header::CONTENT_TYPE, "text/markdown; charset=utf-8")], md.to_owned()).into_response(),
+        Some(md) => (
+            [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+            md.to_owned(),
+        )
+            .into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
 }
@@ -126,7 +156,11 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
         Err(r) => return r,
     };
     if s.draining.load(Ordering::SeqCst) {
-        return error_response(StatusCode::SERVICE_UNAVAILABLE, "draining", "server draining; connect to another pod");
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "server draining; connect to another pod",
+        );
     }
     let offered = headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
@@ -135,7 +169,11 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
         .flat_map(|v| v.split(','))
         .any(|p| p.trim() == SUBPROTOCOL);
     if !offered {
-        return error_response(StatusCode::BAD_REQUEST, "subprotocol_required", "Sec-WebSocket-Protocol must offer xagent.connector.packet.v1");
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "subprotocol_required",
+            "Sec-WebSocket-Protocol must offer xagent.connector.packet.v1",
+        );
     }
     // Frames up to 4x the packet limit are read so that an oversize packet gets a clear
     // error; beyond that the socket closes with 1009.
@@ -156,7 +194,10 @@ async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
             let r = match o {
                 Outgoing::Packet(env) => sink.send(Message::Text(env.to_json().into())).await,
                 Outgoing::Close(code, reason) => {
-                    let frame = axum::extract::ws::CloseFrame { code, reason: reason.into() };
+                    let frame = axum::extract::ws::CloseFrame {
+                        code,
+                        reason: reason.into(),
+                    };
                     let _ = sink.send(Message::Close(Some(frame))).await;
                     break;
                 }
@@ -181,7 +222,12 @@ async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
             }
         }
     });
-    let deps = SessionDeps { conn: s.conn.clone(), doorbells: s.doorbells.clone(), limits: s.limits.clone(), drain: s.drain.clone() };
+    let deps = SessionDeps {
+        conn: s.conn.clone(),
+        doorbells: s.doorbells.clone(),
+        limits: s.limits.clone(),
+        drain: s.drain.clone(),
+    };
     let session = Session::new(deps, tenant, out_tx);
     session.run(ReceiverStream::new(in_rx)).await;
     reader.abort();
@@ -193,13 +239,20 @@ async fn upload(State(s): State<ConnState>, headers: HeaderMap, body: Body) -> R
         Ok(t) => t,
         Err(r) => return r,
     };
-    let channel = headers.get("x-xagent-connector-channel-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let channel = headers
+        .get("x-xagent-connector-channel-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let boundary = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|ct| multer::parse_boundary(ct).ok());
     let Some(boundary) = boundary else {
-        return error_response(StatusCode::BAD_REQUEST, "invalid_multipart", "Content-Type must be multipart/form-data with a boundary");
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "invalid_multipart",
+            "Content-Type must be multipart/form-data with a boundary",
+        );
     };
     // multer over the raw body gives 'static fields, so the file streams straight into the
     // file store without buffering.
@@ -208,7 +261,13 @@ async fn upload(State(s): State<ConnState>, headers: HeaderMap, body: Body) -> R
         let field = match multipart.next_field().await {
             Ok(Some(f)) => f,
             Ok(None) => break,
-            Err(_) => return error_response(StatusCode::BAD_REQUEST, "invalid_multipart", "malformed multipart body"),
+            Err(_) => {
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_multipart",
+                    "malformed multipart body",
+                );
+            }
         };
         if field.name() != Some("file") {
             // recipient_ref / reply_token are accepted; our providers route by channel only.
@@ -217,12 +276,26 @@ async fn upload(State(s): State<ConnState>, headers: HeaderMap, body: Body) -> R
         let filename = field.file_name().unwrap_or("file").to_owned();
         let mime = field.content_type().map(|m| m.to_string());
         let stream = field.map_err(std::io::Error::other).boxed();
-        return match s.conn.upload(&tenant, channel.as_deref(), &filename, mime.as_deref(), stream).await {
+        return match s
+            .conn
+            .upload(
+                &tenant,
+                channel.as_deref(),
+                &filename,
+                mime.as_deref(),
+                stream,
+            )
+            .await
+        {
             Ok(up) => (StatusCode::OK, axum::Json(up)).into_response(),
             Err(f) => FaultResponse(f).into_response(),
         };
     }
-    error_response(StatusCode::BAD_REQUEST, "file_required", "multipart field `file` is required")
+    error_response(
+        StatusCode::BAD_REQUEST,
+        "file_required",
+        "multipart field `file` is required",
+    )
 }
 
 #[derive(Deserialize)]
@@ -231,7 +304,12 @@ struct SignedQuery {
     sig: Option<String>,
 }
 
-async fn download(State(s): State<ConnState>, Path(file_ref): Path<String>, Query(q): Query<SignedQuery>, headers: HeaderMap) -> Response {
+async fn download(
+    State(s): State<ConnState>,
+    Path(file_ref): Path<String>,
+    Query(q): Query<SignedQuery>,
+    headers: HeaderMap,
+) -> Response {
     let tenant;
     let auth = match (q.exp, q.sig.as_deref()) {
         (Some(exp), Some(sig)) => DownloadAuth::Signed { exp, sig },
@@ -240,8 +318,13 @@ async fn download(State(s): State<ConnState>, Path(file_ref): Path<String>, Quer
                 Ok(t) => t,
                 Err(r) => return r,
             };
-            let channel = headers.get("x-xagent-connector-channel-id").and_then(|v| v.to_str().ok());
-            DownloadAuth::Tenant { tenant_id: &tenant, channel_id: channel }
+            let channel = headers
+                .get("x-xagent-connector-channel-id")
+                .and_then(|v| v.to_str().ok());
+            DownloadAuth::Tenant {
+                tenant_id: &tenant,
+                channel_id: channel,
+            }
         }
         (None, None) => DownloadAuth::None,
         _ => return error_response(StatusCode::FORBIDDEN, "forbidden", "incomplete signature"),
@@ -257,18 +340,39 @@ async fn download(State(s): State<ConnState>, Path(file_ref): Path<String>, Quer
             if let Ok(v) = HeaderValue::from_str(&content_disposition(&rec.filename)) {
                 h.insert(header::CONTENT_DISPOSITION, v);
             }
-            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+            h.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, no-store"),
+            );
             resp
         }
-        Ok(DownloadCheck::NotFound) => error_response(StatusCode::NOT_FOUND, "file_not_found", "file_ref unknown or expired"),
-        Ok(DownloadCheck::Forbidden) => error_response(StatusCode::FORBIDDEN, "forbidden", "signature or channel does not match"),
+        Ok(DownloadCheck::NotFound) => error_response(
+            StatusCode::NOT_FOUND,
+            "file_not_found",
+            "file_ref unknown or expired",
+        ),
+        Ok(DownloadCheck::Forbidden) => error_response(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "signature or channel does not match",
+        ),
         Err(f) => FaultResponse(f).into_response(),
     }
 }
 
 /// `attachment; filename="ascii"; filename*=UTF-8''percent-encoded`.
 fn content_disposition(name: &str) -> String {
-    let ascii: String = name.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '_' }).filter(|c| *c != '"' && *c != '\\').collect();
+    let ascii: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .filter(|c| *c != '"' && *c != '\\')
+        .collect();
     let mut encoded = String::new();
     for b in name.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
@@ -286,7 +390,10 @@ mod tests {
 
     #[test]
     fn dispositions() {
-        assert_eq!(content_disposition("a b.txt"), "attachment; filename=\"a b.txt\"; filename*=UTF-8''a%20b.txt");
+        assert_eq!(
+            content_disposition("a b.txt"),
+            "attachment; filename=\"a b.txt\"; filename*=UTF-8''a%20b.txt"
+        );
         assert!(content_disposition("отчёт.pdf").starts_with("attachment; filename=\"_"));
     }
 }

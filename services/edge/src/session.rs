@@ -116,16 +116,34 @@ fn answer(meta: &RequestMeta, kind: &str, channel: Option<&str>) -> Envelope {
 }
 
 fn error_packet(meta: &RequestMeta, fault: &Fault) -> Envelope {
-    answer(meta, "error", meta.connector_channel_id.as_deref()).with_error(fault.code, fault.message.clone())
+    answer(meta, "error", meta.connector_channel_id.as_deref())
+        .with_error(fault.code, fault.message.clone())
 }
 
 fn known_kind(kind: &str) -> &'static str {
     const KNOWN: [&str; 16] = [
-        "connector.hello", "channel.open", "channel.close", "auth.start", "auth.status", "auth.cancel", "auth.logout",
-        "connection.descriptor.get", "tool.invoke", "chat.message", "chat.message.delta", "chat.message.ack",
-        "chat.activity", "ping", "pong", "error",
+        "connector.hello",
+        "channel.open",
+        "channel.close",
+        "auth.start",
+        "auth.status",
+        "auth.cancel",
+        "auth.logout",
+        "connection.descriptor.get",
+        "tool.invoke",
+        "chat.message",
+        "chat.message.delta",
+        "chat.message.ack",
+        "chat.activity",
+        "ping",
+        "pong",
+        "error",
     ];
-    KNOWN.iter().find(|k| **k == kind).copied().unwrap_or("other")
+    KNOWN
+        .iter()
+        .find(|k| **k == kind)
+        .copied()
+        .unwrap_or("other")
 }
 
 impl Session {
@@ -211,24 +229,36 @@ impl Session {
     async fn on_frame(&mut self, frame: Incoming) {
         let text = match frame {
             Incoming::Binary => {
-                let fault = Fault::new(ErrorCode::UnsupportedFrame, "only text frames carry packets");
+                let fault = Fault::new(
+                    ErrorCode::UnsupportedFrame,
+                    "only text frames carry packets",
+                );
                 send(&self.out, error_packet(&RequestMeta::default(), &fault)).await;
                 return;
             }
             Incoming::Text(t) => t,
         };
         if text.len() > self.deps.limits.max_frame_bytes {
-            let fault = Fault::new(ErrorCode::PacketTooLarge, format!("frame exceeds {} bytes", self.deps.limits.max_frame_bytes));
+            let fault = Fault::new(
+                ErrorCode::PacketTooLarge,
+                format!("frame exceeds {} bytes", self.deps.limits.max_frame_bytes),
+            );
             send(&self.out, error_packet(&RequestMeta::default(), &fault)).await;
             return;
         }
         match packet::parse(&text) {
-            Err(PacketError { meta, code, message }) => {
-                metrics::counter!("switchyard_packets_rejected_total", "code" => code.as_str()).increment(1);
+            Err(PacketError {
+                meta,
+                code,
+                message,
+            }) => {
+                metrics::counter!("switchyard_packets_rejected_total", "code" => code.as_str())
+                    .increment(1);
                 send(&self.out, error_packet(&meta, &Fault::new(code, message))).await;
             }
             Ok((meta, pkt)) => {
-                metrics::counter!("switchyard_packets_total", "type" => known_kind(&meta.kind)).increment(1);
+                metrics::counter!("switchyard_packets_total", "type" => known_kind(&meta.kind))
+                    .increment(1);
                 let span = tracing::debug_span!("packet", kind = %meta.kind, request_id = ?meta.request_id, channel = ?meta.connector_channel_id);
                 self.on_packet(meta, pkt).instrument(span).await;
             }
@@ -240,7 +270,10 @@ impl Session {
             match pkt {
                 Inbound::Hello(h) => self.on_hello(meta, h).await,
                 _ => {
-                    let f = Fault::new(ErrorCode::HelloRequired, "connector.hello must complete first");
+                    let f = Fault::new(
+                        ErrorCode::HelloRequired,
+                        "connector.hello must complete first",
+                    );
                     send(&self.out, error_packet(&meta, &f)).await;
                 }
             }
@@ -248,11 +281,18 @@ impl Session {
         };
         match pkt {
             Inbound::Hello(_) => {
-                let f = Fault::new(ErrorCode::InvalidPacket, "connector.hello already completed on this socket");
+                let f = Fault::new(
+                    ErrorCode::InvalidPacket,
+                    "connector.hello already completed on this socket",
+                );
                 send(&self.out, error_packet(&meta, &f)).await;
             }
             Inbound::Ping => {
-                send(&self.out, answer(&meta, "pong", meta.connector_channel_id.as_deref())).await;
+                send(
+                    &self.out,
+                    answer(&meta, "pong", meta.connector_channel_id.as_deref()),
+                )
+                .await;
             }
             Inbound::Pong => {}
             Inbound::Error { code, .. } => {
@@ -261,12 +301,20 @@ impl Session {
             Inbound::ChannelOpen => self.on_open(&ident, meta).await,
             other => {
                 // Ownership first, before anything else happens with this packet.
-                let ch = match self.deps.conn.owned_channel(&ident, meta.connector_channel_id.as_deref()).await {
+                let ch = match self
+                    .deps
+                    .conn
+                    .owned_channel(&ident, meta.connector_channel_id.as_deref())
+                    .await
+                {
                     Ok(ch) => ch,
                     Err(f) => return self.reply_fault(&meta, &other, f).await,
                 };
                 if !self.routes.contains_key(&ch.id) {
-                    let f = Fault::new(ErrorCode::ChannelNotOpen, "channel.open must complete on this socket first");
+                    let f = Fault::new(
+                        ErrorCode::ChannelNotOpen,
+                        "channel.open must complete on this socket first",
+                    );
                     return self.reply_fault(&meta, &other, f).await;
                 }
                 self.on_channel_packet(&ident, meta, ch, other).await;
@@ -280,8 +328,18 @@ impl Session {
         send(&self.out, error_packet(meta, &f)).await;
         if let Inbound::ChatMessage(m) = pkt {
             let retryable = matches!(f.code, ErrorCode::ChannelNotOpen | ErrorCode::Unavailable);
-            let ack = ChatAckPayload::rejected(&m.message_id, f.code.as_str(), &f.message, retryable);
-            send(&self.out, answer(meta, "chat.message.ack", meta.connector_channel_id.as_deref()).with_payload(json!(ack))).await;
+            let ack =
+                ChatAckPayload::rejected(&m.message_id, f.code.as_str(), &f.message, retryable);
+            send(
+                &self.out,
+                answer(
+                    meta,
+                    "chat.message.ack",
+                    meta.connector_channel_id.as_deref(),
+                )
+                .with_payload(json!(ack)),
+            )
+            .await;
         }
     }
 
@@ -290,7 +348,12 @@ impl Session {
             let f = Fault::new(ErrorCode::Draining, "server draining; reconnect");
             return send(&self.out, error_packet(&meta, &f)).await;
         }
-        let ok = match self.deps.conn.hello(&self.tenant_id, &self.socket_id, &h).await {
+        let ok = match self
+            .deps
+            .conn
+            .hello(&self.tenant_id, &self.socket_id, &h)
+            .await
+        {
             Ok(ok) => ok,
             Err(f) => return send(&self.out, error_packet(&meta, &f)).await,
         };
@@ -307,7 +370,11 @@ impl Session {
         });
         tracing::info!(connector_id = %ok.ident.connector_id, reissued = ok.reissued, "hello accepted");
         self.ident = Some(ok.ident);
-        send(&self.out, answer(&meta, "connector.hello.ack", None).with_payload(payload)).await;
+        send(
+            &self.out,
+            answer(&meta, "connector.hello.ack", None).with_payload(payload),
+        )
+        .await;
     }
 
     async fn on_open(&mut self, ident: &SessionIdent, meta: RequestMeta) {
@@ -315,20 +382,43 @@ impl Session {
             let f = Fault::new(ErrorCode::Draining, "server draining; reconnect");
             return send(&self.out, error_packet(&meta, &f)).await;
         }
-        match self.deps.conn.open_channel(ident, meta.connector_channel_id.as_deref()).await {
+        match self
+            .deps
+            .conn
+            .open_channel(ident, meta.connector_channel_id.as_deref())
+            .await
+        {
             Err(f) => send(&self.out, error_packet(&meta, &f)).await,
             Ok((ch, descriptor)) => {
                 let id = ch.id.clone();
-                let payload = json!({"connector_channel_id": id, "connection_descriptor": descriptor});
-                send(&self.out, answer(&meta, "channel.open.ack", Some(&id)).with_payload(payload)).await;
+                let payload =
+                    json!({"connector_channel_id": id, "connection_descriptor": descriptor});
+                send(
+                    &self.out,
+                    answer(&meta, "channel.open.ack", Some(&id)).with_payload(payload),
+                )
+                .await;
                 // A reopen restarts delivery from the oldest unfinished message.
-                self.routes.insert(id.clone(), Route { ch, cursor: 0, inflight: Vec::new() });
+                self.routes.insert(
+                    id.clone(),
+                    Route {
+                        ch,
+                        cursor: 0,
+                        inflight: Vec::new(),
+                    },
+                );
                 self.pump(&id).await;
             }
         }
     }
 
-    async fn on_channel_packet(&mut self, ident: &SessionIdent, meta: RequestMeta, ch: ChannelRecord, pkt: Inbound) {
+    async fn on_channel_packet(
+        &mut self,
+        ident: &SessionIdent,
+        meta: RequestMeta,
+        ch: ChannelRecord,
+        pkt: Inbound,
+    ) {
         let conn = self.deps.conn.clone();
         let out = self.out.clone();
         let chid = ch.id.clone();
@@ -338,13 +428,25 @@ impl Session {
                 self.routes.remove(&chid);
                 self.workers.remove(&chid);
                 match r {
-                    Ok(()) => send(&out, answer(&meta, "channel.close.ack", Some(&chid)).with_payload(json!({"status": "ok"}))).await,
+                    Ok(()) => {
+                        send(
+                            &out,
+                            answer(&meta, "channel.close.ack", Some(&chid))
+                                .with_payload(json!({"status": "ok"})),
+                        )
+                        .await
+                    }
                     Err(f) => send(&out, error_packet(&meta, &f)).await,
                 }
             }
             Inbound::DescriptorGet => {
                 let payload = json!({"connection_descriptor": conn.descriptor(&ch)});
-                send(&out, answer(&meta, "connection.descriptor.get.ack", Some(&chid)).with_payload(payload)).await;
+                send(
+                    &out,
+                    answer(&meta, "connection.descriptor.get.ack", Some(&chid))
+                        .with_payload(payload),
+                )
+                .await;
             }
             Inbound::AuthStart(p) => {
                 self.spawn(async move {
@@ -375,7 +477,11 @@ impl Session {
             Inbound::ChatDelta(p) => self.enqueue_work(&ch, ChannelWork::Delta(meta, p)).await,
             Inbound::ChatActivity(p) => self.enqueue_work(&ch, ChannelWork::Activity(p)).await,
             Inbound::ChatAck(p) => self.on_ack(meta, &chid, p).await,
-            Inbound::Hello(_) | Inbound::ChannelOpen | Inbound::Ping | Inbound::Pong | Inbound::Error { .. } => {}
+            Inbound::Hello(_)
+            | Inbound::ChannelOpen
+            | Inbound::Ping
+            | Inbound::Pong
+            | Inbound::Error { .. } => {}
         }
     }
 
@@ -383,15 +489,28 @@ impl Session {
         self.tasks.spawn(fut.in_current_span());
     }
 
-    async fn on_tool(&mut self, meta: RequestMeta, ch: ChannelRecord, p: switchyard_protocol::packet::ToolInvokePayload) {
+    async fn on_tool(
+        &mut self,
+        meta: RequestMeta,
+        ch: ChannelRecord,
+        p: switchyard_protocol::packet::ToolInvokePayload,
+    ) {
         let chid = ch.id.clone();
-        let tool_ack = |meta: &RequestMeta| answer(meta, "tool.invoke.ack", Some(&chid)).with_payload(json!({"tool_id": p.tool_id}));
+        let tool_ack = |meta: &RequestMeta| {
+            answer(meta, "tool.invoke.ack", Some(&chid)).with_payload(json!({"tool_id": p.tool_id}))
+        };
         if self.draining {
-            let e = tool_ack(&meta).with_error(ErrorCode::Draining, "server draining; retry on the reconnected socket");
+            let e = tool_ack(&meta).with_error(
+                ErrorCode::Draining,
+                "server draining; retry on the reconnected socket",
+            );
             return send(&self.out, e).await;
         }
         let Ok(permit) = self.tools.clone().try_acquire_owned() else {
-            let e = tool_ack(&meta).with_error(ErrorCode::Busy, "too many concurrent tool calls on this socket; retry");
+            let e = tool_ack(&meta).with_error(
+                ErrorCode::Busy,
+                "too many concurrent tool calls on this socket; retry",
+            );
             return send(&self.out, e).await;
         };
         // Idempotency key: context.tool_call_id, else request_id, else the packet id.
@@ -406,12 +525,21 @@ impl Session {
         let out = self.out.clone();
         self.spawn(async move {
             let _permit = permit;
-            let progress = Progress { out: out.clone(), channel: ch.id.clone(), tool_id: p.tool_id.clone(), request_id: meta.request_id.clone() };
-            let r = conn.invoke_tool(&ch, &p.tool_id, &p.arguments, &key, &progress).await;
+            let progress = Progress {
+                out: out.clone(),
+                channel: ch.id.clone(),
+                tool_id: p.tool_id.clone(),
+                request_id: meta.request_id.clone(),
+            };
+            let r = conn
+                .invoke_tool(&ch, &p.tool_id, &p.arguments, &key, &progress)
+                .await;
             let base = answer(&meta, "tool.invoke.ack", Some(&ch.id));
             let env = match r {
                 Ok(result) => base.with_payload(json!({"tool_id": p.tool_id, "result": result})),
-                Err(f) => base.with_payload(json!({"tool_id": p.tool_id})).with_error(f.code, f.message),
+                Err(f) => base
+                    .with_payload(json!({"tool_id": p.tool_id}))
+                    .with_error(f.code, f.message),
             };
             send(&out, env).await;
         });
@@ -430,11 +558,23 @@ impl Session {
                 tx
             }
         };
-        if let Err(mpsc::error::TrySendError::Full(work) | mpsc::error::TrySendError::Closed(work)) = tx.try_send(work) {
+        if let Err(
+            mpsc::error::TrySendError::Full(work) | mpsc::error::TrySendError::Closed(work),
+        ) = tx.try_send(work)
+        {
             match work {
                 ChannelWork::Message(meta, p) => {
-                    let ack = ChatAckPayload::rejected(&p.message_id, ErrorCode::Busy.as_str(), "channel queue is full; retry later", true);
-                    send(&self.out, answer(&meta, "chat.message.ack", Some(&ch.id)).with_payload(json!(ack))).await;
+                    let ack = ChatAckPayload::rejected(
+                        &p.message_id,
+                        ErrorCode::Busy.as_str(),
+                        "channel queue is full; retry later",
+                        true,
+                    );
+                    send(
+                        &self.out,
+                        answer(&meta, "chat.message.ack", Some(&ch.id)).with_payload(json!(ack)),
+                    )
+                    .await;
                 }
                 ChannelWork::Delta(meta, _) => {
                     let f = Fault::new(ErrorCode::Busy, "channel queue is full; delta dropped");
@@ -447,19 +587,29 @@ impl Session {
     }
 
     async fn on_ack(&mut self, meta: RequestMeta, chid: &str, p: ChatAckPayload) {
-        let Some(route) = self.routes.get_mut(chid) else { return };
+        let Some(route) = self.routes.get_mut(chid) else {
+            return;
+        };
         let reply_to = meta.reply_to.clone().unwrap_or_default();
         let idx = route
             .inflight
             .iter()
             .position(|i| i.packet_id == reply_to)
-            .or_else(|| route.inflight.iter().position(|i| i.message_id == p.message_id));
+            .or_else(|| {
+                route
+                    .inflight
+                    .iter()
+                    .position(|i| i.message_id == p.message_id)
+            });
         let Some(idx) = idx else {
             tracing::debug!(message_id = %p.message_id, "ack for a message not in flight on this socket");
             return;
         };
         if route.inflight[idx].message_id != p.message_id {
-            let f = Fault::new(ErrorCode::InvalidPacket, "ack message_id does not match the acknowledged packet");
+            let f = Fault::new(
+                ErrorCode::InvalidPacket,
+                "ack message_id does not match the acknowledged packet",
+            );
             return send(&self.out, error_packet(&meta, &f)).await;
         }
         let conn = self.deps.conn.clone();
@@ -470,13 +620,18 @@ impl Session {
             }
             (AckStatus::Rejected, Some(false)) => {
                 route.inflight.remove(idx);
-                let reason = format!("{}: {}", p.code.as_deref().unwrap_or(""), p.message.as_deref().unwrap_or(""));
+                let reason = format!(
+                    "{}: {}",
+                    p.code.as_deref().unwrap_or(""),
+                    p.message.as_deref().unwrap_or("")
+                );
                 conn.rejected(chid, &p.message_id, &reason).await
             }
             (AckStatus::Rejected, _) => {
                 // Retry after a pause; the whole window restarts from the oldest pending.
                 route.inflight[idx].due = Instant::now() + Duration::from_secs(2);
-                conn.retry_later(chid, &p.message_id, p.code.as_deref().unwrap_or("rejected")).await;
+                conn.retry_later(chid, &p.message_id, p.code.as_deref().unwrap_or("rejected"))
+                    .await;
                 Ok(())
             }
         };
@@ -511,7 +666,9 @@ impl Session {
                         if let Some(r) = self.routes.get_mut(&channel_id) {
                             r.ch = ch;
                         }
-                        let env = packet("connection.descriptor.push").with_channel(Some(&channel_id)).with_payload(json!({"connection_descriptor": d}));
+                        let env = packet("connection.descriptor.push")
+                            .with_channel(Some(&channel_id))
+                            .with_payload(json!({"connection_descriptor": d}));
                         send(&self.out, env).await;
                     }
                     Ok(None) => {
@@ -520,14 +677,23 @@ impl Session {
                     Err(e) => tracing::warn!(error = %e, "descriptor refresh failed"),
                 }
             }
-            Doorbell::ChannelTaken { channel_id, socket_id } => {
+            Doorbell::ChannelTaken {
+                channel_id,
+                socket_id,
+            } => {
                 if socket_id != self.socket_id && self.routes.remove(&channel_id).is_some() {
                     tracing::info!(channel = %channel_id, "channel opened on another socket; route moved");
                     self.workers.remove(&channel_id);
                 }
             }
             Doorbell::ConnectorGone => {
-                let _ = self.out.send(Outgoing::Close(CLOSE_CONNECTOR_GONE, "connector_id deregistered; reconnect".into())).await;
+                let _ = self
+                    .out
+                    .send(Outgoing::Close(
+                        CLOSE_CONNECTOR_GONE,
+                        "connector_id deregistered; reconnect".into(),
+                    ))
+                    .await;
             }
         }
     }
@@ -536,8 +702,15 @@ impl Session {
         let now = Instant::now();
         let ids: Vec<String> = self.routes.keys().cloned().collect();
         for id in ids {
-            let Some(route) = self.routes.get_mut(&id) else { continue };
-            let overdue: Vec<String> = route.inflight.iter().filter(|i| i.due <= now).map(|i| i.message_id.clone()).collect();
+            let Some(route) = self.routes.get_mut(&id) else {
+                continue;
+            };
+            let overdue: Vec<String> = route
+                .inflight
+                .iter()
+                .filter(|i| i.due <= now)
+                .map(|i| i.message_id.clone())
+                .collect();
             if !overdue.is_empty() {
                 // Redeliver every unfinished message of the channel in order, same ids.
                 route.inflight.clear();
@@ -556,13 +729,20 @@ impl Session {
     async fn pump(&mut self, chid: &str) {
         let window = self.deps.limits.window as usize;
         let ack_timeout = self.deps.limits.ack_timeout;
-        let Some(route) = self.routes.get_mut(chid) else { return };
+        let Some(route) = self.routes.get_mut(chid) else {
+            return;
+        };
         let kind = self.deps.conn.delivery_kind(&route.ch.profiles);
         let room = window.saturating_sub(route.inflight.len());
         if room == 0 || kind == DeliveryKind::None {
             return;
         }
-        let batch = match self.deps.conn.pending(chid, &route.ch.profiles, route.cursor, room as u32).await {
+        let batch = match self
+            .deps
+            .conn
+            .pending(chid, &route.ch.profiles, route.cursor, room as u32)
+            .await
+        {
             Ok(b) => b,
             Err(f) => {
                 tracing::warn!(code = %f.code, "reading pending messages failed; retried on the next sweep");
@@ -571,15 +751,26 @@ impl Session {
         };
         let mut pushed = Vec::new();
         for d in batch {
-            let env = packet(d.kind).with_channel(Some(chid)).with_payload(d.payload);
+            let env = packet(d.kind)
+                .with_channel(Some(chid))
+                .with_payload(d.payload);
             let packet_id = env.packet_id.clone();
-            if self.out.send(Outgoing::Packet(Box::new(env))).await.is_err() {
+            if self
+                .out
+                .send(Outgoing::Packet(Box::new(env)))
+                .await
+                .is_err()
+            {
                 return;
             }
             route.cursor = route.cursor.max(d.seq);
             match kind {
                 DeliveryKind::ChatMessage => {
-                    route.inflight.push(Inflight { message_id: d.message_id, packet_id, due: Instant::now() + ack_timeout });
+                    route.inflight.push(Inflight {
+                        message_id: d.message_id,
+                        packet_id,
+                        due: Instant::now() + ack_timeout,
+                    });
                 }
                 // message.push has no business ack: the socket write is the delivery.
                 _ => pushed.push(d.message_id),
@@ -607,7 +798,12 @@ async fn recv_bell(bells: &mut Option<Subscription>) -> Option<Doorbell> {
     }
 }
 
-fn ack_or_error(meta: &RequestMeta, kind: &str, channel: &str, r: Result<Value, Fault>) -> Envelope {
+fn ack_or_error(
+    meta: &RequestMeta,
+    kind: &str,
+    channel: &str,
+    r: Result<Value, Fault>,
+) -> Envelope {
     let base = answer(meta, kind, Some(channel));
     match r {
         Ok(payload) => base.with_payload(payload),
@@ -616,7 +812,12 @@ fn ack_or_error(meta: &RequestMeta, kind: &str, channel: &str, r: Result<Value, 
 }
 
 /// Serial processing of xAgent -> target work for one channel.
-async fn channel_worker(conn: Connector, chid: String, mut rx: mpsc::Receiver<ChannelWork>, out: mpsc::Sender<Outgoing>) {
+async fn channel_worker(
+    conn: Connector,
+    chid: String,
+    mut rx: mpsc::Receiver<ChannelWork>,
+    out: mpsc::Sender<Outgoing>,
+) {
     while let Some(work) = rx.recv().await {
         // Re-read the channel so status changes (logout, revocation) apply immediately.
         let ch = match conn.hub.store.get_channel(&chid).await {
@@ -625,19 +826,43 @@ async fn channel_worker(conn: Connector, chid: String, mut rx: mpsc::Receiver<Ch
             Err(e) => {
                 tracing::warn!(error = %e, "store unavailable in channel worker");
                 if let ChannelWork::Message(meta, p) = work {
-                    let ack = ChatAckPayload::rejected(&p.message_id, ErrorCode::Unavailable.as_str(), "store unavailable; retry later", true);
-                    send(&out, answer(&meta, "chat.message.ack", Some(&chid)).with_payload(json!(ack))).await;
+                    let ack = ChatAckPayload::rejected(
+                        &p.message_id,
+                        ErrorCode::Unavailable.as_str(),
+                        "store unavailable; retry later",
+                        true,
+                    );
+                    send(
+                        &out,
+                        answer(&meta, "chat.message.ack", Some(&chid)).with_payload(json!(ack)),
+                    )
+                    .await;
                 }
                 continue;
             }
         };
         match work {
             ChannelWork::Message(meta, p) => match conn.receive_message(&ch, &p).await {
-                Ok(Some(ack)) => send(&out, answer(&meta, "chat.message.ack", Some(&chid)).with_payload(json!(ack))).await,
+                Ok(Some(ack)) => {
+                    send(
+                        &out,
+                        answer(&meta, "chat.message.ack", Some(&chid)).with_payload(json!(ack)),
+                    )
+                    .await
+                }
                 Ok(None) => {}
                 Err(f) => {
-                    let ack = ChatAckPayload::rejected(&p.message_id, f.code.as_str(), &f.message, f.code == ErrorCode::Unavailable);
-                    send(&out, answer(&meta, "chat.message.ack", Some(&chid)).with_payload(json!(ack))).await;
+                    let ack = ChatAckPayload::rejected(
+                        &p.message_id,
+                        f.code.as_str(),
+                        &f.message,
+                        f.code == ErrorCode::Unavailable,
+                    );
+                    send(
+                        &out,
+                        answer(&meta, "chat.message.ack", Some(&chid)).with_payload(json!(ack)),
+                    )
+                    .await;
                 }
             },
             ChannelWork::Delta(meta, p) => {
@@ -664,7 +889,9 @@ impl ProgressSink for Progress {
         if let Some(p) = progress {
             payload["progress"] = json!(p.clamp(0.0, 1.0));
         }
-        let mut env = packet("tool.progress.push").with_channel(Some(&self.channel)).with_payload(payload);
+        let mut env = packet("tool.progress.push")
+            .with_channel(Some(&self.channel))
+            .with_payload(payload);
         env.request_id = self.request_id.clone();
         // Progress is informational: drop it rather than block the tool when the queue is full.
         let _ = self.out.try_send(Outgoing::Packet(Box::new(env)));

@@ -24,7 +24,14 @@ pub fn prometheus() -> PrometheusHandle {
 
 /// Installs the log subscriber; a second call is a no-op.
 pub fn init_logging(cfg: &LogConfig) {
-    let filter = EnvFilter::try_from_env("SWITCHYARD_LOG").unwrap_or_else(|_| EnvFilter::new(&cfg.level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if cfg.format == "json" { builder.json().try_init() } else { builder.try_init() };
+    let filter =
+        EnvFilter::try_from_env("SWITCHYARD_LOG").unwrap_or_else(|_| EnvFilter::new(&cfg.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if cfg.format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }

@@ -12,10 +12,17 @@ use crate::model::{AuthSessionRecord, AuthStatus, ChannelRecord};
 use crate::provider::{AuthPoll, AuthRequest, AuthStep, Binding};
 
 impl Connector {
-    pub async fn auth_start(&self, ch: &ChannelRecord, p: &AuthStartPayload) -> Result<Value, Fault> {
+    pub async fn auth_start(
+        &self,
+        ch: &ChannelRecord,
+        p: &AuthStartPayload,
+    ) -> Result<Value, Fault> {
         let card = self.provider.card();
         let Some(flow) = card.flow(&p.flow_id) else {
-            return Err(Fault::new(ErrorCode::UnknownAuthFlow, "flow_id is not an auth flow of this Card"));
+            return Err(Fault::new(
+                ErrorCode::UnknownAuthFlow,
+                "flow_id is not an auth flow of this Card",
+            ));
         };
         let now = now_ms();
         // Reusable login: a bound channel asked again without input is simply authenticated.
@@ -47,26 +54,49 @@ impl Connector {
         self.hub.store.insert_auth_session(&rec).await?;
         let mut ch = ch.clone();
         if ch.binding.is_none() {
-            self.hub.store.set_channel_status(&ch.id, ConnectionStatus::Authenticating, &ch.view, now).await?;
+            self.hub
+                .store
+                .set_channel_status(&ch.id, ConnectionStatus::Authenticating, &ch.view, now)
+                .await?;
             // Keep the local copy in step, so a failed step resets the stored status.
             ch.status = ConnectionStatus::Authenticating;
         }
         let step = self
             .provider
-            .auth_start(AuthRequest { tenant_id: &ch.tenant_id, channel_id: &ch.id, auth_session_id: &rec.id, flow, input: &p.input })
+            .auth_start(AuthRequest {
+                tenant_id: &ch.tenant_id,
+                channel_id: &ch.id,
+                auth_session_id: &rec.id,
+                flow,
+                input: &p.input,
+            })
             .await
-            .unwrap_or_else(|e| AuthStep::Failed { code: e.code.clone(), message: e.message.clone() });
+            .unwrap_or_else(|e| AuthStep::Failed {
+                code: e.code.clone(),
+                message: e.message.clone(),
+            });
         let ch = self.apply_step(&ch, &mut rec, step).await?;
         Ok(self.auth_ack(&ch, &rec, Some(&ch)))
     }
 
-    pub async fn auth_status(&self, ch: &ChannelRecord, p: &AuthStatusPayload) -> Result<Value, Fault> {
+    pub async fn auth_status(
+        &self,
+        ch: &ChannelRecord,
+        p: &AuthStatusPayload,
+    ) -> Result<Value, Fault> {
         let Some(session_id) = p.auth_session_id.as_deref().filter(|s| !s.is_empty()) else {
             // No session named: report the channel's own authentication state.
-            let status = if ch.binding.is_some() { "authenticated" } else { "unauthenticated" };
+            let status = if ch.binding.is_some() {
+                "authenticated"
+            } else {
+                "unauthenticated"
+            };
             let mut out = Map::new();
             out.insert("connector_channel_id".into(), json!(ch.id));
-            out.insert("flow_id".into(), json!(p.flow_id.clone().unwrap_or_default()));
+            out.insert(
+                "flow_id".into(),
+                json!(p.flow_id.clone().unwrap_or_default()),
+            );
             out.insert("status".into(), json!(status));
             if ch.binding.is_some() {
                 out.insert("connection_descriptor".into(), json!(self.descriptor(ch)));
@@ -89,9 +119,21 @@ impl Connector {
                 };
                 let polled = self
                     .provider
-                    .auth_poll(AuthPoll { channel_id: &ch.id, auth_session_id: &rec.id, flow: &flow, status: rec.status, state: &state, refresh: p.refresh })
+                    .auth_poll(AuthPoll {
+                        channel_id: &ch.id,
+                        auth_session_id: &rec.id,
+                        flow: &flow,
+                        status: rec.status,
+                        state: &state,
+                        refresh: p.refresh,
+                    })
                     .await
-                    .unwrap_or_else(|e| Some(AuthStep::Failed { code: e.code.clone(), message: e.message.clone() }));
+                    .unwrap_or_else(|e| {
+                        Some(AuthStep::Failed {
+                            code: e.code.clone(),
+                            message: e.message.clone(),
+                        })
+                    });
                 if let Some(step) = polled {
                     ch = self.apply_step(&ch, &mut rec, step).await?;
                 }
@@ -101,8 +143,18 @@ impl Connector {
         Ok(self.auth_ack(&fresh, &rec, Some(&fresh)))
     }
 
-    pub async fn auth_cancel(&self, ch: &ChannelRecord, p: &AuthCancelPayload) -> Result<Value, Fault> {
-        let auth_status = |c: &ChannelRecord| if c.binding.is_some() { "authenticated" } else { "unauthenticated" };
+    pub async fn auth_cancel(
+        &self,
+        ch: &ChannelRecord,
+        p: &AuthCancelPayload,
+    ) -> Result<Value, Fault> {
+        let auth_status = |c: &ChannelRecord| {
+            if c.binding.is_some() {
+                "authenticated"
+            } else {
+                "unauthenticated"
+            }
+        };
         let session_id = p.auth_session_id.clone().unwrap_or_default();
         let found = match self.session_of(ch, &session_id).await {
             Ok(rec) => Some(rec),
@@ -150,24 +202,46 @@ impl Connector {
         self.supersede_sessions(&ch.id).await?;
         let now = now_ms();
         let view = json!({});
-        self.hub.store.set_channel_binding(&ch.id, None, None, ConnectionStatus::Created, &view, now).await?;
+        self.hub
+            .store
+            .set_channel_binding(&ch.id, None, None, ConnectionStatus::Created, &view, now)
+            .await?;
         let mut fresh = ch.clone();
         fresh.binding = None;
         fresh.binding_key = None;
         fresh.status = ConnectionStatus::Created;
         fresh.view = view;
-        self.ring(&ch.connector_id, Doorbell::Descriptor { channel_id: ch.id.clone() }).await;
+        self.ring(
+            &ch.connector_id,
+            Doorbell::Descriptor {
+                channel_id: ch.id.clone(),
+            },
+        )
+        .await;
         Ok(json!({ "status": "ok", "connection_descriptor": self.descriptor(&fresh) }))
     }
 
     /// Applies a provider step to a session and its channel; returns the channel as stored.
-    pub(crate) async fn apply_step(&self, ch: &ChannelRecord, rec: &mut AuthSessionRecord, step: AuthStep) -> Result<ChannelRecord, Fault> {
+    pub(crate) async fn apply_step(
+        &self,
+        ch: &ChannelRecord,
+        rec: &mut AuthSessionRecord,
+        step: AuthStep,
+    ) -> Result<ChannelRecord, Fault> {
         let now = now_ms();
         let mut ch = ch.clone();
         match step {
-            AuthStep::Authenticated { credentials, view, binding_key } => {
+            AuthStep::Authenticated {
+                credentials,
+                view,
+                binding_key,
+            } => {
                 if let Some(key) = &binding_key
-                    && let Some(other) = self.hub.store.find_channel_by_binding_key(&ch.tenant_id, &ch.card_id, key).await?
+                    && let Some(other) = self
+                        .hub
+                        .store
+                        .find_channel_by_binding_key(&ch.tenant_id, &ch.card_id, key)
+                        .await?
                     && other.id != ch.id
                 {
                     rec.status = AuthStatus::Failed;
@@ -179,7 +253,14 @@ impl Connector {
                 let view_json = json!(view);
                 self.hub
                     .store
-                    .set_channel_binding(&ch.id, Some(&blob), binding_key.as_deref(), ConnectionStatus::Connected, &view_json, now)
+                    .set_channel_binding(
+                        &ch.id,
+                        Some(&blob),
+                        binding_key.as_deref(),
+                        ConnectionStatus::Connected,
+                        &view_json,
+                        now,
+                    )
                     .await?;
                 ch.binding = Some(blob);
                 ch.binding_key = binding_key;
@@ -189,13 +270,29 @@ impl Connector {
                 rec.state = None;
                 rec.public = json!({"message": "authenticated"});
                 self.hub.store.update_auth_session(rec).await?;
-                self.ring(&ch.connector_id, Doorbell::Descriptor { channel_id: ch.id.clone() }).await;
+                self.ring(
+                    &ch.connector_id,
+                    Doorbell::Descriptor {
+                        channel_id: ch.id.clone(),
+                    },
+                )
+                .await;
                 metrics::counter!("switchyard_auth_completed_total", "card" => self.card_id().to_owned()).increment(1);
             }
-            AuthStep::Pending { status, qr_code_text, qr_code_image, message, poll_interval_ms, expires_at, state } => {
+            AuthStep::Pending {
+                status,
+                qr_code_text,
+                qr_code_image,
+                message,
+                poll_interval_ms,
+                expires_at,
+                state,
+            } => {
                 rec.status = status;
                 rec.state = Some(self.hub.cipher.encrypt_json(&state));
-                rec.expires_at = expires_at.min(now + ms(self.hub.config.auth_session_ttl)).max(now);
+                rec.expires_at = expires_at
+                    .min(now + ms(self.hub.config.auth_session_ttl))
+                    .max(now);
                 rec.public = json!({
                     "qr_code_text": qr_code_text,
                     "qr_code_image": qr_code_image,
@@ -216,7 +313,12 @@ impl Connector {
     }
 
     /// Payload of `auth.start.ack` / `auth.status.ack`.
-    fn auth_ack(&self, ch: &ChannelRecord, rec: &AuthSessionRecord, with_descriptor: Option<&ChannelRecord>) -> Value {
+    fn auth_ack(
+        &self,
+        ch: &ChannelRecord,
+        rec: &AuthSessionRecord,
+        with_descriptor: Option<&ChannelRecord>,
+    ) -> Value {
         let mut out = Map::new();
         out.insert("connector_channel_id".into(), json!(ch.id));
         out.insert("flow_id".into(), json!(rec.flow_id));
@@ -246,7 +348,10 @@ impl Connector {
     async fn session_of(&self, ch: &ChannelRecord, id: &str) -> Result<AuthSessionRecord, Fault> {
         match self.hub.store.get_auth_session(id).await? {
             Some(rec) if rec.channel_id == ch.id => Ok(rec),
-            _ => Err(Fault::new(ErrorCode::AuthSessionNotFound, "authentication session not found")),
+            _ => Err(Fault::new(
+                ErrorCode::AuthSessionNotFound,
+                "authentication session not found",
+            )),
         }
     }
 
@@ -265,7 +370,10 @@ impl Connector {
         let mut ch = ch.clone();
         if ch.binding.is_none() && ch.status != ConnectionStatus::Created {
             ch.status = ConnectionStatus::Created;
-            self.hub.store.set_channel_status(&ch.id, ConnectionStatus::Created, &ch.view, now_ms()).await?;
+            self.hub
+                .store
+                .set_channel_status(&ch.id, ConnectionStatus::Created, &ch.view, now_ms())
+                .await?;
         }
         Ok(ch)
     }
@@ -274,7 +382,11 @@ impl Connector {
     pub(crate) fn decrypt_binding(&self, ch: &ChannelRecord) -> Option<Binding> {
         let blob = ch.binding.as_ref()?;
         match self.hub.cipher.decrypt_json(blob) {
-            Ok(credentials) => Some(Binding { channel_id: ch.id.clone(), tenant_id: ch.tenant_id.clone(), credentials }),
+            Ok(credentials) => Some(Binding {
+                channel_id: ch.id.clone(),
+                tenant_id: ch.tenant_id.clone(),
+                credentials,
+            }),
             Err(e) => {
                 tracing::error!(error = %e, "channel credentials cannot be decrypted with the configured keys");
                 None
@@ -284,13 +396,25 @@ impl Connector {
 
     /// Marks a channel's target status (revoked, degraded...) and pushes the Descriptor when
     /// it changed.
-    pub(crate) async fn set_status(&self, ch: &ChannelRecord, status: ConnectionStatus) -> Result<(), Fault> {
+    pub(crate) async fn set_status(
+        &self,
+        ch: &ChannelRecord,
+        status: ConnectionStatus,
+    ) -> Result<(), Fault> {
         if ch.status == status {
             return Ok(());
         }
-        self.hub.store.set_channel_status(&ch.id, status, &ch.view, now_ms()).await?;
-        self.ring(&ch.connector_id, Doorbell::Descriptor { channel_id: ch.id.clone() }).await;
+        self.hub
+            .store
+            .set_channel_status(&ch.id, status, &ch.view, now_ms())
+            .await?;
+        self.ring(
+            &ch.connector_id,
+            Doorbell::Descriptor {
+                channel_id: ch.id.clone(),
+            },
+        )
+        .await;
         Ok(())
     }
 }
-

@@ -31,25 +31,49 @@ pub struct HelloOk {
 impl Connector {
     /// Handles `connector.hello`: checks Card, version and profiles, then resolves the
     /// tenant's connector_id for this Card (reusing it, or issuing one) and records the socket.
-    pub async fn hello(&self, tenant_id: &str, socket_id: &str, p: &HelloPayload) -> Result<HelloOk, Fault> {
+    pub async fn hello(
+        &self,
+        tenant_id: &str,
+        socket_id: &str,
+        p: &HelloPayload,
+    ) -> Result<HelloOk, Fault> {
         let card = self.provider.card();
         if p.connector_card_id != card.connector_card_id {
             return Err(Fault::new(
                 ErrorCode::ConnectorCardIdMismatch,
-                format!("this endpoint serves connector_card_id {}", card.connector_card_id),
+                format!(
+                    "this endpoint serves connector_card_id {}",
+                    card.connector_card_id
+                ),
             ));
         }
         match p.protocol_version.as_deref() {
             Some(v) if version_admitted(v) => {}
-            Some(_) => return Err(Fault::new(ErrorCode::UnsupportedProtocolVersion, "protocol_version below 3.0 is not supported")),
-            None => return Err(Fault::new(ErrorCode::UnsupportedProtocolVersion, "protocol_version is required")),
+            Some(_) => {
+                return Err(Fault::new(
+                    ErrorCode::UnsupportedProtocolVersion,
+                    "protocol_version below 3.0 is not supported",
+                ));
+            }
+            None => {
+                return Err(Fault::new(
+                    ErrorCode::UnsupportedProtocolVersion,
+                    "protocol_version is required",
+                ));
+            }
         }
         let Some(supported) = &p.supported_profiles else {
-            return Err(Fault::new(ErrorCode::InvalidPacket, "supported_profiles is required"));
+            return Err(Fault::new(
+                ErrorCode::InvalidPacket,
+                "supported_profiles is required",
+            ));
         };
         let target_type = &card.primary_target().target_type;
         if profile::negotiate(&card.supports.profiles, supported, target_type).is_empty() {
-            return Err(Fault::new(ErrorCode::InvalidPacket, "supported_profiles has no profile in common with the Card"));
+            return Err(Fault::new(
+                ErrorCode::InvalidPacket,
+                "supported_profiles has no profile in common with the Card",
+            ));
         }
 
         let store = &self.hub.store;
@@ -69,13 +93,15 @@ impl Connector {
                 match store.insert_connector(&rec).await {
                     Ok(()) => (rec.id, presented.is_some()),
                     // Another socket of the same tenant won the race: use its id.
-                    Err(e) if e.is(ErrorKind::Conflict) => match store.connector_for(tenant_id, self.card_id()).await? {
-                        Some(cur) => {
-                            let reissued = presented.is_some_and(|p| p != cur.id);
-                            (cur.id, reissued)
+                    Err(e) if e.is(ErrorKind::Conflict) => {
+                        match store.connector_for(tenant_id, self.card_id()).await? {
+                            Some(cur) => {
+                                let reissued = presented.is_some_and(|p| p != cur.id);
+                                (cur.id, reissued)
+                            }
+                            None => return Err(e.into()),
                         }
-                        None => return Err(e.into()),
-                    },
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -88,7 +114,8 @@ impl Connector {
                 opened_at: now_ms(),
             })
             .await?;
-        metrics::counter!("switchyard_hello_total", "card" => self.card_id().to_owned()).increment(1);
+        metrics::counter!("switchyard_hello_total", "card" => self.card_id().to_owned())
+            .increment(1);
         Ok(HelloOk {
             ident: SessionIdent {
                 tenant_id: tenant_id.to_owned(),
@@ -104,43 +131,80 @@ impl Connector {
     pub async fn goodbye(&self, ident: &SessionIdent, routed: &[String]) {
         let now = now_ms();
         for ch in routed {
-            if let Err(e) = self.hub.store.clear_channel_route_if(ch, &ident.socket_id, now).await {
+            if let Err(e) = self
+                .hub
+                .store
+                .clear_channel_route_if(ch, &ident.socket_id, now)
+                .await
+            {
                 tracing::warn!(error = %e, "clearing channel route failed");
             }
         }
-        if let Err(e) = self.hub.store.unregister_socket(&ident.socket_id, now).await {
+        if let Err(e) = self
+            .hub
+            .store
+            .unregister_socket(&ident.socket_id, now)
+            .await
+        {
             // The pod presence sweep removes it later.
             tracing::warn!(error = %e, "unregistering socket failed");
         }
     }
 
     /// Ownership check of an envelope `connector_channel_id`, before anything else happens.
-    pub async fn owned_channel(&self, ident: &SessionIdent, channel_id: Option<&str>) -> Result<ChannelRecord, Fault> {
+    pub async fn owned_channel(
+        &self,
+        ident: &SessionIdent,
+        channel_id: Option<&str>,
+    ) -> Result<ChannelRecord, Fault> {
         let Some(id) = channel_id.filter(|c| !c.is_empty()) else {
-            return Err(Fault::new(ErrorCode::ConnectorChannelIdRequired, "connector_channel_id is required"));
+            return Err(Fault::new(
+                ErrorCode::ConnectorChannelIdRequired,
+                "connector_channel_id is required",
+            ));
         };
         let Some(ch) = self.hub.store.get_channel(id).await? else {
-            return Err(Fault::new(ErrorCode::ConnectionNotFound, "unknown connector_channel_id"));
+            return Err(Fault::new(
+                ErrorCode::ConnectionNotFound,
+                "unknown connector_channel_id",
+            ));
         };
         if ch.tenant_id != ident.tenant_id {
             // Same answer shape as for an unknown id would leak less, but the spec asks for
             // a distinct code; the message carries nothing about the owner.
-            return Err(Fault::new(ErrorCode::ConnectorChannelNotOwned, "connector_channel_id is not owned by this caller"));
+            return Err(Fault::new(
+                ErrorCode::ConnectorChannelNotOwned,
+                "connector_channel_id is not owned by this caller",
+            ));
         }
         if ch.card_id != self.card_id() {
-            return Err(Fault::new(ErrorCode::ConnectorChannelConnectorMismatch, "connector_channel_id belongs to another connector"));
+            return Err(Fault::new(
+                ErrorCode::ConnectorChannelConnectorMismatch,
+                "connector_channel_id belongs to another connector",
+            ));
         }
         if ch.connector_id != ident.connector_id {
-            return Err(Fault::new(ErrorCode::ConnectorChannelNotOwned, "connector_channel_id belongs to another connector_id"));
+            return Err(Fault::new(
+                ErrorCode::ConnectorChannelNotOwned,
+                "connector_channel_id belongs to another connector_id",
+            ));
         }
         Ok(ch)
     }
 
     /// `channel.open`: reuse a known channel of this caller, or issue a new one (first open,
     /// or an id this server does not know). A foreign channel is refused.
-    pub async fn open_channel(&self, ident: &SessionIdent, requested: Option<&str>) -> Result<(ChannelRecord, Descriptor), Fault> {
+    pub async fn open_channel(
+        &self,
+        ident: &SessionIdent,
+        requested: Option<&str>,
+    ) -> Result<(ChannelRecord, Descriptor), Fault> {
         let card = self.provider.card();
-        let profiles = profile::negotiate(&card.supports.profiles, &ident.supported_profiles, &card.primary_target().target_type);
+        let profiles = profile::negotiate(
+            &card.supports.profiles,
+            &ident.supported_profiles,
+            &card.primary_target().target_type,
+        );
         let now = now_ms();
         let existing = match requested.filter(|r| !r.is_empty()) {
             None => None,
@@ -171,29 +235,58 @@ impl Connector {
                 ch
             }
         };
-        self.hub.store.set_channel_route(&ch.id, Some(&ident.socket_id), &profiles, now).await?;
+        self.hub
+            .store
+            .set_channel_route(&ch.id, Some(&ident.socket_id), &profiles, now)
+            .await?;
         ch.route_socket = Some(ident.socket_id.clone());
         ch.profiles = profiles;
         // Any other socket of this connector that had the channel stops delivering it.
-        self.ring(&ident.connector_id, Doorbell::ChannelTaken { channel_id: ch.id.clone(), socket_id: ident.socket_id.clone() }).await;
+        self.ring(
+            &ident.connector_id,
+            Doorbell::ChannelTaken {
+                channel_id: ch.id.clone(),
+                socket_id: ident.socket_id.clone(),
+            },
+        )
+        .await;
         let d = self.descriptor(&ch);
         Ok((ch, d))
     }
 
     /// `channel.close`: the route goes; binding and pending messages stay.
-    pub async fn close_channel(&self, ident: &SessionIdent, ch: &ChannelRecord) -> Result<(), Fault> {
-        self.hub.store.clear_channel_route_if(&ch.id, &ident.socket_id, now_ms()).await?;
+    pub async fn close_channel(
+        &self,
+        ident: &SessionIdent,
+        ch: &ChannelRecord,
+    ) -> Result<(), Fault> {
+        self.hub
+            .store
+            .clear_channel_route_if(&ch.id, &ident.socket_id, now_ms())
+            .await?;
         Ok(())
     }
 
     /// The Descriptor of a channel as stored now.
     pub fn descriptor(&self, ch: &ChannelRecord) -> Descriptor {
         let view: TargetView = serde_json::from_value(ch.view.clone()).unwrap_or_default();
-        Descriptor::build(self.provider.card(), &ch.connector_id, &ch.id, ch.profiles.clone(), ch.status, view)
+        Descriptor::build(
+            self.provider.card(),
+            &ch.connector_id,
+            &ch.id,
+            ch.profiles.clone(),
+            ch.status,
+            view,
+        )
     }
 
     /// Re-reads a channel (after a doorbell) for a Descriptor push.
     pub async fn fresh_descriptor(&self, channel_id: &str) -> Result<Option<Descriptor>, Fault> {
-        Ok(self.hub.store.get_channel(channel_id).await?.map(|ch| self.descriptor(&ch)))
+        Ok(self
+            .hub
+            .store
+            .get_channel(channel_id)
+            .await?
+            .map(|ch| self.descriptor(&ch)))
     }
 }

@@ -23,7 +23,11 @@ struct DeltaBuffer {
 impl Connector {
     /// Handles a final `chat.message` from xAgent. Returns None when the channel did not
     /// negotiate IM v2 (the signal is dropped silently, IM2 §10).
-    pub async fn receive_message(&self, ch: &ChannelRecord, p: &ChatMessagePayload) -> Result<Option<ChatAckPayload>, Fault> {
+    pub async fn receive_message(
+        &self,
+        ch: &ChannelRecord,
+        p: &ChatMessagePayload,
+    ) -> Result<Option<ChatAckPayload>, Fault> {
         if !profile::allows(&ch.profiles, "chat.message", profile::Direction::In) {
             return Ok(None);
         }
@@ -45,32 +49,59 @@ impl Connector {
         let ack = self.deliver_new(ch, p).await;
         match &ack {
             Err(()) => {
-                self.hub.store.release_claim(SCOPE, &ch.id, &p.message_id).await?;
+                self.hub
+                    .store
+                    .release_claim(SCOPE, &ch.id, &p.message_id)
+                    .await?;
             }
             Ok(a) => {
-                self.hub.store.finish_claim(SCOPE, &ch.id, &p.message_id, &json!(a)).await?;
+                self.hub
+                    .store
+                    .finish_claim(SCOPE, &ch.id, &p.message_id, &json!(a))
+                    .await?;
             }
         }
         self.clear_delta(ch, &p.message_id).await;
         let ack = ack.unwrap_or_else(|()| {
-            ChatAckPayload::rejected(&p.message_id, "target_unavailable", "the target is temporarily unavailable; retry later", true)
+            ChatAckPayload::rejected(
+                &p.message_id,
+                "target_unavailable",
+                "the target is temporarily unavailable; retry later",
+                true,
+            )
         });
         metrics::counter!("switchyard_outbound_messages_total", "card" => self.card_id().to_owned(), "status" => ack.status.as_str()).increment(1);
         Ok(Some(ack))
     }
 
     /// Runs the side effect. `Err(())` = retryable failure (the claim is released).
-    async fn deliver_new(&self, ch: &ChannelRecord, p: &ChatMessagePayload) -> Result<ChatAckPayload, ()> {
+    async fn deliver_new(
+        &self,
+        ch: &ChannelRecord,
+        p: &ChatMessagePayload,
+    ) -> Result<ChatAckPayload, ()> {
         let ch = match self.hub.store.get_channel(&ch.id).await {
             Ok(Some(c)) => c,
-            Ok(None) => return Ok(ChatAckPayload::rejected(&p.message_id, "connection_not_found", "channel no longer exists", false)),
+            Ok(None) => {
+                return Ok(ChatAckPayload::rejected(
+                    &p.message_id,
+                    "connection_not_found",
+                    "channel no longer exists",
+                    false,
+                ));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "store unavailable during outbound delivery");
                 return Err(());
             }
         };
         let binding = match (ch.status, self.decrypt_binding(&ch)) {
-            (ConnectionStatus::Connected | ConnectionStatus::Degraded | ConnectionStatus::Offline, Some(b)) => b,
+            (
+                ConnectionStatus::Connected
+                | ConnectionStatus::Degraded
+                | ConnectionStatus::Offline,
+                Some(b),
+            ) => b,
             _ => {
                 return Ok(ChatAckPayload::rejected(
                     &p.message_id,
@@ -95,7 +126,12 @@ impl Connector {
                 Err(()) => return Err(()),
             }
         }
-        let msg = OutboundMessage { binding: &binding, message_id: &p.message_id, text: p.text.as_deref(), files: &files };
+        let msg = OutboundMessage {
+            binding: &binding,
+            message_id: &p.message_id,
+            text: p.text.as_deref(),
+            files: &files,
+        };
         match self.provider.deliver(msg).await {
             Ok(()) => Ok(ChatAckPayload::accepted(&p.message_id)),
             Err(e) if e.retryable() => {
@@ -108,13 +144,22 @@ impl Connector {
                 {
                     tracing::warn!(code = %f.code, "could not mark channel revoked");
                 }
-                Ok(ChatAckPayload::rejected(&p.message_id, &e.code, &e.message, false))
+                Ok(ChatAckPayload::rejected(
+                    &p.message_id,
+                    &e.code,
+                    &e.message,
+                    false,
+                ))
             }
         }
     }
 
     /// Resolves an uploaded file of this channel. Ok(None) = unknown/foreign/expired.
-    pub(crate) async fn outbound_file(&self, ch: &ChannelRecord, file_ref: &str) -> Result<Option<OutboundFile>, ()> {
+    pub(crate) async fn outbound_file(
+        &self,
+        ch: &ChannelRecord,
+        file_ref: &str,
+    ) -> Result<Option<OutboundFile>, ()> {
         let rec = match self.hub.store.get_file(file_ref).await {
             Ok(r) => r,
             Err(e) => {
@@ -122,16 +167,33 @@ impl Connector {
                 return Err(());
             }
         };
-        let Some(rec) = rec.filter(|r| r.channel_id == ch.id && r.direction == FileDirection::Outbound && r.expires_at > now_ms()) else {
+        let Some(rec) = rec.filter(|r| {
+            r.channel_id == ch.id
+                && r.direction == FileDirection::Outbound
+                && r.expires_at > now_ms()
+        }) else {
             return Ok(None);
         };
         let download_url = self.absolute_download_url(&rec);
-        Ok(Some(OutboundFile { record: rec, download_url }))
+        Ok(Some(OutboundFile {
+            record: rec,
+            download_url,
+        }))
     }
 
-    fn replay_message(&self, p: &ChatMessagePayload, prev: IdempotencyRecord, fingerprint: &str) -> ChatAckPayload {
+    fn replay_message(
+        &self,
+        p: &ChatMessagePayload,
+        prev: IdempotencyRecord,
+        fingerprint: &str,
+    ) -> ChatAckPayload {
         if prev.fingerprint != fingerprint {
-            return ChatAckPayload::rejected(&p.message_id, ErrorCode::MessageConflict.as_str(), "message_id was already used for other content", false);
+            return ChatAckPayload::rejected(
+                &p.message_id,
+                ErrorCode::MessageConflict.as_str(),
+                "message_id was already used for other content",
+                false,
+            );
         }
         match (prev.state, prev.outcome) {
             (ClaimState::Done, Some(o)) => {
@@ -141,7 +203,12 @@ impl Connector {
                     _ => ChatAckPayload::duplicate(&p.message_id),
                 }
             }
-            _ => ChatAckPayload::rejected(&p.message_id, ErrorCode::Busy.as_str(), "the same message is being delivered; retry later", true),
+            _ => ChatAckPayload::rejected(
+                &p.message_id,
+                ErrorCode::Busy.as_str(),
+                "the same message is being delivered; retry later",
+                true,
+            ),
         }
     }
 
@@ -165,17 +232,26 @@ impl Connector {
             if buf.chunks[seq - 1] == p.text {
                 return Ok(());
             }
-            return Err(Fault::new(ErrorCode::DeltaSequenceInvalid, format!("sequence {seq} conflicts with an earlier delta")));
+            return Err(Fault::new(
+                ErrorCode::DeltaSequenceInvalid,
+                format!("sequence {seq} conflicts with an earlier delta"),
+            ));
         }
         if seq != buf.chunks.len() + 1 {
             return Err(Fault::new(
                 ErrorCode::DeltaSequenceInvalid,
-                format!("sequence {seq} is not contiguous; expected {}", buf.chunks.len() + 1),
+                format!(
+                    "sequence {seq} is not contiguous; expected {}",
+                    buf.chunks.len() + 1
+                ),
             ));
         }
         let total: usize = buf.chunks.iter().map(String::len).sum::<usize>() + p.text.len();
         if total > self.hub.config.delta_max_bytes {
-            return Err(Fault::new(ErrorCode::DeltaSequenceInvalid, "delta buffer limit reached; send the final message"));
+            return Err(Fault::new(
+                ErrorCode::DeltaSequenceInvalid,
+                "delta buffer limit reached; send the final message",
+            ));
         }
         buf.chunks.push(p.text.clone());
         let bytes = serde_json::to_vec(&buf).unwrap_or_default();
@@ -194,7 +270,11 @@ impl Connector {
     }
 
     async fn clear_delta(&self, ch: &ChannelRecord, message_id: &str) {
-        let _ = self.hub.ephemeral.delete(&delta_key(&ch.id, message_id)).await;
+        let _ = self
+            .hub
+            .ephemeral
+            .delete(&delta_key(&ch.id, message_id))
+            .await;
     }
 
     /// Handles `chat.activity`. Never fails a message; target errors are only logged.
@@ -213,4 +293,3 @@ impl Connector {
 fn delta_key(channel_id: &str, message_id: &str) -> String {
     format!("delta:{channel_id}:{}", sha256_hex(message_id.as_bytes()))
 }
-

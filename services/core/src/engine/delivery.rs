@@ -11,6 +11,9 @@ use crate::ids::now_ms;
 use crate::model::{ChannelRecord, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
 use crate::provider::{HostError, InboundMessage, InboundOutcome};
 
+/// Key of the target sender's id stored beside an outbox payload.
+const SENDER_ID: &str = "sender_id";
+
 /// How a channel receives inbound messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeliveryKind {
@@ -44,7 +47,11 @@ impl Connector {
     }
 
     /// Writes an inbound message to the outbox, then rings the doorbell.
-    pub(crate) async fn enqueue_inbound(&self, ch: &ChannelRecord, msg: InboundMessage) -> Result<InboundOutcome, HostError> {
+    pub(crate) async fn enqueue_inbound(
+        &self,
+        ch: &ChannelRecord,
+        msg: InboundMessage,
+    ) -> Result<InboundOutcome, HostError> {
         let payload = ChatMessagePayload {
             message_id: msg.message_id.clone(),
             text: msg.text.filter(|t| !t.is_empty()),
@@ -53,20 +60,30 @@ impl Connector {
             sender_name: msg.sender_name,
         };
         payload.validate().map_err(HostError::Invalid)?;
+        let mut stored = json!(payload);
+        // IM v1's message.push names the target sender; chat.message has no such field, so
+        // it is kept beside the payload and read back only when rendering message.push.
+        if let Some(sender_id) = msg.sender_id.filter(|s| !s.is_empty()) {
+            stored[SENDER_ID] = json!(sender_id);
+        }
         let now = now_ms();
         let cfg = &self.hub.config;
         let rec = OutboxRecord {
             seq: 0,
             channel_id: ch.id.clone(),
             message_id: payload.message_id.clone(),
-            payload: json!(payload),
+            payload: stored,
             created_at: now,
             expires_at: now + ms(cfg.message_ttl),
             attempts: 0,
             state: OutboxState::Pending,
             last_error: None,
         };
-        let outcome = self.hub.store.enqueue_outbox(&rec, cfg.outbox_cap, now + ms(cfg.dedupe_window)).await?;
+        let outcome = self
+            .hub
+            .store
+            .enqueue_outbox(&rec, cfg.outbox_cap, now + ms(cfg.dedupe_window))
+            .await?;
         let label = match outcome {
             EnqueueOutcome::Stored => "stored",
             EnqueueOutcome::Duplicate => "duplicate",
@@ -75,7 +92,13 @@ impl Connector {
         metrics::counter!("switchyard_inbound_messages_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
         match outcome {
             EnqueueOutcome::Stored => {
-                self.ring(&ch.connector_id, Doorbell::Outbox { channel_id: ch.id.clone() }).await;
+                self.ring(
+                    &ch.connector_id,
+                    Doorbell::Outbox {
+                        channel_id: ch.id.clone(),
+                    },
+                )
+                .await;
                 Ok(InboundOutcome::Stored)
             }
             EnqueueOutcome::Duplicate => Ok(InboundOutcome::Duplicate),
@@ -84,16 +107,35 @@ impl Connector {
     }
 
     /// Pending deliveries of a channel after `after_seq`, rendered for its profiles.
-    pub async fn pending(&self, ch_id: &str, profiles: &[String], after_seq: i64, limit: u32) -> Result<Vec<Delivery>, Fault> {
+    pub async fn pending(
+        &self,
+        ch_id: &str,
+        profiles: &[String],
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<Delivery>, Fault> {
         let kind = self.delivery_kind(profiles);
         if kind == DeliveryKind::None || limit == 0 {
             return Ok(Vec::new());
         }
-        let recs = self.hub.store.pending_outbox(ch_id, after_seq, now_ms(), limit).await?;
-        Ok(recs.into_iter().filter_map(|r| self.render(r, kind)).collect())
+        let recs = self
+            .hub
+            .store
+            .pending_outbox(ch_id, after_seq, now_ms(), limit)
+            .await?;
+        Ok(recs
+            .into_iter()
+            .filter_map(|r| self.render(r, kind))
+            .collect())
     }
 
     fn render(&self, rec: OutboxRecord, kind: DeliveryKind) -> Option<Delivery> {
+        let sender_id = rec
+            .payload
+            .get(SENDER_ID)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let mut p: ChatMessagePayload = match serde_json::from_value(rec.payload) {
             Ok(p) => p,
             Err(e) => {
@@ -110,16 +152,25 @@ impl Connector {
             DeliveryKind::ChatMessage => ("chat.message", json!(p)),
             DeliveryKind::MessagePush => {
                 let target = self.provider.card().primary_target();
-                let reply_tool = self.provider.card().tools.first().map(|t| t.tool_id.clone());
+                let reply_tool = self
+                    .provider
+                    .card()
+                    .tools
+                    .first()
+                    .map(|t| t.tool_id.clone());
                 let raw = p.text.clone().unwrap_or_default();
                 let push = MessagePushPayload {
                     provider: target.provider.clone(),
                     profile: IM_V1.into(),
                     event_kind: "im.message.received".into(),
                     message_id: p.message_id.clone(),
-                    sender_id: String::new(),
+                    sender_id,
                     display_name: p.sender_name.clone(),
-                    message_type: if p.files.is_empty() { "text".into() } else { "file".into() },
+                    message_type: if p.files.is_empty() {
+                        "text".into()
+                    } else {
+                        "file".into()
+                    },
                     text: raw.clone(),
                     raw_text: raw,
                     files: p.files.clone(),
@@ -129,7 +180,12 @@ impl Connector {
             }
             DeliveryKind::None => return None,
         };
-        Some(Delivery { seq: rec.seq, message_id: p.message_id, kind, payload })
+        Some(Delivery {
+            seq: rec.seq,
+            message_id: p.message_id,
+            kind,
+            payload,
+        })
     }
 
     /// xAgent accepted (or already had) the message: it leaves the outbox.
@@ -141,15 +197,27 @@ impl Connector {
 
     /// xAgent rejected it for good: removed from pending, reason kept for operators.
     pub async fn rejected(&self, ch_id: &str, message_id: &str, reason: &str) -> Result<(), Fault> {
-        self.hub.store.fail_outbox(ch_id, message_id, reason).await?;
-        tracing::warn!(channel = ch_id, reason, "message rejected by xAgent, not retried");
+        self.hub
+            .store
+            .fail_outbox(ch_id, message_id, reason)
+            .await?;
+        tracing::warn!(
+            channel = ch_id,
+            reason,
+            "message rejected by xAgent, not retried"
+        );
         metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "rejected").increment(1);
         Ok(())
     }
 
     /// A retryable rejection or a timeout: counted, kept pending.
     pub async fn retry_later(&self, ch_id: &str, message_id: &str, reason: &str) {
-        if let Err(e) = self.hub.store.record_attempt(ch_id, message_id, Some(reason)).await {
+        if let Err(e) = self
+            .hub
+            .store
+            .record_attempt(ch_id, message_id, Some(reason))
+            .await
+        {
             tracing::warn!(error = %e, "recording a delivery attempt failed");
         }
         metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "retry").increment(1);
@@ -159,7 +227,10 @@ impl Connector {
     pub fn relative_download_url(&self, file_ref: &str, file_expires_at: Option<i64>) -> String {
         let ttl_end = now_ms() + ms(self.hub.config.download_url_ttl);
         let exp = file_expires_at.map_or(ttl_end, |f| f.min(ttl_end));
-        format!("/files/refs/{file_ref}?{}", self.hub.signer.sign(file_ref, exp))
+        format!(
+            "/files/refs/{file_ref}?{}",
+            self.hub.signer.sign(file_ref, exp)
+        )
     }
 
     /// Absolute signed URL (for targets that fetch files themselves).

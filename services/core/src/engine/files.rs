@@ -34,9 +34,15 @@ pub enum DownloadCheck {
 /// How a downloader proved itself.
 pub enum DownloadAuth<'a> {
     /// `?exp=&sig=` from a signed URL.
-    Signed { exp: i64, sig: &'a str },
+    Signed {
+        exp: i64,
+        sig: &'a str,
+    },
     /// The system API key's tenant plus the `X-XAgent-Connector-Channel-ID` header.
-    Tenant { tenant_id: &'a str, channel_id: Option<&'a str> },
+    Tenant {
+        tenant_id: &'a str,
+        channel_id: Option<&'a str>,
+    },
     None,
 }
 
@@ -53,8 +59,16 @@ pub fn file_type_of(mime: &str) -> &'static str {
 /// A filename safe to store and echo: no path parts, no control characters, bounded.
 pub fn clean_filename(name: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or("");
-    let cleaned: String = base.chars().filter(|c| !c.is_control() && *c != '"').take(200).collect();
-    if cleaned.trim().is_empty() { "file".to_owned() } else { cleaned }
+    let cleaned: String = base
+        .chars()
+        .filter(|c| !c.is_control() && *c != '"')
+        .take(200)
+        .collect();
+    if cleaned.trim().is_empty() {
+        "file".to_owned()
+    } else {
+        cleaned
+    }
 }
 
 impl Connector {
@@ -68,18 +82,37 @@ impl Connector {
         body: ByteStream,
     ) -> Result<UploadedFile, Fault> {
         let Some(channel_id) = channel_id.filter(|c| !c.is_empty()) else {
-            return Err(Fault::new(ErrorCode::ConnectorChannelIdRequired, "X-XAgent-Connector-Channel-ID header is required"));
+            return Err(Fault::new(
+                ErrorCode::ConnectorChannelIdRequired,
+                "X-XAgent-Connector-Channel-ID header is required",
+            ));
         };
         let ch = match self.hub.store.get_channel(channel_id).await? {
             Some(ch) if ch.tenant_id == tenant_id && ch.card_id == self.card_id() => ch,
-            Some(_) => return Err(Fault::new(ErrorCode::ConnectorChannelNotOwned, "channel is not owned by this caller")),
-            None => return Err(Fault::new(ErrorCode::ConnectionNotFound, "unknown connector_channel_id")),
+            Some(_) => {
+                return Err(Fault::new(
+                    ErrorCode::ConnectorChannelNotOwned,
+                    "channel is not owned by this caller",
+                ));
+            }
+            None => {
+                return Err(Fault::new(
+                    ErrorCode::ConnectionNotFound,
+                    "unknown connector_channel_id",
+                ));
+            }
         };
-        let rec = self.store_file(&ch, FileDirection::Outbound, filename, mime, body).await.map_err(|e| match e {
-            HostError::TooLarge => Fault::new(ErrorCode::PacketTooLarge, "file exceeds the upload size limit"),
-            HostError::Backend(b) => b.into(),
-            other => Fault::new(ErrorCode::Internal, other.to_string()),
-        })?;
+        let rec = self
+            .store_file(&ch, FileDirection::Outbound, filename, mime, body)
+            .await
+            .map_err(|e| match e {
+                HostError::TooLarge => Fault::new(
+                    ErrorCode::PacketTooLarge,
+                    "file exceeds the upload size limit",
+                ),
+                HostError::Backend(b) => b.into(),
+                other => Fault::new(ErrorCode::Internal, other.to_string()),
+            })?;
         Ok(UploadedFile {
             file_ref: rec.file_ref,
             file_type: rec.file_type,
@@ -106,7 +139,12 @@ impl Connector {
             .unwrap_or_else(|| guess_mime(&filename));
         let file_ref = new_id("file");
         let storage_key = format!("{}/{}/{}", ch.tenant_id, ch.id, file_ref);
-        let size = match self.hub.files.put(&storage_key, body, self.hub.config.max_upload_bytes).await {
+        let size = match self
+            .hub
+            .files
+            .put(&storage_key, body, self.hub.config.max_upload_bytes)
+            .await
+        {
             Ok(n) => n,
             Err(e) if e.is(ErrorKind::LimitExceeded) => return Err(HostError::TooLarge),
             Err(e) => return Err(HostError::Backend(e)),
@@ -129,8 +167,10 @@ impl Connector {
             let _ = self.hub.files.delete(&rec.storage_key).await;
             return Err(HostError::Backend(e));
         }
-        metrics::counter!("switchyard_files_stored_total", "card" => self.card_id().to_owned()).increment(1);
-        metrics::counter!("switchyard_file_bytes_total", "card" => self.card_id().to_owned()).increment(size);
+        metrics::counter!("switchyard_files_stored_total", "card" => self.card_id().to_owned())
+            .increment(1);
+        metrics::counter!("switchyard_file_bytes_total", "card" => self.card_id().to_owned())
+            .increment(size);
         Ok(rec)
     }
 
@@ -148,7 +188,11 @@ impl Connector {
     }
 
     /// `GET /files/refs/{file_ref}`.
-    pub async fn download(&self, file_ref: &str, auth: DownloadAuth<'_>) -> Result<DownloadCheck, Fault> {
+    pub async fn download(
+        &self,
+        file_ref: &str,
+        auth: DownloadAuth<'_>,
+    ) -> Result<DownloadCheck, Fault> {
         let now = now_ms();
         if let DownloadAuth::Signed { exp, sig } = auth {
             match self.hub.signer.verify(file_ref, exp, sig, now) {
@@ -165,7 +209,10 @@ impl Connector {
         }
         match auth {
             DownloadAuth::Signed { .. } => {}
-            DownloadAuth::Tenant { tenant_id, channel_id } => {
+            DownloadAuth::Tenant {
+                tenant_id,
+                channel_id,
+            } => {
                 if rec.tenant_id != tenant_id || channel_id.is_some_and(|c| c != rec.channel_id) {
                     return Ok(DownloadCheck::Forbidden);
                 }
@@ -187,7 +234,10 @@ impl Connector {
 }
 
 fn guess_mime(filename: &str) -> String {
-    let ext = filename.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+    let ext = filename
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
     match ext.as_str() {
         "png" => "image/png",
         "jpg" | "jpeg" => "image/jpeg",

@@ -8,15 +8,22 @@ use switchyard_protocol::ConnectionStatus;
 use switchyard_protocol::im::FileItem;
 
 use super::Connector;
-use crate::error::BackendError;
 use crate::ephemeral::Ephemeral;
+use crate::error::BackendError;
 use crate::files::ByteStream;
 use crate::model::{AuthStatus, ChannelRecord, FileDirection};
-use crate::provider::{AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile, ProviderHost};
+use crate::provider::{
+    AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile, ProviderHost,
+};
 
 impl Connector {
     async fn own_channel(&self, channel_id: &str) -> Result<Option<ChannelRecord>, BackendError> {
-        Ok(self.hub.store.get_channel(channel_id).await?.filter(|c| c.card_id == self.card_id()))
+        Ok(self
+            .hub
+            .store
+            .get_channel(channel_id)
+            .await?
+            .filter(|c| c.card_id == self.card_id()))
     }
 
     async fn bound_channel(&self, channel_id: &str) -> Result<ChannelRecord, HostError> {
@@ -34,36 +41,76 @@ impl Connector {
 #[async_trait]
 impl ProviderHost for Connector {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
-        Ok(self.own_channel(channel_id).await?.and_then(|ch| self.decrypt_binding(&ch)))
+        Ok(self
+            .own_channel(channel_id)
+            .await?
+            .and_then(|ch| self.decrypt_binding(&ch)))
     }
 
     async fn bound_channels(&self) -> Result<Vec<Binding>, BackendError> {
         let chans = self.hub.store.bound_channels(self.card_id()).await?;
-        Ok(chans.iter().filter_map(|c| self.decrypt_binding(c)).collect())
+        Ok(chans
+            .iter()
+            .filter_map(|c| self.decrypt_binding(c))
+            .collect())
     }
 
-    async fn accept_inbound(&self, channel_id: &str, msg: InboundMessage) -> Result<InboundOutcome, HostError> {
+    async fn accept_inbound(
+        &self,
+        channel_id: &str,
+        msg: InboundMessage,
+    ) -> Result<InboundOutcome, HostError> {
         let ch = self.bound_channel(channel_id).await?;
         self.enqueue_inbound(&ch, msg).await
     }
 
-    async fn store_inbound_file(&self, channel_id: &str, filename: &str, mime_type: Option<&str>, body: ByteStream) -> Result<FileItem, HostError> {
+    async fn store_inbound_file(
+        &self,
+        channel_id: &str,
+        filename: &str,
+        mime_type: Option<&str>,
+        body: ByteStream,
+    ) -> Result<FileItem, HostError> {
         let ch = self.bound_channel(channel_id).await?;
-        let rec = self.store_file(&ch, FileDirection::Inbound, filename, mime_type, body).await?;
+        let rec = self
+            .store_file(&ch, FileDirection::Inbound, filename, mime_type, body)
+            .await?;
         Ok(Connector::file_item(&rec))
     }
 
-    async fn open_file(&self, channel_id: &str, file_ref: &str) -> Result<(OutboundFile, ByteStream), HostError> {
-        let ch = self.own_channel(channel_id).await?.ok_or(HostError::UnknownChannel)?;
-        let of = self.outbound_file(&ch, file_ref).await.map_err(|()| HostError::Backend(BackendError::unavailable("file lookup")))?;
+    async fn open_file(
+        &self,
+        channel_id: &str,
+        file_ref: &str,
+    ) -> Result<(OutboundFile, ByteStream), HostError> {
+        let ch = self
+            .own_channel(channel_id)
+            .await?
+            .ok_or(HostError::UnknownChannel)?;
+        let of = self
+            .outbound_file(&ch, file_ref)
+            .await
+            .map_err(|()| HostError::Backend(BackendError::unavailable("file lookup")))?;
         let of = of.ok_or(HostError::FileNotFound)?;
-        let stream = self.hub.files.get(&of.record.storage_key).await.map_err(|e| {
-            if e.is(crate::error::ErrorKind::NotFound) { HostError::FileNotFound } else { HostError::Backend(e) }
-        })?;
+        let stream = self
+            .hub
+            .files
+            .get(&of.record.storage_key)
+            .await
+            .map_err(|e| {
+                if e.is(crate::error::ErrorKind::NotFound) {
+                    HostError::FileNotFound
+                } else {
+                    HostError::Backend(e)
+                }
+            })?;
         Ok((of, stream))
     }
 
-    async fn auth_state(&self, auth_session_id: &str) -> Result<Option<(String, AuthStatus, Value)>, BackendError> {
+    async fn auth_state(
+        &self,
+        auth_session_id: &str,
+    ) -> Result<Option<(String, AuthStatus, Value)>, BackendError> {
         let Some(rec) = self.hub.store.get_auth_session(auth_session_id).await? else {
             return Ok(None);
         };
@@ -85,16 +132,29 @@ impl ProviderHost for Connector {
             return Err(HostError::UnknownChannel);
         };
         if rec.status.is_terminal() || rec.expires_at <= crate::ids::now_ms() {
-            return Err(HostError::Invalid("authentication session is no longer pending".into()));
+            return Err(HostError::Invalid(
+                "authentication session is no longer pending".into(),
+            ));
         }
-        let ch = self.own_channel(&rec.channel_id).await?.ok_or(HostError::UnknownChannel)?;
-        self.apply_step(&ch, &mut rec, step).await.map_err(Connector::fault_to_host)?;
+        let ch = self
+            .own_channel(&rec.channel_id)
+            .await?
+            .ok_or(HostError::UnknownChannel)?;
+        self.apply_step(&ch, &mut rec, step)
+            .await
+            .map_err(Connector::fault_to_host)?;
         Ok(())
     }
 
-    async fn set_target_status(&self, channel_id: &str, status: ConnectionStatus) -> Result<(), HostError> {
+    async fn set_target_status(
+        &self,
+        channel_id: &str,
+        status: ConnectionStatus,
+    ) -> Result<(), HostError> {
         let ch = self.bound_channel(channel_id).await?;
-        self.set_status(&ch, status).await.map_err(Connector::fault_to_host)
+        self.set_status(&ch, status)
+            .await
+            .map_err(Connector::fault_to_host)
     }
 
     fn public_base_url(&self) -> String {
@@ -105,14 +165,30 @@ impl ProviderHost for Connector {
         self.hub.ephemeral.clone()
     }
 
-    async fn acquire_lease(&self, name: &str, ttl: std::time::Duration) -> Result<Option<i64>, BackendError> {
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<i64>, BackendError> {
         let name = format!("{}:{name}", self.card_id());
-        let lease = self.hub.store.acquire_lease(&name, &self.hub.pod_id, ttl.as_millis() as i64, crate::ids::now_ms()).await?;
+        let lease = self
+            .hub
+            .store
+            .acquire_lease(
+                &name,
+                &self.hub.pod_id,
+                ttl.as_millis() as i64,
+                crate::ids::now_ms(),
+            )
+            .await?;
         Ok(lease.map(|l| l.generation))
     }
 
     async fn release_lease(&self, name: &str) -> Result<(), BackendError> {
-        self.hub.store.release_lease(&format!("{}:{name}", self.card_id()), &self.hub.pod_id).await
+        self.hub
+            .store
+            .release_lease(&format!("{}:{name}", self.card_id()), &self.hub.pod_id)
+            .await
     }
 
     async fn kv_get(&self, key: &str) -> Result<Option<String>, BackendError> {

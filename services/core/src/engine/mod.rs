@@ -26,7 +26,7 @@ use crate::store::Store;
 pub use channel::{HelloOk, SessionIdent};
 pub use delivery::{Delivery, DeliveryKind};
 pub use files::{DownloadAuth, DownloadCheck, UploadedFile, clean_filename, file_type_of};
-pub use janitor::{JanitorReport, Janitor};
+pub use janitor::{Janitor, JanitorReport};
 
 /// Every duration and bound of the state machines. Defaults are production values; tests
 /// shrink them so hour-long rules run in seconds.
@@ -98,7 +98,9 @@ pub struct Hub {
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hub").field("pod_id", &self.pod_id).finish_non_exhaustive()
+        f.debug_struct("Hub")
+            .field("pod_id", &self.pod_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -111,7 +113,10 @@ pub struct Fault {
 
 impl Fault {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -120,7 +125,10 @@ impl From<crate::error::BackendError> for Fault {
         // The source may name tables or hosts; it is logged here and never sent.
         tracing::warn!(error = %e, "backend error");
         match e.kind {
-            crate::error::ErrorKind::Unavailable => Fault::new(ErrorCode::Unavailable, "a backend is unavailable; retry later"),
+            crate::error::ErrorKind::Unavailable => Fault::new(
+                ErrorCode::Unavailable,
+                "a backend is unavailable; retry later",
+            ),
             _ => Fault::new(ErrorCode::Internal, "internal error"),
         }
     }
@@ -154,7 +162,12 @@ impl Connector {
 
     /// Rings a connector's doorbell. A lost notice only delays work (sessions also sweep).
     pub(crate) async fn ring(&self, connector_id: &str, bell: Doorbell) {
-        if let Err(e) = self.hub.bus.publish(&connector_topic(connector_id), bell.encode()).await {
+        if let Err(e) = self
+            .hub
+            .bus
+            .publish(&connector_topic(connector_id), bell.encode())
+            .await
+        {
             tracing::warn!(error = %e, "doorbell publish failed; the periodic sweep will pick the work up");
             metrics::counter!("switchyard_doorbell_failures_total").increment(1);
         }
@@ -164,14 +177,18 @@ impl Connector {
 impl Hub {
     /// Resolves a presented API key to its tenant. Unknown, malformed and revoked keys are
     /// indistinguishable to the caller.
-    pub async fn authenticate(&self, presented: &str) -> Result<Option<String>, crate::error::BackendError> {
+    pub async fn authenticate(
+        &self,
+        presented: &str,
+    ) -> Result<Option<String>, crate::error::BackendError> {
         let Some((id, hash)) = crate::crypto::parse_api_key(presented) else {
             return Ok(None);
         };
         let Some(rec) = self.store.get_api_key(&id).await? else {
             return Ok(None);
         };
-        let ok = crate::crypto::ct_eq(rec.secret_hash.as_bytes(), hash.as_bytes()) && rec.revoked_at.is_none();
+        let ok = crate::crypto::ct_eq(rec.secret_hash.as_bytes(), hash.as_bytes())
+            && rec.revoked_at.is_none();
         Ok(ok.then_some(rec.tenant_id))
     }
 }
@@ -181,14 +198,21 @@ pub async fn create_tenant(
     store: &dyn Store,
     name: &str,
 ) -> Result<(crate::model::Tenant, crate::crypto::MintedKey), crate::error::BackendError> {
-    let tenant = crate::model::Tenant { id: crate::ids::new_id("ten"), name: name.to_owned(), created_at: crate::ids::now_ms() };
+    let tenant = crate::model::Tenant {
+        id: crate::ids::new_id("ten"),
+        name: name.to_owned(),
+        created_at: crate::ids::now_ms(),
+    };
     store.create_tenant(&tenant).await?;
     let key = create_key(store, &tenant.id).await?;
     Ok((tenant, key))
 }
 
 /// Mints another API key for a tenant; only its hash is stored.
-pub async fn create_key(store: &dyn Store, tenant_id: &str) -> Result<crate::crypto::MintedKey, crate::error::BackendError> {
+pub async fn create_key(
+    store: &dyn Store,
+    tenant_id: &str,
+) -> Result<crate::crypto::MintedKey, crate::error::BackendError> {
     let minted = crate::crypto::mint_api_key();
     store
         .insert_api_key(&crate::model::ApiKeyRecord {

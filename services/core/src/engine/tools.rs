@@ -7,7 +7,7 @@ use switchyard_protocol::{ConnectionStatus, ErrorCode};
 use super::{Connector, Fault, ms};
 use crate::crypto::sha256_hex;
 use crate::ids::now_ms;
-use crate::model::{Claim, ClaimState, ChannelRecord, IdempotencyRecord};
+use crate::model::{ChannelRecord, Claim, ClaimState, IdempotencyRecord};
 use crate::provider::{ProgressSink, ProviderErrorKind, ToolCall};
 
 const SCOPE: &str = "tool";
@@ -24,20 +24,37 @@ impl Connector {
         progress: &dyn ProgressSink,
     ) -> Result<Value, Fault> {
         if self.provider.card().tool(tool_id).is_none() {
-            return Err(Fault::new(ErrorCode::UnknownTool, "tool_id is not declared in the Connector Card"));
+            return Err(Fault::new(
+                ErrorCode::UnknownTool,
+                "tool_id is not declared in the Connector Card",
+            ));
         }
         // Permission is checked on every call, whatever the Descriptor said earlier.
-        let ch = self.hub.store.get_channel(&ch.id).await?.unwrap_or_else(|| ch.clone());
-        if !matches!(ch.status, ConnectionStatus::Connected | ConnectionStatus::Degraded) {
+        let ch = self
+            .hub
+            .store
+            .get_channel(&ch.id)
+            .await?
+            .unwrap_or_else(|| ch.clone());
+        if !matches!(
+            ch.status,
+            ConnectionStatus::Connected | ConnectionStatus::Degraded
+        ) {
             let code = if ch.binding.is_some() && ch.status == ConnectionStatus::Offline {
                 ErrorCode::ConnectorChannelUnavailable
             } else {
                 ErrorCode::ConnectionNotAuthenticated
             };
-            return Err(Fault::new(code, format!("channel is {}", ch.status.as_str())));
+            return Err(Fault::new(
+                code,
+                format!("channel is {}", ch.status.as_str()),
+            ));
         }
         let Some(binding) = self.decrypt_binding(&ch) else {
-            return Err(Fault::new(ErrorCode::ConnectionNotAuthenticated, "channel is not bound"));
+            return Err(Fault::new(
+                ErrorCode::ConnectionNotAuthenticated,
+                "channel is not bound",
+            ));
         };
         let fingerprint = fingerprint(tool_id, arguments);
         let now = now_ms();
@@ -55,15 +72,28 @@ impl Connector {
             Claim::Existing(prev) => return self.replay(prev, &fingerprint),
             Claim::New => {}
         }
-        let call = ToolCall { binding: &binding, tool_id, arguments, idempotency_key: key, progress };
-        let outcome = tokio::time::timeout(self.hub.config.tool_timeout, self.provider.invoke_tool(call)).await;
+        let call = ToolCall {
+            binding: &binding,
+            tool_id,
+            arguments,
+            idempotency_key: key,
+            progress,
+        };
+        let outcome = tokio::time::timeout(
+            self.hub.config.tool_timeout,
+            self.provider.invoke_tool(call),
+        )
+        .await;
         let result = match outcome {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) if e.retryable() => {
                 // Nothing happened at the target: let a retry run again.
                 self.hub.store.release_claim(SCOPE, &ch.id, key).await?;
                 metrics::counter!("switchyard_tool_calls_total", "card" => self.card_id().to_owned(), "outcome" => "retryable").increment(1);
-                return Err(Fault::new(ErrorCode::ToolInvokeFailed, format!("{} (retryable)", e.message)));
+                return Err(Fault::new(
+                    ErrorCode::ToolInvokeFailed,
+                    format!("{} (retryable)", e.message),
+                ));
             }
             Ok(Err(e)) => {
                 if e.kind == ProviderErrorKind::Unauthorized {
@@ -73,13 +103,19 @@ impl Connector {
             }
             // The target may or may not have acted: remember the timeout so a retry cannot
             // repeat the side effect.
-            Err(_) => Err(Fault::new(ErrorCode::ToolTimeout, "tool call timed out; its outcome is unknown")),
+            Err(_) => Err(Fault::new(
+                ErrorCode::ToolTimeout,
+                "tool call timed out; its outcome is unknown",
+            )),
         };
         let stored = match &result {
             Ok(v) => json!({"result": v}),
             Err(f) => json!({"error": {"code": f.code.as_str(), "message": f.message}}),
         };
-        self.hub.store.finish_claim(SCOPE, &ch.id, key, &stored).await?;
+        self.hub
+            .store
+            .finish_claim(SCOPE, &ch.id, key, &stored)
+            .await?;
         let label = if result.is_ok() { "ok" } else { "error" };
         metrics::counter!("switchyard_tool_calls_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
         result
@@ -87,7 +123,10 @@ impl Connector {
 
     fn replay(&self, prev: IdempotencyRecord, fingerprint: &str) -> Result<Value, Fault> {
         if prev.fingerprint != fingerprint {
-            return Err(Fault::new(ErrorCode::InvalidArguments, "tool_call_id was already used with other arguments"));
+            return Err(Fault::new(
+                ErrorCode::InvalidArguments,
+                "tool_call_id was already used with other arguments",
+            ));
         }
         match (prev.state, prev.outcome) {
             (ClaimState::Done, Some(o)) => {
@@ -95,18 +134,31 @@ impl Connector {
                 if let Some(r) = o.get("result") {
                     return Ok(r.clone());
                 }
-                let code = o.pointer("/error/code").and_then(Value::as_str).unwrap_or("tool_invoke_failed");
-                let message = o.pointer("/error/message").and_then(Value::as_str).unwrap_or("tool call failed");
-                let code = serde_json::from_value(json!(code)).unwrap_or(ErrorCode::ToolInvokeFailed);
+                let code = o
+                    .pointer("/error/code")
+                    .and_then(Value::as_str)
+                    .unwrap_or("tool_invoke_failed");
+                let message = o
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("tool call failed");
+                let code =
+                    serde_json::from_value(json!(code)).unwrap_or(ErrorCode::ToolInvokeFailed);
                 Err(Fault::new(code, message))
             }
             _ => {
                 let running_for = now_ms() - prev.created_at;
                 if running_for <= ms(self.hub.config.tool_timeout) + 5_000 {
-                    Err(Fault::new(ErrorCode::Busy, "the same tool call is still running; retry later"))
+                    Err(Fault::new(
+                        ErrorCode::Busy,
+                        "the same tool call is still running; retry later",
+                    ))
                 } else {
                     // The pod running it died: its outcome is unknown, so it is not re-run.
-                    Err(Fault::new(ErrorCode::ToolInvokeFailed, "the call was interrupted and its outcome is unknown"))
+                    Err(Fault::new(
+                        ErrorCode::ToolInvokeFailed,
+                        "the call was interrupted and its outcome is unknown",
+                    ))
                 }
             }
         }
@@ -133,7 +185,10 @@ pub(crate) fn canonical(v: &Value) -> String {
                 .collect();
             format!("{{{}}}", parts.join(","))
         }
-        Value::Array(a) => format!("[{}]", a.iter().map(canonical).collect::<Vec<_>>().join(",")),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
         other => other.to_string(),
     }
 }
