@@ -192,9 +192,18 @@ pub fn pod_id(cfg: &Config) -> String {
 pub fn providers(cfg: &Config) -> Vec<Arc<dyn Provider>> {
     let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);
     wh.max_inbound_bytes = cfg.limits.max_inbound_bytes;
-    vec![Arc::new(switchyard_provider_webhook::WebhookProvider::new(
-        wh,
-    ))]
+    let mut tg =
+        switchyard_provider_telegram::TelegramConfig::new(build_info(), &cfg.telegram.api_base);
+    // Validated at load, so an unknown value never reaches here.
+    tg.mode = cfg
+        .telegram
+        .mode
+        .parse()
+        .unwrap_or(switchyard_provider_telegram::Mode::Auto);
+    vec![
+        Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh)),
+        Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
+    ]
 }
 
 #[derive(Clone)]

@@ -229,12 +229,15 @@ impl Default for RetentionConfig {
 #[serde(default)]
 pub struct TelegramConfig {
     pub api_base: String,
+    /// `auto` (webhook when public_base_url is https, else long polling), `webhook` or `polling`.
+    pub mode: String,
 }
 
 impl Default for TelegramConfig {
     fn default() -> Self {
         Self {
             api_base: "https://api.telegram.org".into(),
+            mode: "auto".into(),
         }
     }
 }
@@ -361,6 +364,11 @@ impl Config {
         {
             return Err(ConfigError::Invalid(
                 "database_url must start with sqlite: or postgres://".into(),
+            ));
+        }
+        if !matches!(self.telegram.mode.as_str(), "auto" | "webhook" | "polling") {
+            return Err(ConfigError::Invalid(
+                "telegram.mode must be auto, webhook or polling".into(),
             ));
         }
         if self.delivery.window == 0 || self.limits.tools_per_socket == 0 {

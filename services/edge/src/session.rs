@@ -170,14 +170,24 @@ impl Session {
         async {
             metrics::gauge!("switchyard_sockets").increment(1.0);
             let mut tick = tokio::time::interval(Duration::from_millis(250));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last_sweep = Instant::now();
             let drain = self.deps.drain.clone();
             let mut drain_deadline: Option<tokio::time::Instant> = None;
             loop {
-                if self.draining && self.tasks.is_empty() {
+                // A drained socket closes once its work is done and every delivery it made
+                // is acked (or timed out): closing earlier would make the next pod redeliver
+                // messages that xAgent already accepted.
+                if self.draining && self.tasks.is_empty() && self.routes.values().all(|r| r.inflight.is_empty()) {
                     break;
                 }
                 tokio::select! {
+                    // The tick comes last: an ack waiting in the queue must be seen before
+                    // its message counts as timed out, or a busy pod redelivers what xAgent
+                    // already accepted (and gets busier). Doorbells come before frames so a
+                    // stream of acks on some channels never holds up another channel's news;
+                    // a doorbell batch costs no query while windows are full.
+                    biased;
                     _ = drain.cancelled(), if !self.draining => {
                         tracing::info!("draining socket");
                         self.draining = true;
@@ -190,6 +200,7 @@ impl Session {
                         tracing::warn!(in_flight = self.tasks.len(), "drain deadline reached with work in flight");
                         break;
                     }
+                    bell = recv_bell(&mut self.bells) => self.on_bell(bell).await,
                     frame = inbound.next() => match frame {
                         Some(f) => self.on_frame(f).await,
                         None => {
@@ -198,7 +209,6 @@ impl Session {
                             return;
                         }
                     },
-                    bell = recv_bell(&mut self.bells) => self.on_bell(bell).await,
                     _ = tick.tick() => {
                         let sweep = last_sweep.elapsed() >= self.deps.limits.sweep_interval;
                         if sweep {
@@ -642,14 +652,62 @@ impl Session {
     }
 
     async fn on_bell(&mut self, bell: Option<Doorbell>) {
-        let Some(bell) = bell else {
-            // Lagged or bus gone: resync everything from the store.
-            let ids: Vec<String> = self.routes.keys().cloned().collect();
-            for id in ids {
-                self.pump(&id).await;
+        let mut next = bell;
+        loop {
+            let Some(bell) = next.take() else {
+                // Lagged or bus gone: resync everything from the store.
+                let ids: Vec<String> = self.routes.keys().cloned().collect();
+                for id in ids {
+                    self.pump(&id).await;
+                }
+                return;
+            };
+            if let Doorbell::Outbox { channel_id } = bell {
+                // Under load doorbells queue up faster than one pump each is served, and a
+                // pump reads everything pending: take the queued Outbox bells along and pump
+                // each channel once. Another kind of bell ends the batch and is handled after
+                // it, so ChannelTaken and Descriptor keep their order.
+                let mut due = vec![channel_id];
+                let mut after = None;
+                if let Some(sub) = self.bells.as_mut() {
+                    while due.len() < 256 {
+                        match sub.rx.try_recv() {
+                            Ok(Doorbell::Outbox { channel_id }) => {
+                                if !due.contains(&channel_id) {
+                                    due.push(channel_id);
+                                }
+                            }
+                            Ok(other) => {
+                                after = Some(Some(other));
+                                break;
+                            }
+                            Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                                after = Some(None);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+                for ch in due {
+                    if self.routes.contains_key(&ch) {
+                        self.pump(&ch).await;
+                    }
+                }
+                match after {
+                    Some(b) => {
+                        next = b;
+                        continue;
+                    }
+                    None => return,
+                }
             }
+            self.on_other_bell(bell).await;
             return;
-        };
+        }
+    }
+
+    async fn on_other_bell(&mut self, bell: Doorbell) {
         match bell {
             Doorbell::Outbox { channel_id } => {
                 if self.routes.contains_key(&channel_id) {
@@ -727,6 +785,10 @@ impl Session {
 
     /// Sends pending messages of a channel up to its window.
     async fn pump(&mut self, chid: &str) {
+        // A draining socket hands out nothing new; the next socket delivers it.
+        if self.draining {
+            return;
+        }
         let window = self.deps.limits.window as usize;
         let ack_timeout = self.deps.limits.ack_timeout;
         let Some(route) = self.routes.get_mut(chid) else {

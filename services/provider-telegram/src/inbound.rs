@@ -1,0 +1,530 @@
+//! One Telegram update -> one stored inbound message of the channel bound to its chat.
+//! Shared by webhook and polling ingress; the caller acknowledges the update (200 / offset)
+//! only on [`Handled::Done`].
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use switchyard_core::ProviderHost;
+use switchyard_core::provider::{HostError, InboundMessage, InboundOutcome};
+use switchyard_protocol::im::FileItem;
+use tokio::time::Instant;
+
+use crate::Runtime;
+use crate::api::retrying;
+use crate::bots::{Bot, Route};
+
+/// The outcome of handling one update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handled {
+    /// Stored, a duplicate, or deliberately ignored: acknowledge it.
+    Done,
+    /// Nothing durable happened (storage busy or down, Telegram unreachable): ask again.
+    Retry,
+    /// Telegram refused the token while fetching a file.
+    Revoked,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Update {
+    update_id: i64,
+    message: Option<Message>,
+    channel_post: Option<Message>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Message {
+    message_id: i64,
+    chat: Chat,
+    from: Option<User>,
+    sender_chat: Option<Chat>,
+    text: Option<String>,
+    caption: Option<String>,
+    photo: Vec<PhotoSize>,
+    document: Option<FileObj>,
+    voice: Option<FileObj>,
+    audio: Option<FileObj>,
+    video: Option<FileObj>,
+    video_note: Option<FileObj>,
+    animation: Option<FileObj>,
+    sticker: Option<Sticker>,
+    reply_to_message: Option<Box<Message>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Chat {
+    id: i64,
+    title: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct User {
+    id: i64,
+    first_name: String,
+    last_name: Option<String>,
+    username: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PhotoSize {
+    file_id: String,
+    width: u64,
+    height: u64,
+    file_size: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct FileObj {
+    file_id: String,
+    file_name: Option<String>,
+    mime_type: Option<String>,
+    file_size: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Sticker {
+    file_id: String,
+    emoji: Option<String>,
+    is_animated: bool,
+    is_video: bool,
+    file_size: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct TgFile {
+    file_path: Option<String>,
+}
+
+/// A file of a message, before download.
+struct Attachment {
+    file_id: String,
+    filename: String,
+    mime: String,
+    size: Option<u64>,
+}
+
+fn attachments(m: &Message) -> Vec<Attachment> {
+    let id = m.message_id;
+    let mut out = Vec::new();
+    // Telegram sends every size of a photo; the largest is the original.
+    if let Some(p) = m
+        .photo
+        .iter()
+        .max_by_key(|p| (p.width * p.height, p.file_size.unwrap_or(0)))
+    {
+        out.push(Attachment {
+            file_id: p.file_id.clone(),
+            filename: format!("photo_{id}.jpg"),
+            mime: "image/jpeg".into(),
+            size: p.file_size,
+        });
+    }
+    let named = |f: &FileObj, default_name: String, default_mime: &str| Attachment {
+        file_id: f.file_id.clone(),
+        filename: f
+            .file_name
+            .clone()
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or(default_name),
+        mime: f
+            .mime_type
+            .clone()
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| default_mime.to_owned()),
+        size: f.file_size,
+    };
+    if let Some(a) = &m.animation {
+        out.push(named(a, format!("animation_{id}.mp4"), "video/mp4"));
+    } else if let Some(d) = &m.document {
+        // An animation also comes as a document; it is taken once.
+        out.push(named(
+            d,
+            format!("document_{id}"),
+            "application/octet-stream",
+        ));
+    }
+    if let Some(v) = &m.voice {
+        let mut a = named(v, format!("voice_{id}.ogg"), "audio/ogg");
+        a.filename = format!("voice_{id}.ogg");
+        out.push(a);
+    }
+    if let Some(a) = &m.audio {
+        out.push(named(a, format!("audio_{id}.mp3"), "audio/mpeg"));
+    }
+    if let Some(v) = &m.video {
+        out.push(named(v, format!("video_{id}.mp4"), "video/mp4"));
+    }
+    if let Some(v) = &m.video_note {
+        out.push(named(v, format!("video_note_{id}.mp4"), "video/mp4"));
+    }
+    if let Some(s) = &m.sticker {
+        let (ext, mime) = if s.is_animated {
+            ("tgs", "application/x-tgsticker")
+        } else if s.is_video {
+            ("webm", "video/webm")
+        } else {
+            ("webp", "image/webp")
+        };
+        out.push(Attachment {
+            file_id: s.file_id.clone(),
+            filename: format!("sticker_{id}.{ext}"),
+            mime: mime.into(),
+            size: s.file_size,
+        });
+    }
+    out
+}
+
+/// The sender's name; never the raw numeric id (it is not a name).
+fn sender_name(m: &Message) -> Option<String> {
+    if let Some(u) = &m.from {
+        let full = format!("{} {}", u.first_name, u.last_name.as_deref().unwrap_or(""))
+            .trim()
+            .to_owned();
+        if !full.is_empty() {
+            return Some(full);
+        }
+        if let Some(name) = u.username.as_deref().filter(|n| !n.is_empty()) {
+            return Some(format!("@{name}"));
+        }
+    }
+    m.sender_chat.as_ref().and_then(|c| c.title.clone())
+}
+
+fn snippet(text: &str, max_chars: usize) -> String {
+    let one_line = text.replace(['\n', '\r'], " ");
+    if one_line.chars().count() <= max_chars {
+        return one_line;
+    }
+    format!("{}…", one_line.chars().take(max_chars).collect::<String>())
+}
+
+fn kind_of(m: &Message) -> &'static str {
+    if !m.photo.is_empty() {
+        "a photo"
+    } else if m.voice.is_some() {
+        "a voice message"
+    } else if m.video.is_some() || m.video_note.is_some() {
+        "a video"
+    } else if m.sticker.is_some() {
+        "a sticker"
+    } else if m.audio.is_some() {
+        "audio"
+    } else if m.document.is_some() {
+        "a file"
+    } else {
+        "a message"
+    }
+}
+
+/// The reply reference line: the quoted message's id in the form the reply tool accepts.
+fn reply_line(chat_id: i64, r: &Message) -> String {
+    let who = sender_name(r)
+        .map(|n| format!(" from {n}"))
+        .unwrap_or_default();
+    let quoted = r
+        .text
+        .as_deref()
+        .or(r.caption.as_deref())
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| snippet(t, 200))
+        .unwrap_or_else(|| format!("({})", kind_of(r)));
+    format!(
+        "[In reply to message {chat_id}:{}{who}: \"{quoted}\"]",
+        r.message_id
+    )
+}
+
+fn compose_text(m: &Message, notes: &[String]) -> Option<String> {
+    let mut lines = Vec::new();
+    if let Some(r) = &m.reply_to_message {
+        lines.push(reply_line(m.chat.id, r));
+    }
+    match m
+        .text
+        .as_deref()
+        .or(m.caption.as_deref())
+        .filter(|t| !t.trim().is_empty())
+    {
+        Some(body) => lines.push(body.to_owned()),
+        None => {
+            if let Some(s) = &m.sticker {
+                lines.push(
+                    format!("[sticker {}]", s.emoji.as_deref().unwrap_or("")).replace(" ]", "]"),
+                );
+            }
+        }
+    }
+    lines.extend(notes.iter().cloned());
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
+enum Fetch {
+    Stored(FileItem),
+    /// Not downloadable (too large, gone): named in the text instead.
+    Skipped(String),
+    Retry,
+    Revoked,
+    ChannelGone,
+}
+
+async fn fetch(
+    rt: &Runtime,
+    host: &dyn ProviderHost,
+    bot: &Bot,
+    channel_id: &str,
+    a: &Attachment,
+) -> Fetch {
+    let too_big = || {
+        Fetch::Skipped(format!(
+            "[{} was not downloaded: larger than Telegram lets bots download]",
+            a.filename
+        ))
+    };
+    if a.size.is_some_and(|s| s > rt.cfg.max_download_bytes) {
+        return too_big();
+    }
+    let deadline = Instant::now() + rt.cfg.request_timeout * 2;
+    let params = json!({ "file_id": a.file_id });
+    let file: TgFile = match retrying(deadline, true, || {
+        rt.api.call(&bot.token, "getFile", &params, None)
+    })
+    .await
+    {
+        Ok(f) => f,
+        Err(e) if e.is_unauthorized() => return Fetch::Revoked,
+        Err(e) if e.is_transient() => {
+            tracing::info!(bot_key = %bot.key, error = %e.summary(), "telegram getFile failed; the update is retried");
+            return Fetch::Retry;
+        }
+        Err(e) => {
+            tracing::info!(bot_key = %bot.key, error = %e.summary(), "telegram file not downloadable");
+            return if e.code() == Some(400) && e.summary().contains("too big") {
+                too_big()
+            } else {
+                Fetch::Skipped(format!(
+                    "[{} could not be downloaded from Telegram]",
+                    a.filename
+                ))
+            };
+        }
+    };
+    let Some(path) = file.file_path.filter(|p| !p.is_empty()) else {
+        return Fetch::Skipped(format!(
+            "[{} could not be downloaded from Telegram]",
+            a.filename
+        ));
+    };
+    let stream = match rt
+        .api
+        .download(&bot.token, &path, rt.cfg.transfer_timeout)
+        .await
+    {
+        Ok(s) => s,
+        Err(e) if e.is_unauthorized() => return Fetch::Revoked,
+        Err(e) if e.is_transient() => return Fetch::Retry,
+        Err(_) => {
+            return Fetch::Skipped(format!(
+                "[{} could not be downloaded from Telegram]",
+                a.filename
+            ));
+        }
+    };
+    match host
+        .store_inbound_file(channel_id, &a.filename, Some(&a.mime), stream)
+        .await
+    {
+        Ok(item) => Fetch::Stored(item),
+        Err(HostError::TooLarge) => Fetch::Skipped(format!(
+            "[{} was not stored: larger than this server accepts]",
+            a.filename
+        )),
+        Err(HostError::UnknownChannel) => Fetch::ChannelGone,
+        Err(e) if e.retryable() => {
+            tracing::warn!(connector_channel_id = channel_id, error = %e, "inbound telegram file not stored; the update is retried");
+            Fetch::Retry
+        }
+        Err(e) => {
+            tracing::warn!(connector_channel_id = channel_id, error = %e, "inbound telegram file refused");
+            Fetch::Skipped(format!("[{} could not be stored]", a.filename))
+        }
+    }
+}
+
+fn counted(outcome: &'static str, h: Handled) -> Handled {
+    metrics::counter!("switchyard_telegram_updates_total", "outcome" => outcome).increment(1);
+    h
+}
+
+/// Finds the channel of a chat, reloading the bots once if the chat is not known yet (it may
+/// have been bound a moment ago on another pod).
+async fn route_of(rt: &Runtime, host: &dyn ProviderHost, bot: &Bot, chat_id: i64) -> Option<Route> {
+    if let Some(r) = bot.chats.get(&chat_id) {
+        return Some(r.clone());
+    }
+    if let Err(e) = rt
+        .registry
+        .refresh_if_older(host, &rt.revoked_set(), Duration::from_secs(2))
+        .await
+    {
+        tracing::warn!(error = %e, "bound bots not reloaded");
+    }
+    rt.registry
+        .get(&bot.key)
+        .and_then(|b| b.chats.get(&chat_id).cloned())
+}
+
+pub(crate) async fn handle_update(
+    rt: &Runtime,
+    host: &dyn ProviderHost,
+    bot: &Bot,
+    raw: &Value,
+) -> Handled {
+    let update: Update = match serde_json::from_value(raw.clone()) {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::warn!(bot_key = %bot.key, error = %e, "undecodable telegram update skipped");
+            return counted("invalid", Handled::Done);
+        }
+    };
+    let Some(m) = update.message.or(update.channel_post) else {
+        return counted("ignored", Handled::Done);
+    };
+    let Some(route) = route_of(rt, host, bot, m.chat.id).await else {
+        tracing::debug!(bot_key = %bot.key, "update from a chat no channel is bound to; ignored");
+        return counted("unbound_chat", Handled::Done);
+    };
+    let channel_id = route.channel_id.as_str();
+    let files_wanted = attachments(&m);
+    // A repeated update with files (webhook retry, poll after a crash) skips the downloads;
+    // the core's message_id de-dup catches every other repeat.
+    let seen_key = format!("tg:upd:{}:{}", bot.key, update.update_id);
+    if !files_wanted.is_empty() && matches!(host.ephemeral().get(&seen_key).await, Ok(Some(_))) {
+        return counted("duplicate", Handled::Done);
+    }
+    let mut files = Vec::new();
+    let mut notes = Vec::new();
+    for a in &files_wanted {
+        match fetch(rt, host, bot, channel_id, a).await {
+            Fetch::Stored(item) => files.push(item),
+            Fetch::Skipped(note) => notes.push(note),
+            Fetch::Retry => return counted("retry", Handled::Retry),
+            Fetch::Revoked => return Handled::Revoked,
+            Fetch::ChannelGone => return counted("unbound_chat", Handled::Done),
+        }
+    }
+    let text = compose_text(&m, &notes);
+    if text.is_none() && files.is_empty() {
+        // Service messages (joins, pins, polls, locations) carry nothing to show.
+        return counted("ignored", Handled::Done);
+    }
+    store(host, bot, channel_id, &m, text, files, &seen_key).await
+}
+
+async fn store(
+    host: &dyn ProviderHost,
+    bot: &Bot,
+    channel_id: &str,
+    m: &Message,
+    text: Option<String>,
+    files: Vec<FileItem>,
+    seen_key: &str,
+) -> Handled {
+    let had_files = !files.is_empty();
+    let msg = InboundMessage {
+        message_id: format!("{}:{}", m.chat.id, m.message_id),
+        text,
+        sender_id: m
+            .from
+            .as_ref()
+            .map(|u| u.id.to_string())
+            .filter(|s| s != "0"),
+        sender_name: sender_name(m),
+        files,
+    };
+    let outcome = match host.accept_inbound(channel_id, msg).await {
+        Ok(InboundOutcome::Stored) => counted("stored", Handled::Done),
+        Ok(InboundOutcome::Duplicate) => counted("duplicate", Handled::Done),
+        Err(e) if e.retryable() => {
+            tracing::info!(connector_channel_id = channel_id, error = %e, "inbound telegram message not stored yet; retried");
+            return counted("retry", Handled::Retry);
+        }
+        Err(e) => {
+            tracing::warn!(connector_channel_id = channel_id, bot_key = %bot.key, error = %e, "inbound telegram message refused; skipped");
+            counted("refused", Handled::Done)
+        }
+    };
+    if had_files {
+        let _ = host
+            .ephemeral()
+            .put(seen_key, vec![1], Duration::from_secs(3600))
+            .await;
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(v: Value) -> Message {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn largest_photo_and_file_kinds() {
+        let m = msg(json!({
+            "message_id": 5, "chat": {"id": 1},
+            "photo": [
+                {"file_id": "s", "width": 90, "height": 90, "file_size": 10},
+                {"file_id": "l", "width": 1280, "height": 720, "file_size": 900},
+                {"file_id": "m", "width": 320, "height": 180, "file_size": 100}
+            ],
+            "animation": {"file_id": "a"}, "document": {"file_id": "a"},
+            "sticker": {"file_id": "st", "is_animated": true}
+        }));
+        let a = attachments(&m);
+        let ids: Vec<&str> = a.iter().map(|x| x.file_id.as_str()).collect();
+        assert_eq!(ids, vec!["l", "a", "st"]);
+        assert_eq!(a[2].filename, "sticker_5.tgs");
+    }
+
+    #[test]
+    fn text_with_reply_reference() {
+        let m = msg(json!({
+            "message_id": 9, "chat": {"id": -100},
+            "text": "yes",
+            "reply_to_message": {"message_id": 3, "chat": {"id": -100}, "from": {"id": 7, "first_name": "Bo"}, "text": "ship it?\nnow"}
+        }));
+        assert_eq!(
+            compose_text(&m, &[]).unwrap(),
+            "[In reply to message -100:3 from Bo: \"ship it? now\"]\nyes"
+        );
+        let sticker = msg(
+            json!({"message_id": 1, "chat": {"id": 1}, "sticker": {"file_id": "x", "emoji": "👍"}}),
+        );
+        assert_eq!(compose_text(&sticker, &[]).unwrap(), "[sticker 👍]");
+        let service = msg(json!({"message_id": 1, "chat": {"id": 1}, "new_chat_members": []}));
+        assert_eq!(compose_text(&service, &[]), None);
+    }
+
+    #[test]
+    fn sender_names_never_fall_back_to_ids() {
+        let m =
+            msg(json!({"message_id": 1, "chat": {"id": 1}, "from": {"id": 77, "first_name": ""}}));
+        assert_eq!(sender_name(&m), None);
+        let m = msg(
+            json!({"message_id": 1, "chat": {"id": 1}, "from": {"id": 77, "first_name": "", "username": "ada"}}),
+        );
+        assert_eq!(sender_name(&m).as_deref(), Some("@ada"));
+    }
+}

@@ -1,0 +1,476 @@
+//! One update stream per bot across the cluster.
+//!
+//! Every pod runs a supervisor that reloads the bound bots periodically (and when a binding
+//! is made or released here). In webhook mode it registers each bot's webhook once (recorded
+//! in the provider's key/value store, so pods do not repeat it). In polling mode it runs a
+//! poller task per bot on every pod, but only the holder of the bot's lease `poll:<bot_key>`
+//! calls `getUpdates`; the others wait to take over. The holder renews the lease every loop
+//! and moves the durable offset only after the batch is stored, and only while it still holds
+//! the lease of the same generation.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard_core::ProviderHost;
+use switchyard_core::crypto::sha256_hex;
+use switchyard_core::provider::{Binding, ProviderError};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::retrying;
+use crate::bots::Bot;
+use crate::creds::{Credentials, token_fingerprint, webhook_secret};
+use crate::inbound::{Handled, handle_update};
+use crate::{Mode, PREFIX, Runtime, credentials};
+
+const ALLOWED_UPDATES: [&str; 2] = ["message", "channel_post"];
+
+struct Poller {
+    token_fp: String,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// The pollers of this pod, by bot key.
+pub(crate) struct Pollers {
+    map: HashMap<String, Poller>,
+    stop: CancellationToken,
+}
+
+impl Pollers {
+    fn ensure(&mut self, rt: &Arc<Runtime>, host: &Arc<dyn ProviderHost>, bot: &Arc<Bot>) {
+        if let Some(p) = self.map.get(&bot.key)
+            && p.token_fp == bot.token_fp
+            && !p.task.is_finished()
+        {
+            return;
+        }
+        if let Some(old) = self.map.remove(&bot.key) {
+            old.stop.cancel();
+        }
+        let stop = self.stop.child_token();
+        let task = tokio::spawn(poll_bot(
+            rt.clone(),
+            host.clone(),
+            bot.clone(),
+            stop.clone(),
+        ));
+        self.map.insert(
+            bot.key.clone(),
+            Poller {
+                token_fp: bot.token_fp.clone(),
+                stop,
+                task,
+            },
+        );
+    }
+
+    /// Stops pollers whose bot has no channel left (or whose token changed or was refused).
+    fn retain(&mut self, wanted: &HashMap<String, String>) {
+        self.map.retain(|key, p| {
+            let keep = wanted.get(key) == Some(&p.token_fp);
+            if !keep {
+                p.stop.cancel();
+            }
+            keep
+        });
+    }
+
+    async fn shutdown(self) {
+        for p in self.map.values() {
+            p.stop.cancel();
+        }
+        // Waiting lets each poller give its lease up, so another pod takes over at once.
+        let tasks = self.map.into_values().map(|p| p.task);
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(tasks)).await;
+    }
+}
+
+/// The supervisor loop of one pod; ends (and stops its pollers) when `stop` is cancelled.
+pub(crate) async fn supervise(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    stop: CancellationToken,
+) {
+    let mut pollers = Pollers {
+        map: HashMap::new(),
+        stop: stop.child_token(),
+    };
+    loop {
+        reconcile(&rt, &host, Some(&mut pollers)).await;
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(rt.cfg.refresh_interval) => {}
+            _ = rt.kick.notified() => {}
+        }
+    }
+    pollers.shutdown().await;
+}
+
+/// One supervisor step: reload the bots, then make each one's update stream exist.
+pub(crate) async fn reconcile(
+    rt: &Arc<Runtime>,
+    host: &Arc<dyn ProviderHost>,
+    pollers: Option<&mut Pollers>,
+) {
+    if let Err(e) = rt.registry.refresh(host.as_ref(), &rt.revoked_set()).await {
+        tracing::warn!(error = %e, "bound telegram bots not reloaded; retried at the next refresh");
+        return;
+    }
+    let mode = rt.mode(host.as_ref());
+    let mut wanted = HashMap::new();
+    let mut live = Vec::new();
+    for bot in rt.registry.all() {
+        if rt.is_revoked(host.as_ref(), &bot.token_fp).await {
+            continue;
+        }
+        wanted.insert(bot.key.clone(), bot.token_fp.clone());
+        live.push(bot);
+    }
+    match (mode, pollers) {
+        (Mode::Polling, Some(p)) => {
+            p.retain(&wanted);
+            for bot in &live {
+                p.ensure(rt, host, bot);
+            }
+        }
+        (Mode::Polling, None) => {}
+        (_, pollers) => {
+            if let Some(p) = pollers {
+                p.retain(&HashMap::new());
+            }
+            for bot in &live {
+                ensure_webhook(rt, host.as_ref(), bot).await;
+            }
+        }
+    }
+    metrics::gauge!("switchyard_telegram_bots").set(live.len() as f64);
+}
+
+fn webhook_url(host: &dyn ProviderHost, bot: &Bot) -> String {
+    format!(
+        "{}{PREFIX}/updates/{}",
+        host.public_base_url().trim_end_matches('/'),
+        bot.key
+    )
+}
+
+/// Registers the bot's webhook unless this URL and token are already registered.
+async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderHost, bot: &Bot) {
+    let url = webhook_url(host, bot);
+    let fp = sha256_hex(format!("{url}\n{}", bot.token_fp).as_bytes())[..32].to_owned();
+    if rt
+        .hooked
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&bot.key)
+        == Some(&fp)
+    {
+        return;
+    }
+    let kv_key = format!("hook:{}", bot.key);
+    if matches!(host.kv_get(&kv_key).await, Ok(Some(v)) if v == fp) {
+        rt.hooked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(bot.key.clone(), fp);
+        return;
+    }
+    let params = json!({
+        "url": url,
+        "secret_token": webhook_secret(&bot.token),
+        "allowed_updates": ALLOWED_UPDATES,
+        "max_connections": rt.cfg.webhook_max_connections,
+    });
+    // Recorded before the call: Telegram may deliver the first update to another pod before
+    // this one could record the success, and that pod looks the record up to know the bot.
+    // A pending record never equals the fingerprint, so a failed registration is retried.
+    if let Err(e) = host.kv_put(&kv_key, &format!("pending:{fp}")).await {
+        tracing::warn!(error = %e, "webhook registration not recorded; retried at the next refresh");
+        return;
+    }
+    let deadline = Instant::now() + rt.cfg.request_timeout * 2;
+    match retrying(deadline, true, || {
+        rt.api
+            .call::<Value>(&bot.token, "setWebhook", &params, None)
+    })
+    .await
+    {
+        Ok(_) => {
+            tracing::info!(bot_key = %bot.key, "telegram webhook registered");
+            if let Err(e) = host.kv_put(&kv_key, &fp).await {
+                tracing::warn!(error = %e, "webhook registration not recorded; it is repeated later");
+            }
+            rt.hooked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(bot.key.clone(), fp);
+        }
+        Err(e) if e.is_unauthorized() => rt.on_revoked(host, bot.id, &bot.token_fp).await,
+        Err(e) => {
+            tracing::warn!(bot_key = %bot.key, error = %e.summary(), "telegram webhook not registered; retried at the next refresh")
+        }
+    }
+}
+
+/// Waits `d` unless stopped first; false when stopped.
+async fn pause(stop: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+fn jittered(d: Duration) -> Duration {
+    let ms = d.as_millis().max(1) as u64;
+    Duration::from_millis(ms / 2 + rand::random::<u64>() % ms)
+}
+
+async fn poll_bot(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    bot: Arc<Bot>,
+    stop: CancellationToken,
+) {
+    let lease = format!("poll:{}", bot.key);
+    let cursor = format!("offset:{}", bot.key);
+    let backoff = rt.cfg.poll_error_backoff;
+    let mut held: Option<i64> = None;
+    let mut offset: i64 = 0;
+    let mut failures = 0u32;
+    loop {
+        if stop.is_cancelled() {
+            break;
+        }
+        match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
+            Ok(Some(generation)) => {
+                if held != Some(generation) {
+                    // A new term: the previous holder (maybe another pod) moved the cursor.
+                    offset = match host.kv_get(&cursor).await {
+                        Ok(v) => v.and_then(|s| s.parse().ok()).unwrap_or(0),
+                        Err(e) => {
+                            tracing::warn!(bot_key = %bot.key, error = %e, "telegram cursor unreadable");
+                            if !pause(&stop, backoff).await {
+                                break;
+                            }
+                            continue;
+                        }
+                    };
+                    tracing::info!(bot_key = %bot.key, generation, "telegram poller holds the lease");
+                    held = Some(generation);
+                }
+            }
+            Ok(None) => {
+                if held.take().is_some() {
+                    tracing::info!(bot_key = %bot.key, "telegram poller lost the lease");
+                }
+                if !pause(&stop, jittered(rt.cfg.lease_retry)).await {
+                    break;
+                }
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(bot_key = %bot.key, error = %e, "telegram poll lease unavailable");
+                held = None;
+                if !pause(&stop, backoff).await {
+                    break;
+                }
+                continue;
+            }
+        }
+        let params = json!({"offset": offset, "timeout": rt.cfg.poll_timeout.as_secs(), "allowed_updates": ALLOWED_UPDATES});
+        let wait = rt.cfg.poll_timeout + rt.cfg.request_timeout;
+        let polled = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = rt.api.call::<Vec<Value>>(&bot.token, "getUpdates", &params, Some(wait)) => r,
+        };
+        let mut updates = match polled {
+            Ok(u) => {
+                failures = 0;
+                u
+            }
+            Err(e) if e.is_unauthorized() => {
+                rt.on_revoked(host.as_ref(), bot.id, &bot.token_fp).await;
+                break;
+            }
+            Err(e) if e.is_webhook_conflict() => {
+                // Switched from webhook to polling mode: the webhook must go for polls to work.
+                tracing::info!(bot_key = %bot.key, "telegram webhook removed for polling");
+                if let Err(e) = rt
+                    .api
+                    .call::<Value>(&bot.token, "deleteWebhook", &json!({}), None)
+                    .await
+                {
+                    tracing::warn!(bot_key = %bot.key, error = %e.summary(), "telegram webhook not removed");
+                }
+                let _ = host.kv_put(&format!("hook:{}", bot.key), "").await;
+                if !pause(&stop, backoff).await {
+                    break;
+                }
+                continue;
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::info!(bot_key = %bot.key, error = %e.summary(), failures, "telegram poll failed");
+                let wait = if failures >= 3 { backoff * 15 } else { backoff };
+                if !pause(&stop, wait).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        updates.sort_by_key(|u| u.get("update_id").and_then(Value::as_i64).unwrap_or(0));
+        let mut next = offset;
+        let mut outcome = Handled::Done;
+        for u in &updates {
+            let Some(id) = u.get("update_id").and_then(Value::as_i64) else {
+                continue;
+            };
+            if id < offset {
+                continue;
+            }
+            outcome = handle_update(&rt, host.as_ref(), &bot, u).await;
+            if outcome != Handled::Done {
+                break;
+            }
+            next = id + 1;
+        }
+        if next > offset {
+            // Fencing: only the holder of this term moves the cursor; a pod that lost the
+            // lease mid-batch leaves it to the new holder (its stored updates are de-duplicated).
+            match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
+                Ok(Some(g)) if Some(g) == held => {
+                    match host.kv_put(&cursor, &next.to_string()).await {
+                        Ok(()) => offset = next,
+                        Err(e) => {
+                            tracing::warn!(bot_key = %bot.key, error = %e, "telegram cursor not stored; the batch is fetched again")
+                        }
+                    }
+                }
+                _ => {
+                    tracing::info!(bot_key = %bot.key, "telegram poller lost the lease during a batch");
+                    held = None;
+                    continue;
+                }
+            }
+        }
+        match outcome {
+            Handled::Done => {}
+            Handled::Revoked => {
+                rt.on_revoked(host.as_ref(), bot.id, &bot.token_fp).await;
+                break;
+            }
+            Handled::Retry => {
+                if !pause(&stop, backoff).await {
+                    break;
+                }
+            }
+        }
+    }
+    if held.is_some()
+        && let Err(e) = host.release_lease(&lease).await
+    {
+        tracing::warn!(bot_key = %bot.key, error = %e, "telegram poll lease not released; it expires");
+    }
+}
+
+/// After a binding was made here: once the core stored it, forget any cached webhook
+/// registration of its bot (a release elsewhere may have removed it) and wake the supervisor.
+pub(crate) fn after_bind(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    channel_id: String,
+    stored: Value,
+) {
+    let Some(want) = Credentials::from_stored(&stored) else {
+        return;
+    };
+    rt.hooked
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&want.bot_key());
+    tokio::spawn(async move {
+        let fp = token_fingerprint(&want.token);
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let bound = match host.binding(&channel_id).await {
+                Ok(Some(b)) => Credentials::from_stored(&b.credentials).is_some_and(|c| {
+                    c.bot_id == want.bot_id
+                        && c.chat_id == want.chat_id
+                        && token_fingerprint(&c.token) == fp
+                }),
+                _ => false,
+            };
+            if bound {
+                rt.hooked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&want.bot_key());
+                rt.kick.notify_one();
+                return;
+            }
+        }
+    });
+}
+
+/// Logout or removal of a channel: when it was the bot's last channel, the update stream
+/// stops (webhook deleted, lease given up); the supervisors stop their pollers once the core
+/// cleared the binding.
+pub(crate) async fn release(rt: Arc<Runtime>, binding: &Binding) -> Result<(), ProviderError> {
+    let host = rt.host()?.clone();
+    let creds = credentials(binding)?;
+    let key = creds.bot_key();
+    let others = match host.bound_channels().await {
+        Ok(all) => all
+            .iter()
+            .filter(|b| b.channel_id != binding.channel_id)
+            .filter_map(|b| Credentials::from_stored(&b.credentials))
+            .any(|c| c.bot_id == creds.bot_id),
+        Err(e) => {
+            tracing::warn!(error = %e, "bound channels unavailable during release");
+            return Err(ProviderError::transient(
+                "storage is unavailable; retry later",
+            ));
+        }
+    };
+    if !others {
+        match rt
+            .api
+            .call::<Value>(&creds.token, "deleteWebhook", &json!({}), None)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(bot_key = %key, "last channel of a telegram bot released; update stream stopped")
+            }
+            Err(e) if e.is_unauthorized() => {}
+            Err(e) => {
+                tracing::warn!(bot_key = %key, error = %e.summary(), "telegram webhook not deleted")
+            }
+        }
+        rt.hooked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        if let Err(e) = host.kv_put(&format!("hook:{key}"), "").await {
+            tracing::warn!(error = %e, "webhook record not cleared");
+        }
+        if let Err(e) = host.release_lease(&format!("poll:{key}")).await {
+            tracing::warn!(error = %e, "telegram poll lease not released");
+        }
+    }
+    let channel_id = binding.channel_id.clone();
+    tokio::spawn(async move {
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if matches!(host.binding(&channel_id).await, Ok(None)) {
+                break;
+            }
+        }
+        rt.kick.notify_one();
+    });
+    Ok(())
+}
