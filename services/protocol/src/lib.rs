@@ -7,6 +7,7 @@ pub mod card;
 pub mod descriptor;
 pub mod envelope;
 pub mod error;
+pub mod hosts;
 pub mod im;
 pub mod packet;
 pub mod profile;

@@ -1,0 +1,21 @@
+//! Wire types and pure rules of "Connector API v1" (seed `004`, draft 0.1.0): the protocol
+//! remote agent hosts speak with Switchyard.
+//!
+//! Everything here is I/O free: messages and their parsing ([`message`]), error codes with
+//! their retry policy ([`error`]), the timeouts table and reconnect back-off ([`timeouts`]),
+//! the run state machine ([`run`]) and the JWT claims a host presents ([`jwt`]).
+
+pub mod error;
+pub mod jwt;
+pub mod message;
+pub mod run;
+pub mod timeouts;
+
+pub use error::{HostErrorCode, RetryPolicy, RetryStep};
+pub use jwt::{ClaimsError, Confirmation, HostClaims, x5t_s256_from_digest};
+pub use message::{HostMessage, HostProtocolError, MessageType, Peer, parse, parse_from};
+pub use run::{HostLostPolicy, InvalidTransition, RunFact, RunState, transition};
+pub use timeouts::{Timeouts, reconnect_delay};
+
+/// Version of the seed these types follow.
+pub const CONNECTOR_API_VERSION: &str = "0.1.0-draft";
