@@ -35,6 +35,10 @@ export SWITCHYARD_TEST_POSTGRES_URL="${SWITCHYARD_TEST_POSTGRES_URL:-postgres://
 export SWITCHYARD_TEST_REDIS_URL="${SWITCHYARD_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
 export SWITCHYARD_TEST_NATS_URL="${SWITCHYARD_TEST_NATS_URL:-nats://127.0.0.1:4222}"
 
+# The multi-pod and embedded-binary scenarios run the real `switchyard` binary: build it from
+# this checkout first so a reused target directory never serves a stale one.
+cargo build --workspace --all-features --bins
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-features --no-fail-fast "$@"
 else
