@@ -778,6 +778,22 @@ impl Session {
                 }
                 self.pump(&id).await;
             } else if sweep {
+                // A lost ChannelTaken doorbell must not leave two sockets delivering one
+                // channel: the sweep re-reads who owns the route.
+                match self.deps.conn.hub.store.get_channel(&id).await {
+                    Ok(Some(ch)) if ch.route_socket.as_deref() != Some(self.socket_id.as_str()) => {
+                        tracing::info!(channel = %id, "route owned by another socket; dropping it here");
+                        self.routes.remove(&id);
+                        self.workers.remove(&id);
+                        continue;
+                    }
+                    Ok(None) => {
+                        self.routes.remove(&id);
+                        self.workers.remove(&id);
+                        continue;
+                    }
+                    _ => {}
+                }
                 self.pump(&id).await;
             }
         }
