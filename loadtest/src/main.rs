@@ -1,1 +1,394 @@
-fn main() {}
+//! `switchyard-loadtest`: starts real Switchyard pods, binds channels of simulated xAgent
+//! backends to a fake webhook target, offers load on four flows and reports throughput,
+//! latency, loss and duplicates (counted by `message_id`) and the pods' memory and CPU.
+//! See `loadtest/README.md`.
+
+mod args;
+mod pods;
+mod probe;
+mod report;
+mod scenario;
+mod stats;
+mod target;
+mod workload;
+mod xagent;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{Args, Mode};
+use crate::pods::{Fleet, PodState, proc_sample};
+use crate::probe::Probes;
+use crate::report::{BackendReport, Host, PodReport, Rates, Report};
+use crate::scenario::Events;
+use crate::stats::Flows;
+use crate::target::Target;
+use crate::workload::Ctx;
+use crate::xagent::Backend;
+
+/// Exit status when the run completed but found problems (loss, errors, bad signatures...).
+const EXIT_PROBLEMS: i32 = 3;
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    if let Err(e) = args.validate() {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
+    match run(args).await {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<i32> {
+    let bin = pods::find_binary(args.bin.as_deref())?;
+    println!("using switchyard binary {}", bin.display());
+    let (dir, temp) = match &args.work_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            (d.canonicalize()?, None)
+        }
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("switchyard-loadtest-")
+                .tempdir()?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    println!("pod data and logs in {}", dir.display());
+    let fleet = Arc::new(Fleet::prepare(&args, bin.clone(), dir.clone()).await?);
+    let outcome = tokio::select! {
+        r = load(&args, fleet.clone(), &bin) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
+    fleet.stop_all().await;
+    for n in fleet.cleanup_shared().await {
+        println!("{n}");
+    }
+    if outcome.is_err() && args.work_dir.is_none() {
+        // Keep the pods' logs of a failed run: they are the evidence.
+        if let Some(g) = temp {
+            let kept: PathBuf = g.keep();
+            eprintln!("pod logs kept in {}", kept.display());
+        }
+    }
+    outcome
+}
+
+async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::Result<i32> {
+    let tag = hex::encode(rand::random::<[u8; 4]>());
+    let mut notes = Vec::new();
+    let setup_started = Instant::now();
+
+    fleet.migrate().await?;
+    let mut tenants = Vec::new();
+    for i in 0..args.tenants {
+        tenants.push(fleet.create_tenant(&format!("loadtest-{tag}-{i}")).await?);
+    }
+    for _ in 0..args.pod_count() {
+        let pod = fleet.start_pod().await?;
+        println!("{} ready at {} (pid {})", pod.name, pod.base_url, pod.pid);
+    }
+
+    let flows = Arc::new(Flows::new(Instant::now()));
+    let secrets: Vec<String> = (0..args.tenants)
+        .map(|_| hex::encode(rand::random::<[u8; 16]>()))
+        .collect();
+    let target = Target::start(secrets.clone(), flows.clone()).await?;
+    let backends: Vec<Arc<Backend>> = tenants
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_tenant_id, key))| {
+            Backend::new(
+                i,
+                key,
+                secrets[i].clone(),
+                target.endpoint(i),
+                fleet.clone(),
+                flows.clone(),
+            )
+        })
+        .collect();
+    let per = args.channels / args.tenants;
+    let extra = args.channels % args.tenants;
+    let setups = backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| b.setup(per + usize::from(i < extra)));
+    for (i, r) in futures::future::join_all(setups)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        r.with_context(|| format!("setting up tenant {i}"))?;
+    }
+    let channels: Vec<(usize, String)> = backends
+        .iter()
+        .enumerate()
+        .flat_map(|(i, b)| b.channels().iter().map(move |c| (i, c.clone())))
+        .collect();
+    let setup_s = setup_started.elapsed().as_secs_f64();
+    println!(
+        "{} channels bound across {} tenants in {setup_s:.1}s; offering load for {:?}",
+        channels.len(),
+        backends.len(),
+        args.duration
+    );
+
+    let mut file_rate = args.file_rate;
+    if file_rate > 0.0 && !fleet.shared_files {
+        file_rate = 0.0;
+        notes.push(
+            "file flow skipped: cluster pods need a shared file store and no --s3-bucket was given"
+                .into(),
+        );
+        println!("note: {}", notes[notes.len() - 1]);
+    }
+
+    let stop = CancellationToken::new();
+    for b in &backends {
+        tokio::spawn(b.clone().supervise(stop.child_token()));
+    }
+    let loadavg_start = Host::loadavg();
+    let start = Instant::now();
+    flows.begin(start);
+    for b in &backends {
+        b.begin(start);
+    }
+    let until = tokio::time::Instant::from_std(start + args.duration);
+    let deadline = until + args.settle;
+    let ctx = Arc::new(Ctx {
+        backends: backends.clone(),
+        channels,
+        flows: flows.clone(),
+        fleet: fleet.clone(),
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(args.concurrency)
+            .timeout(Duration::from_secs(30))
+            .build()?,
+        tag: tag.clone(),
+        filler: "x".repeat(args.text_bytes),
+        file: Bytes::from(
+            (0..args.file_bytes)
+                .map(|i| (i % 251) as u8)
+                .collect::<Vec<u8>>(),
+        ),
+        deadline,
+    });
+
+    let events = Arc::new(Events::default());
+    let disrupted = args.kill_pod_at.is_some() || args.rolling_restart;
+    if let Some(at) = args.kill_pod_at {
+        tokio::spawn(scenario::kill_pod(
+            fleet.clone(),
+            args.mode,
+            start,
+            at,
+            events.clone(),
+        ));
+    }
+    if args.rolling_restart {
+        tokio::spawn(scenario::rolling_restart(
+            fleet.clone(),
+            args.mode,
+            start,
+            args.duration / 4,
+            events.clone(),
+        ));
+    }
+    let sampler = tokio::spawn(sample_loop(
+        fleet.clone(),
+        flows.clone(),
+        start,
+        stop.clone(),
+    ));
+    let probes = Probes::default();
+    let prober = tokio::spawn(probes.clone().run(fleet.clone(), start, stop.clone()));
+
+    let c = ctx.clone();
+    let inbound = workload::drive(args.inbound_rate, args.concurrency, until, move |n| {
+        workload::inbound(c.clone(), n)
+    });
+    let c = ctx.clone();
+    let tool = optional(args.tool_rate, workload::SOCKET_FLOW_CAP, until, move |n| {
+        workload::tool(c.clone(), n)
+    });
+    let c = ctx.clone();
+    let outbound = optional(
+        args.outbound_rate,
+        workload::SOCKET_FLOW_CAP,
+        until,
+        move |n| workload::outbound(c.clone(), n),
+    );
+    let c = ctx.clone();
+    let file = optional(file_rate, workload::SOCKET_FLOW_CAP, until, move |n| {
+        workload::file(c.clone(), n)
+    });
+    tokio::join!(inbound, tool, outbound, file);
+    let loadavg_end = Host::loadavg();
+    let run_end = start + args.duration;
+
+    // Settle: accepted work still on its way gets until the deadline to arrive.
+    while tokio::time::Instant::now() < deadline {
+        if flows.all().iter().all(|f| f.outstanding() == 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Late duplicates show up shortly after the last delivery; give them a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    fleet.sample_all();
+    let loadtest_process = proc_sample(std::process::id(), fleet.clk_tck).unwrap_or_default();
+    stop.cancel();
+    let _ = sampler.await;
+    let _ = prober.await;
+
+    let flow_reports: Vec<_> = flows
+        .all()
+        .iter()
+        .map(|f| f.report(args.duration, run_end))
+        .collect();
+    let reconnects: Vec<_> = backends.iter().flat_map(|b| b.reconnects()).collect();
+    let event_list = events.list();
+    let mut violations: Vec<String> = backends
+        .iter()
+        .flat_map(|b| b.schema_violations())
+        .collect();
+    violations.sort();
+    violations.dedup();
+    let mut pod_resources = Vec::new();
+    for p in fleet.all() {
+        let s = p.sample(fleet.clk_tck).unwrap_or_default();
+        let metrics = if p.state() == PodState::Serving {
+            p.scrape_metrics().await
+        } else {
+            Vec::new()
+        };
+        pod_resources.push(PodReport {
+            name: p.name.clone(),
+            pid: p.pid,
+            state: p.state(),
+            rss_kib: s.rss_kib,
+            peak_rss_kib: s.peak_rss_kib,
+            cpu_seconds: s.cpu_seconds,
+            uptime_s: p.started.elapsed().as_secs_f64(),
+            log: p.log.display().to_string(),
+            metrics,
+        });
+    }
+    for b in &backends {
+        b.close().await;
+    }
+    let mut report = Report {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        binary: bin.display().to_string(),
+        mode: match args.mode {
+            Mode::Embedded => "embedded".into(),
+            Mode::Cluster => "cluster".into(),
+        },
+        pods: args.pod_count(),
+        tenants: args.tenants,
+        channels: args.channels,
+        duration_s: args.duration.as_secs_f64(),
+        settle_s: args.settle.as_secs_f64(),
+        rates: Rates {
+            inbound_per_s: args.inbound_rate,
+            inbound_concurrency: args.concurrency,
+            tool_per_s: args.tool_rate,
+            outbound_per_s: args.outbound_rate,
+            file_per_s: file_rate,
+        },
+        setup_s,
+        host: Host {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            loadavg_start,
+            loadavg_end,
+        },
+        flows: flow_reports,
+        target: target.report(),
+        probes: probes.report(),
+        pod_resources,
+        loadtest_process,
+        recoveries: scenario::recoveries(&event_list, &reconnects),
+        events: event_list,
+        reconnects,
+        backends: backends
+            .iter()
+            .map(|b| BackendReport {
+                tenant: b.index,
+                channels: b.channels().len(),
+                inbound_timeline_per_s: b.inbound_timeline(),
+            })
+            .collect(),
+        schema_violations: violations.len(),
+        schema_violation_examples: violations.into_iter().take(20).collect(),
+        notes,
+        problems: Vec::new(),
+    };
+    report.judge(disrupted);
+    print!("{}", report.render());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("json report written to {}", path.display());
+    }
+    Ok(if report.problems.is_empty() {
+        0
+    } else {
+        EXIT_PROBLEMS
+    })
+}
+
+/// A flow whose rate 0 means "off".
+async fn optional<F, Fut>(rate: f64, cap: usize, until: tokio::time::Instant, op: F) -> u64
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    if rate > 0.0 {
+        workload::drive(rate, cap, until, op).await
+    } else {
+        0
+    }
+}
+
+/// Samples the pods' /proc every second (a killed pod keeps its last reading) and prints a
+/// progress line every five.
+async fn sample_loop(
+    fleet: Arc<Fleet>,
+    flows: Arc<Flows>,
+    start: Instant,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut n = 0u64;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        fleet.sample_all();
+        n += 1;
+        if n.is_multiple_of(5) {
+            let mut line = format!("[{:>6.1}s]", start.elapsed().as_secs_f64());
+            for f in flows.all() {
+                let (sent, acc, del) = f.progress();
+                if sent > 0 {
+                    line.push_str(&format!(" {} {sent}/{acc}/{del}", f.name));
+                }
+            }
+            println!("{line}  (sent/accepted/delivered)");
+        }
+    }
+}

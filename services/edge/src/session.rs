@@ -557,7 +557,10 @@ impl Session {
 
     async fn enqueue_work(&mut self, ch: &ChannelRecord, work: ChannelWork) {
         let tx = match self.workers.get(&ch.id) {
-            Some(tx) if !tx.is_closed() => tx.clone(),
+            Some(tx) if !tx.is_closed() => Some(tx.clone()),
+            // A draining socket starts no new worker (it would keep the drain waiting); the
+            // work is refused retryably and xAgent sends it again on its next socket.
+            _ if self.draining => None,
             _ => {
                 let (tx, rx) = mpsc::channel(self.deps.limits.channel_queue);
                 let conn = self.deps.conn.clone();
@@ -565,21 +568,30 @@ impl Session {
                 let chid = ch.id.clone();
                 self.spawn(channel_worker(conn, chid, rx, out));
                 self.workers.insert(ch.id.clone(), tx.clone());
-                tx
+                Some(tx)
             }
         };
-        if let Err(
-            mpsc::error::TrySendError::Full(work) | mpsc::error::TrySendError::Closed(work),
-        ) = tx.try_send(work)
-        {
+        let refused = match tx {
+            None => Some(work),
+            Some(tx) => match tx.try_send(work) {
+                Ok(()) => None,
+                Err(mpsc::error::TrySendError::Full(w) | mpsc::error::TrySendError::Closed(w)) => {
+                    Some(w)
+                }
+            },
+        };
+        if let Some(work) = refused {
+            let (code, why) = if self.draining {
+                (
+                    ErrorCode::Draining,
+                    "server draining; send it again after reconnecting",
+                )
+            } else {
+                (ErrorCode::Busy, "channel queue is full; retry later")
+            };
             match work {
                 ChannelWork::Message(meta, p) => {
-                    let ack = ChatAckPayload::rejected(
-                        &p.message_id,
-                        ErrorCode::Busy.as_str(),
-                        "channel queue is full; retry later",
-                        true,
-                    );
+                    let ack = ChatAckPayload::rejected(&p.message_id, code.as_str(), why, true);
                     send(
                         &self.out,
                         answer(&meta, "chat.message.ack", Some(&ch.id)).with_payload(json!(ack)),
@@ -587,7 +599,7 @@ impl Session {
                     .await;
                 }
                 ChannelWork::Delta(meta, _) => {
-                    let f = Fault::new(ErrorCode::Busy, "channel queue is full; delta dropped");
+                    let f = Fault::new(code, why);
                     send(&self.out, error_packet(&meta, &f)).await;
                 }
                 // Activity is a best-effort snapshot: dropping one is harmless.

@@ -1,0 +1,199 @@
+//! The command line.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// One pod on SQLite in a temporary directory, in-process bus and ephemeral state.
+    Embedded,
+    /// N pods sharing Postgres, NATS, Redis and (optionally) S3.
+    Cluster,
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "switchyard-loadtest",
+    version,
+    about = "Drives real Switchyard pods with simulated xAgent backends and a fake webhook target"
+)]
+pub struct Args {
+    /// The `switchyard` binary; default target/release/switchyard, else target/debug/switchyard.
+    #[arg(long)]
+    pub bin: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "embedded")]
+    pub mode: Mode,
+    /// Number of pods (cluster mode).
+    #[arg(long, default_value_t = 3)]
+    pub pods: usize,
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    pub postgres_url: String,
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    #[arg(long, default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// S3 endpoint for the shared file store (cluster mode); credentials from AWS_* variables.
+    #[arg(long)]
+    pub s3_endpoint: Option<String>,
+    #[arg(long)]
+    pub s3_bucket: Option<String>,
+    #[arg(long, default_value = "us-east-1")]
+    pub s3_region: String,
+
+    /// Tenants, each with one simulated xAgent backend (one WebSocket).
+    #[arg(long, default_value_t = 4)]
+    pub tenants: usize,
+    /// Channels in total, spread evenly across tenants, each bound to the fake target.
+    #[arg(long, default_value_t = 200)]
+    pub channels: usize,
+    /// How long load is offered (500ms, 30s, 2m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// How long to wait after the run for accepted work to be delivered before it counts as lost.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub settle: Duration,
+    /// Inbound webhook messages per second in total; 0 = as fast as `--concurrency` allows.
+    #[arg(long, default_value_t = 200.0)]
+    pub inbound_rate: f64,
+    /// In-flight inbound POSTs at most.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// `webhook_message_send` tool calls per second in total; 0 = off.
+    #[arg(long, default_value_t = 20.0)]
+    pub tool_rate: f64,
+    /// xAgent `chat.message` (outbound to the target) per second in total; 0 = off.
+    #[arg(long, default_value_t = 20.0)]
+    pub outbound_rate: f64,
+    /// Upload + `webhook_file_send` operations per second in total; 0 = off. Skipped in cluster
+    /// mode without S3 (the pods would not share files).
+    #[arg(long, default_value_t = 1.0)]
+    pub file_rate: f64,
+    /// Size of each uploaded file.
+    #[arg(long, default_value_t = 16 * 1024)]
+    pub file_bytes: usize,
+    /// Bytes of filler text added to every message.
+    #[arg(long, default_value_t = 64)]
+    pub text_bytes: usize,
+
+    /// Cluster: SIGKILL one pod this long after the load starts (embedded: kill and restart
+    /// the only pod on the same data directory).
+    #[arg(long, value_parser = parse_duration)]
+    pub kill_pod_at: Option<Duration>,
+    /// SIGTERM each original pod in turn (from a quarter of the run on), starting a
+    /// replacement before moving to the next.
+    #[arg(long)]
+    pub rolling_restart: bool,
+
+    /// Machine-readable report.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Keep pod data and logs in this directory instead of a removed temporary one.
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// `SWITCHYARD_LOG__LEVEL` of the pods.
+    #[arg(long, default_value = "warn")]
+    pub pod_log_level: String,
+    /// Extra pod setting, repeatable: `--pod-env SWITCHYARD_DELIVERY__WINDOW=32`.
+    #[arg(long = "pod-env", value_parser = parse_env_pair)]
+    pub pod_env: Vec<(String, String)>,
+}
+
+impl Args {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.tenants == 0 || self.channels < self.tenants {
+            return Err("--channels must be at least --tenants, and --tenants at least 1".into());
+        }
+        if self.mode == Mode::Cluster && self.pods == 0 {
+            return Err("--pods must be at least 1".into());
+        }
+        if self.concurrency == 0 {
+            return Err("--concurrency must be at least 1".into());
+        }
+        for r in [
+            self.inbound_rate,
+            self.tool_rate,
+            self.outbound_rate,
+            self.file_rate,
+        ] {
+            if !r.is_finite() || r < 0.0 {
+                return Err("rates must be finite and not negative".into());
+            }
+        }
+        if self.s3_endpoint.is_some() && self.s3_bucket.is_none() {
+            return Err("--s3-endpoint needs --s3-bucket".into());
+        }
+        if self.kill_pod_at.is_some_and(|k| k >= self.duration) {
+            return Err("--kill-pod-at must fall inside --duration".into());
+        }
+        if self.mode == Mode::Cluster && self.pods < 2 && self.kill_pod_at.is_some() {
+            return Err("--kill-pod-at in cluster mode needs --pods 2 or more".into());
+        }
+        Ok(())
+    }
+
+    pub fn pod_count(&self) -> usize {
+        match self.mode {
+            Mode::Embedded => 1,
+            Mode::Cluster => self.pods,
+        }
+    }
+}
+
+/// `500ms`, `30s`, `5m`, `1h`, or a bare number of seconds (the pods' own syntax).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}; use 500ms, 30s, 5m or 1h"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("invalid duration {s:?}; use 500ms, 30s, 5m or 1h")),
+    }
+}
+
+fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if k.starts_with("SWITCHYARD_") => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?} is not SWITCHYARD_KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("1x").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn defaults_parse_and_validate() {
+        let a = Args::parse_from(["switchyard-loadtest"]);
+        assert_eq!(a.mode, Mode::Embedded);
+        assert_eq!(a.tenants, 4);
+        assert_eq!(a.channels, 200);
+        assert_eq!(a.duration, Duration::from_secs(30));
+        assert!(a.validate().is_ok());
+        let bad = Args::parse_from(["switchyard-loadtest", "--channels", "2"]);
+        assert!(bad.validate().is_err());
+        let env = Args::parse_from([
+            "switchyard-loadtest",
+            "--pod-env",
+            "SWITCHYARD_DELIVERY__WINDOW=32",
+        ]);
+        assert_eq!(env.pod_env[0].1, "32");
+    }
+}

@@ -1,0 +1,362 @@
+//! The report: a table on stdout and the same facts as JSON.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::pods::{PodState, ProcSample};
+use crate::probe::ProbeReport;
+use crate::scenario::{Event, Recovery};
+use crate::stats::FlowReport;
+use crate::target::TargetReport;
+use crate::xagent::Reconnect;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PodReport {
+    pub name: String,
+    pub pid: u32,
+    pub state: PodState,
+    /// Last reading while the process existed (the end of the run for live pods).
+    pub rss_kib: u64,
+    pub peak_rss_kib: u64,
+    pub cpu_seconds: f64,
+    pub uptime_s: f64,
+    pub log: String,
+    /// `switchyard_*` samples from the pod's `/metrics` at the end (live pods only).
+    pub metrics: Vec<String>,
+}
+
+/// One simulated xAgent backend (tenant).
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendReport {
+    pub tenant: usize,
+    pub channels: usize,
+    /// Inbound `chat.message` first arrivals per second on this backend.
+    pub inbound_timeline_per_s: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Rates {
+    pub inbound_per_s: f64,
+    pub inbound_concurrency: usize,
+    pub tool_per_s: f64,
+    pub outbound_per_s: f64,
+    pub file_per_s: f64,
+}
+
+/// The machine, so figures from a busy host can be recognised as such.
+#[derive(Debug, Clone, Serialize)]
+pub struct Host {
+    pub cpus: usize,
+    /// `/proc/loadavg` when the load started and when it ended.
+    pub loadavg_start: String,
+    pub loadavg_end: String,
+}
+
+impl Host {
+    pub fn loadavg() -> String {
+        std::fs::read_to_string("/proc/loadavg")
+            .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub command: String,
+    pub binary: String,
+    pub mode: String,
+    pub pods: usize,
+    pub tenants: usize,
+    pub channels: usize,
+    pub duration_s: f64,
+    pub settle_s: f64,
+    pub rates: Rates,
+    pub setup_s: f64,
+    pub host: Host,
+    pub flows: Vec<FlowReport>,
+    pub target: TargetReport,
+    pub probes: ProbeReport,
+    pub pod_resources: Vec<PodReport>,
+    pub loadtest_process: ProcSample,
+    pub events: Vec<Event>,
+    pub recoveries: Vec<Recovery>,
+    pub reconnects: Vec<Reconnect>,
+    pub backends: Vec<BackendReport>,
+    pub schema_violations: usize,
+    pub schema_violation_examples: Vec<String>,
+    pub notes: Vec<String>,
+    /// Empty when nothing went wrong.
+    pub problems: Vec<String>,
+}
+
+impl Report {
+    /// Lists what went wrong; duplicates are expected (at-least-once) only around a disruption.
+    pub fn judge(&mut self, disrupted: bool) {
+        let mut p = Vec::new();
+        for f in &self.flows {
+            if f.lost > 0 {
+                p.push(format!(
+                    "{}: {} accepted message(s) never delivered",
+                    f.flow, f.lost
+                ));
+            }
+            if f.duplicate_ids > 0 && !disrupted {
+                p.push(format!(
+                    "{}: {} message_id(s) delivered more than once ({} extra deliveries)",
+                    f.flow, f.duplicate_ids, f.duplicate_deliveries
+                ));
+            }
+            if f.gave_up > 0 {
+                p.push(format!(
+                    "{}: {} operation(s) never accepted before the deadline",
+                    f.flow, f.gave_up
+                ));
+            }
+            if !f.rejected.is_empty() {
+                p.push(format!("{}: refused {:?}", f.flow, f.rejected));
+            }
+        }
+        if self.target.bad_signature > 0 {
+            p.push(format!(
+                "target: {} post(s) with a bad signature",
+                self.target.bad_signature
+            ));
+        }
+        if self.target.malformed > 0 || self.target.unknown_flow > 0 {
+            p.push(format!(
+                "target: {} malformed post(s), {} with an unknown text",
+                self.target.malformed, self.target.unknown_flow
+            ));
+        }
+        if !self.target.file_download_failures.is_empty() {
+            p.push(format!(
+                "target: file downloads failed {:?}",
+                self.target.file_download_failures
+            ));
+        }
+        if self.schema_violations > 0 {
+            p.push(format!(
+                "{} schema violation(s) in packets from the pods",
+                self.schema_violations
+            ));
+        }
+        self.problems = p;
+    }
+
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "\n== switchyard-loadtest: {} mode, {} pod(s), {} tenants, {} channels, {:.0}s load, settle up to {:.0}s",
+            self.mode, self.pods, self.tenants, self.channels, self.duration_s, self.settle_s
+        );
+        let _ = writeln!(s, "binary: {}", self.binary);
+        let _ = writeln!(
+            s,
+            "host: {} CPUs, load average {} at the start, {} at the end",
+            self.host.cpus, self.host.loadavg_start, self.host.loadavg_end
+        );
+        let _ = writeln!(
+            s,
+            "offered: inbound {} (max {} in flight), tool {}/s, outbound {}/s, file {}/s; setup {:.1}s",
+            if self.rates.inbound_per_s > 0.0 {
+                format!("{}/s", self.rates.inbound_per_s)
+            } else {
+                "unlimited".into()
+            },
+            self.rates.inbound_concurrency,
+            self.rates.tool_per_s,
+            self.rates.outbound_per_s,
+            self.rates.file_per_s,
+            self.setup_s
+        );
+        let _ = writeln!(
+            s,
+            "\n{:<9} {:>8} {:>8} {:>9} {:>6} {:>5} {:>9} {:>9} | {:>7} {:>7} {:>7} {:>8} | {:>7} {:>7}",
+            "flow",
+            "sent",
+            "accepted",
+            "delivered",
+            "dupIds",
+            "lost",
+            "sent/s",
+            "deliv/s",
+            "p50ms",
+            "p90ms",
+            "p99ms",
+            "maxms",
+            "ack50",
+            "ack99"
+        );
+        for f in &self.flows {
+            if f.sent == 0 {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "{:<9} {:>8} {:>8} {:>9} {:>6} {:>5} {:>9.1} {:>9.1} | {:>7.1} {:>7.1} {:>7.1} {:>8.1} | {:>7.1} {:>7.1}",
+                f.flow,
+                f.sent,
+                f.accepted,
+                f.delivered,
+                f.duplicate_ids,
+                f.lost,
+                f.sent_per_s,
+                f.delivered_per_s,
+                f.latency_ms.p50,
+                f.latency_ms.p90,
+                f.latency_ms.p99,
+                f.latency_ms.max,
+                f.ack_latency_ms.p50,
+                f.ack_latency_ms.p99,
+            );
+        }
+        let _ = writeln!(
+            s,
+            "(latency = send stamp in the text -> arrival at the receiver; ack = request -> 202 / ack)"
+        );
+        for f in &self.flows {
+            if f.sent == 0 {
+                continue;
+            }
+            let extra = f.attempts.saturating_sub(f.sent);
+            if extra > 0 || !f.errors.is_empty() || !f.rejected.is_empty() || f.gave_up > 0 {
+                let _ = writeln!(
+                    s,
+                    "{}: {} retries; failed attempts {:?}; refused {:?}; gave up {}",
+                    f.flow, extra, f.errors, f.rejected, f.gave_up
+                );
+            }
+            if f.duplicate_ids > 0 || f.delivered_not_accepted > 0 {
+                let _ = writeln!(
+                    s,
+                    "{}: {} extra deliveries over {} ids (e.g. {:?}); {} delivered without an acceptance",
+                    f.flow,
+                    f.duplicate_deliveries,
+                    f.duplicate_ids,
+                    f.duplicate_examples.iter().take(3).collect::<Vec<_>>(),
+                    f.delivered_not_accepted
+                );
+            }
+            if f.lost > 0 {
+                let _ = writeln!(s, "{}: lost e.g. {:?}", f.flow, f.lost_examples);
+            }
+            if f.drain_after_run_ms > 1000.0 {
+                let _ = writeln!(
+                    s,
+                    "{}: backlog drained {:.1}s after the load stopped",
+                    f.flow,
+                    f.drain_after_run_ms / 1000.0
+                );
+            }
+        }
+        let t = &self.target;
+        let _ = writeln!(
+            s,
+            "\ntarget: {} posts, {} bad signatures, {} malformed, {} file downloads ok, failures {:?}",
+            t.posts, t.bad_signature, t.malformed, t.file_downloads_ok, t.file_download_failures
+        );
+        let pr = &self.probes;
+        let _ = writeln!(
+            s,
+            "probes every 100ms: /livez p50 {:.1} p99 {:.1} max {:.1} ms; /readyz (pings the store) p50 {:.1} p99 {:.1} max {:.1} ms; loadtest timer lag p99 {:.1} max {:.1} ms",
+            pr.livez_ms.p50,
+            pr.livez_ms.p99,
+            pr.livez_ms.max,
+            pr.readyz_ms.p50,
+            pr.readyz_ms.p99,
+            pr.readyz_ms.max,
+            pr.loadtest_timer_lag_ms.p99,
+            pr.loadtest_timer_lag_ms.max
+        );
+        if !pr.slow.is_empty() {
+            let list: Vec<String> = pr
+                .slow
+                .iter()
+                .take(12)
+                .map(|x| format!("{:.1}s {} {:.0}ms", x.at_s, x.probe, x.ms))
+                .collect();
+            let _ = writeln!(s, "slow probes (>250ms): {}", list.join(", "));
+        }
+        let _ = writeln!(
+            s,
+            "\nresources (VmRSS / VmHWM from /proc, CPU = utime+stime):"
+        );
+        for p in &self.pod_resources {
+            let _ = writeln!(
+                s,
+                "  {:<8} pid {:<7} {:<8} RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s over {:>5.1} s",
+                p.name,
+                p.pid,
+                format!("{:?}", p.state).to_lowercase(),
+                p.rss_kib as f64 / 1024.0,
+                p.peak_rss_kib as f64 / 1024.0,
+                p.cpu_seconds,
+                p.uptime_s
+            );
+        }
+        let l = &self.loadtest_process;
+        let _ = writeln!(
+            s,
+            "  loadtest                      RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s",
+            l.rss_kib as f64 / 1024.0,
+            l.peak_rss_kib as f64 / 1024.0,
+            l.cpu_seconds
+        );
+        if !self.recoveries.is_empty() {
+            let _ = writeln!(s, "\nrecovery:");
+            for r in &self.recoveries {
+                let back = r
+                    .all_channels_back_ms
+                    .map(|ms| format!("all channels back after {:.0} ms", ms))
+                    .unwrap_or_else(|| "no backend had to move".into());
+                let _ = writeln!(
+                    s,
+                    "  {} {} at {:.1}s: {} backend(s) moved, {}",
+                    r.action, r.pod, r.at_s, r.backends_affected, back
+                );
+                for c in &r.reconnects {
+                    let _ = writeln!(
+                        s,
+                        "    tenant {} {} -> {} (close {}), down {:.0} ms, connector_id kept: {}, {} channels reopened, failures {:?}",
+                        c.tenant,
+                        c.from_pod,
+                        c.to_pod,
+                        c.close_code,
+                        c.down_ms,
+                        c.connector_id_kept,
+                        c.channels_reopened,
+                        c.channel_reopen_failures
+                    );
+                }
+            }
+        }
+        if self.schema_violations > 0 {
+            let _ = writeln!(
+                s,
+                "\nschema violations: {} (e.g. {:?})",
+                self.schema_violations,
+                self.schema_violation_examples
+                    .iter()
+                    .take(3)
+                    .collect::<Vec<_>>()
+            );
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "note: {n}");
+        }
+        if self.problems.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nverdict: OK (no loss, no unexpected duplicates, no errors)"
+            );
+        } else {
+            let _ = writeln!(s, "\nverdict: PROBLEMS");
+            for p in &self.problems {
+                let _ = writeln!(s, "  - {p}");
+            }
+        }
+        s
+    }
+}
