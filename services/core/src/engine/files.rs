@@ -110,6 +110,10 @@ impl Connector {
                     ErrorCode::PacketTooLarge,
                     "file exceeds the upload size limit",
                 ),
+                HostError::UnknownChannel => Fault::new(
+                    ErrorCode::ConnectionNotFound,
+                    "unknown connector_channel_id",
+                ),
                 HostError::Backend(b) => b.into(),
                 other => Fault::new(ErrorCode::Internal, other.to_string()),
             })?;
@@ -165,6 +169,10 @@ impl Connector {
         };
         if let Err(e) = self.hub.store.insert_file(&rec).await {
             let _ = self.hub.files.delete(&rec.storage_key).await;
+            // The channel was removed (janitor, cascade) while the bytes streamed in.
+            if e.is(ErrorKind::NotFound) {
+                return Err(HostError::UnknownChannel);
+            }
             return Err(HostError::Backend(e));
         }
         metrics::counter!("switchyard_files_stored_total", "card" => self.card_id().to_owned())

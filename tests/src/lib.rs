@@ -1,0 +1,1011 @@
+//! The end-to-end harness: the real pod (`switchyard::run`) on `127.0.0.1:0` with its own
+//! temporary data dir (SQLite + local files), a tenant created before start, short durations
+//! from config where a scenario needs them, the xAgent simulator as the client, and a fake
+//! chat system (a real HTTP server) on the target side of `im.webhook`.
+//!
+//! Every scenario builds its own [`Pod`], so tests are independent and run in parallel.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+use switchyard::config::{Config, Dur};
+use switchyard_core::engine::create_tenant;
+use switchyard_core::ids::{now_ms, random_secret};
+use switchyard_protocol::{Card, Descriptor};
+use switchyard_provider_webhook::signing;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use switchyard_xagent_sim::{AckStatus, Conn, Envelope, EnvelopeExt, Sim, schemas};
+
+pub const CARD_ID: &str = "im.webhook";
+pub const PREFIX: &str = "/webhook";
+pub const IM_V1: &str = "xagent.im.v1";
+pub const IM_V2: &str = "xagent.im.v2";
+pub const FLOW_BINDING: &str = "webhook_binding";
+pub const FLOW_PAIRING: &str = "webhook_pairing";
+pub const TOOL_SEND: &str = "webhook_message_send";
+pub const TOOL_FILE_SEND: &str = "webhook_file_send";
+
+/// How long a test waits for something that should happen promptly.
+pub const WAIT: Duration = Duration::from_secs(10);
+/// How long a test watches for something that must *not* happen. Asserting an absence needs
+/// some window; it is kept well above the pod's 250 ms session tick.
+pub const QUIET: Duration = Duration::from_millis(1200);
+
+// ---- captured logs ---------------------------------------------------------------------
+
+static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Installs (once per test binary) a log subscriber that keeps everything the pods log, at
+/// debug level for Switchyard's crates, so scenarios can assert that no secret is logged.
+pub fn init_logs() {
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let writer = buf.clone();
+        let filter = tracing_subscriber::EnvFilter::new(
+            "info,switchyard=debug,switchyard_core=debug,switchyard_provider_webhook=debug,switchyard_store_sqlite=debug,tower_http=debug",
+        );
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(move || LogWriter(writer.clone()))
+            .try_init();
+        buf
+    });
+}
+
+/// Everything logged so far by every pod of this test binary.
+pub fn captured_logs() -> String {
+    LOGS.get()
+        .map(|b| String::from_utf8_lossy(&b.lock().unwrap_or_else(|p| p.into_inner())).into_owned())
+        .unwrap_or_default()
+}
+
+/// Asserts that `needle` (a secret) appears in no log line.
+pub fn assert_not_logged(needle: &str) {
+    assert!(!needle.is_empty());
+    let logs = captured_logs();
+    assert!(!logs.contains(needle), "a secret appears in the server log");
+}
+
+// ---- small helpers ---------------------------------------------------------------------
+
+/// A fresh signing secret (unique, so log and frame checks cannot collide across tests).
+pub fn new_secret() -> String {
+    format!("whsec-{}", random_secret(16))
+}
+
+/// Polls `f` every 25 ms until it yields `Some`, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Asserts that no push of type `kind` arrives on `conn` within `window`; other pushes are
+/// kept for later reads.
+pub async fn assert_no_push_of(conn: &Conn, kind: &str, window: Duration) {
+    if let Some(p) = conn.next_push_of(kind, window).await {
+        panic!("unexpected {kind} push: {p:?}");
+    }
+}
+
+/// The `message_id` of a `chat.message` / `message.push` payload.
+pub fn message_id(env: &Envelope) -> String {
+    env.str_at("/message_id").unwrap_or_default().to_owned()
+}
+
+/// Fails with a readable message when the simulator saw schema violations.
+pub fn assert_schema_clean(sim: &Sim) {
+    let v = sim.schema_violations();
+    assert!(v.is_empty(), "schema violations: {v:#?}");
+}
+
+/// Asserts an answer correlates with its request: same `request_id`, `reply_to` = its packet.
+pub fn assert_correlated(answer: &Envelope, request: &Envelope) {
+    assert_eq!(answer.request_id, request.request_id, "request_id echoed");
+    assert_eq!(
+        answer.reply_to.as_deref(),
+        Some(request.packet_id.as_str()),
+        "reply_to = request packet_id"
+    );
+}
+
+// ---- the pod ---------------------------------------------------------------------------
+
+/// A tenant and one of its API keys.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub id: String,
+    pub name: String,
+    pub key_id: String,
+    pub api_key: String,
+}
+
+/// Configuration of a test pod: production defaults, with the background loops fast enough
+/// for tests. Scenarios shorten the durations they exercise.
+#[derive(Debug, Clone)]
+pub struct PodOptions {
+    cfg: Config,
+}
+
+impl Default for PodOptions {
+    fn default() -> Self {
+        let mut cfg = Config::default();
+        cfg.lease.presence_interval = ms(200);
+        cfg.lease.presence_ttl = secs(5);
+        cfg.lease.janitor_interval = ms(200);
+        cfg.lease.janitor_lease_ttl = secs(5);
+        cfg.delivery.sweep_interval = ms(500);
+        cfg.drain_timeout = secs(10);
+        Self { cfg }
+    }
+}
+
+fn ms(n: u64) -> Dur {
+    Dur(Duration::from_millis(n))
+}
+
+fn secs(n: u64) -> Dur {
+    Dur(Duration::from_secs(n))
+}
+
+impl PodOptions {
+    /// Any other change to the configuration.
+    pub fn with(mut self, f: impl FnOnce(&mut Config)) -> Self {
+        f(&mut self.cfg);
+        self
+    }
+
+    pub fn connector_grace(self, d: Duration) -> Self {
+        self.with(|c| c.lease.connector_grace = Dur(d))
+    }
+
+    pub fn ack_timeout(self, d: Duration) -> Self {
+        self.with(|c| c.delivery.ack_timeout = Dur(d))
+    }
+
+    pub fn download_url_ttl(self, d: Duration) -> Self {
+        self.with(|c| c.retention.download_url_ttl = Dur(d))
+    }
+
+    pub fn max_upload_bytes(self, n: u64) -> Self {
+        self.with(|c| c.limits.max_upload_bytes = n)
+    }
+
+    pub fn max_frame_bytes(self, n: usize) -> Self {
+        self.with(|c| c.limits.max_frame_bytes = n)
+    }
+}
+
+/// One running pod on its own data dir.
+pub struct Pod {
+    dir: Arc<tempfile::TempDir>,
+    cfg: Config,
+    addr: SocketAddr,
+    metrics_addr: SocketAddr,
+    /// The tenant created before the first start.
+    pub tenant: Tenant,
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+async fn bind_prefer(port: Option<u16>) -> TcpListener {
+    if let Some(p) = port
+        && let Ok(l) = TcpListener::bind(("127.0.0.1", p)).await
+    {
+        return l;
+    }
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0")
+}
+
+impl Pod {
+    /// Creates a data dir and a tenant, then starts the pod on fresh ports.
+    pub async fn start(opts: PodOptions) -> Self {
+        init_logs();
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let mut cfg = opts.cfg;
+        cfg.data_dir = dir.path().to_path_buf();
+        let tenant = {
+            let store = switchyard::app::open_store(&cfg).await.expect("open store");
+            switchyard::app::prepare_schema(&cfg, store.as_ref())
+                .await
+                .expect("schema");
+            let (t, key) = create_tenant(store.as_ref(), "tenant-a")
+                .await
+                .expect("create tenant");
+            Tenant {
+                id: t.id,
+                name: t.name,
+                key_id: key.id,
+                api_key: key.key.expose().to_owned(),
+            }
+        };
+        let mut pod = Self {
+            dir,
+            cfg,
+            addr: ([127, 0, 0, 1], 0).into(),
+            metrics_addr: ([127, 0, 0, 1], 0).into(),
+            tenant,
+            shutdown: CancellationToken::new(),
+            task: None,
+        };
+        pod.launch(None).await;
+        pod
+    }
+
+    async fn launch(&mut self, ports: Option<(u16, u16)>) {
+        let listener = bind_prefer(ports.map(|p| p.0)).await;
+        let metrics = bind_prefer(ports.map(|p| p.1)).await;
+        self.addr = listener.local_addr().expect("local addr");
+        self.metrics_addr = metrics.local_addr().expect("local addr");
+        self.cfg.listen = self.addr.to_string();
+        self.cfg.metrics_listen = self.metrics_addr.to_string();
+        self.cfg.public_base_url = Some(format!("http://{}", self.addr));
+        self.shutdown = CancellationToken::new();
+        let run = switchyard::run(self.cfg.clone(), listener, metrics, self.shutdown.clone());
+        self.task = Some(tokio::spawn(run));
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn root_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The `im.webhook` Connector Base URL (with its path prefix).
+    pub fn base_url(&self) -> String {
+        self.prefix_url(PREFIX)
+    }
+
+    /// The Connector Base URL of the connector mounted under `prefix` (e.g. `/telegram`).
+    pub fn prefix_url(&self, prefix: &str) -> String {
+        format!("{}/{}", self.root_url(), prefix.trim_matches('/'))
+    }
+
+    pub fn metrics_url(&self) -> String {
+        format!("http://{}", self.metrics_addr)
+    }
+
+    pub fn api_key(&self) -> &str {
+        &self.tenant.api_key
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// A simulator for this pod with the tenant's key.
+    pub fn sim(&self) -> Sim {
+        self.sim_with_key(Some(self.api_key()))
+    }
+
+    pub fn sim_with_key(&self, key: Option<&str>) -> Sim {
+        Sim::new(&self.base_url(), key).expect("sim")
+    }
+
+    /// Status of `/readyz` on the metrics listener (None when it no longer answers).
+    pub async fn readyz(&self) -> Option<u16> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .ok()?;
+        client
+            .get(format!("{}/readyz", self.metrics_url()))
+            .send()
+            .await
+            .ok()
+            .map(|r| r.status().as_u16())
+    }
+
+    /// Starts the drain (as SIGTERM would) without waiting for it.
+    pub fn begin_stop(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Waits for a started drain to finish; panics if `run` failed or hangs.
+    pub async fn wait_stopped(&mut self) {
+        if let Some(task) = self.task.take() {
+            let r = tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .expect("pod drains within 60s");
+            r.expect("pod task")
+                .expect("switchyard::run returned an error");
+        }
+    }
+
+    /// Cancels the shutdown token and awaits the drain.
+    pub async fn stop(&mut self) {
+        self.begin_stop();
+        self.wait_stopped().await;
+    }
+
+    /// Stops, then starts again on the same data dir (the same ports when still free).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let ports = (self.addr.port(), self.metrics_addr.port());
+        self.launch(Some(ports)).await;
+    }
+
+    /// Opens the pod's store from outside, like the admin CLI does while the pod serves.
+    async fn admin_store(&self) -> Arc<dyn switchyard_core::Store> {
+        let store = switchyard::app::open_store(&self.cfg)
+            .await
+            .expect("open store");
+        switchyard::app::prepare_schema(&self.cfg, store.as_ref())
+            .await
+            .expect("schema");
+        store
+    }
+
+    /// Creates another tenant with its first key.
+    pub async fn create_tenant(&self, name: &str) -> Tenant {
+        let store = self.admin_store().await;
+        let (t, key) = create_tenant(store.as_ref(), name)
+            .await
+            .expect("create tenant");
+        Tenant {
+            id: t.id,
+            name: t.name,
+            key_id: key.id,
+            api_key: key.key.expose().to_owned(),
+        }
+    }
+
+    /// Mints another key for a tenant; returns (key id, key).
+    pub async fn create_key(&self, tenant_id: &str) -> (String, String) {
+        let store = self.admin_store().await;
+        let key = switchyard_core::engine::create_key(store.as_ref(), tenant_id)
+            .await
+            .expect("create key");
+        (key.id, key.key.expose().to_owned())
+    }
+
+    pub async fn revoke_key(&self, key_id: &str) {
+        let store = self.admin_store().await;
+        store
+            .revoke_api_key(key_id, now_ms())
+            .await
+            .expect("revoke key");
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        // A test that panicked mid-way must not leave the pod serving.
+        self.shutdown.cancel();
+    }
+}
+
+// ---- the fake chat system (target side of im.webhook) ---------------------------------
+
+/// One POST the fake endpoint received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub headers: HeaderMap,
+    pub raw: Bytes,
+    pub body: Value,
+    /// The signature verified with the endpoint's secret.
+    pub signature_valid: bool,
+    /// The status the endpoint answered.
+    pub answered: u16,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Reply {
+    status: u16,
+    delay: Duration,
+}
+
+struct EndpointState {
+    secret: String,
+    received: Mutex<Vec<Received>>,
+    changed: Notify,
+    script: Mutex<VecDeque<Reply>>,
+    default: Mutex<Reply>,
+}
+
+/// A chat system's webhook endpoint on 127.0.0.1:0: records every post, checks its
+/// signature, and answers as told (2xx by default).
+pub struct FakeEndpoint {
+    /// Where Switchyard posts; the query carries a token that must never be shown.
+    pub url: String,
+    state: Arc<EndpointState>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for FakeEndpoint {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn endpoint_handler(
+    State(st): State<Arc<EndpointState>>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> StatusCode {
+    let reply = st
+        .script
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop_front()
+        .unwrap_or_else(|| *st.default.lock().unwrap_or_else(|p| p.into_inner()));
+    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    let signature_valid = signing::verify(
+        st.secret.as_bytes(),
+        h(signing::TIMESTAMP_HEADER),
+        h(signing::SIGNATURE_HEADER),
+        &raw,
+        signing::unix_now(),
+    )
+    .is_ok();
+    let body = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+    st.received
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Received {
+            headers: headers.clone(),
+            raw,
+            body,
+            signature_valid,
+            answered: reply.status,
+        });
+    st.changed.notify_waiters();
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+impl FakeEndpoint {
+    pub async fn start(secret: &str) -> Self {
+        let state = Arc::new(EndpointState {
+            secret: secret.to_owned(),
+            received: Mutex::default(),
+            changed: Notify::new(),
+            script: Mutex::default(),
+            default: Mutex::new(Reply {
+                status: 200,
+                delay: Duration::ZERO,
+            }),
+        });
+        let router = Router::new()
+            .route("/hooks/switchyard", axum::routing::post(endpoint_handler))
+            .with_state(state.clone());
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind endpoint");
+        let addr = listener.local_addr().expect("endpoint addr");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Self {
+            url: format!("http://{addr}/hooks/switchyard?token=chat-system-path-token"),
+            state,
+            task,
+        }
+    }
+
+    /// The status answered from now on (after any scripted replies).
+    pub fn answer(&self, status: u16) {
+        self.state
+            .default
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .status = status;
+    }
+
+    /// Answers later than now (for drain scenarios).
+    pub fn delay(&self, d: Duration) {
+        self.state
+            .default
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .delay = d;
+    }
+
+    /// The next posts get these statuses, in order, before the default applies again.
+    pub fn script(&self, statuses: &[u16]) {
+        let mut s = self.state.script.lock().unwrap_or_else(|p| p.into_inner());
+        s.extend(statuses.iter().map(|&status| Reply {
+            status,
+            delay: Duration::ZERO,
+        }));
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state
+            .received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.state
+            .received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// Waits until at least `n` posts arrived; panics after [`WAIT`].
+    pub async fn wait_for(&self, n: usize) -> Vec<Received> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let changed = self.state.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let got = self.received();
+            if got.len() >= n {
+                return got;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                panic!("endpoint got {} posts, expected {n}", self.count());
+            }
+        }
+    }
+}
+
+// ---- inbound (chat system -> Switchyard) -----------------------------------------------
+
+/// A signed request to `POST {base}/inbound/{channel}` exactly as the contract describes.
+pub struct InboundRequest {
+    pub content_type: String,
+    pub body: Vec<u8>,
+    pub timestamp: i64,
+    /// Secret to sign with; None sends no signature headers.
+    pub secret: Option<String>,
+    /// Replaces the computed signature (tampering tests).
+    pub signature: Option<String>,
+}
+
+impl InboundRequest {
+    pub fn json(secret: &str, body: &Value) -> Self {
+        Self {
+            content_type: "application/json".into(),
+            body: serde_json::to_vec(body).expect("json"),
+            timestamp: signing::unix_now(),
+            secret: Some(secret.to_owned()),
+            signature: None,
+        }
+    }
+
+    /// `multipart/form-data` with a `message` JSON part and one part per file.
+    pub fn multipart(secret: &str, message: &Value, files: &[(&str, &str, &[u8])]) -> Self {
+        let boundary = format!("----switchyard-e2e-{}", random_secret(8));
+        let mut body = Vec::new();
+        body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"message\"\r\nContent-Type: application/json\r\n\r\n").as_bytes());
+        body.extend_from_slice(message.to_string().as_bytes());
+        body.extend_from_slice(b"\r\n");
+        for (i, (name, mime, bytes)) in files.iter().enumerate() {
+            body.extend_from_slice(
+                format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file{i}\"; filename=\"{name}\"\r\nContent-Type: {mime}\r\n\r\n").as_bytes(),
+            );
+            body.extend_from_slice(bytes);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+        Self {
+            content_type: format!("multipart/form-data; boundary={boundary}"),
+            body,
+            timestamp: signing::unix_now(),
+            secret: Some(secret.to_owned()),
+            signature: None,
+        }
+    }
+
+    /// Posts it; returns the status and the JSON body (Null when not JSON).
+    pub async fn send(&self, base_url: &str, channel_id: &str) -> (u16, Value) {
+        let mut req = reqwest::Client::new()
+            .post(format!("{base_url}/inbound/{channel_id}"))
+            .header(reqwest::header::CONTENT_TYPE, &self.content_type)
+            .body(self.body.clone());
+        if let Some(secret) = &self.secret {
+            let sig = self
+                .signature
+                .clone()
+                .unwrap_or_else(|| signing::sign(secret.as_bytes(), self.timestamp, &self.body));
+            req = req
+                .header(signing::TIMESTAMP_HEADER, self.timestamp.to_string())
+                .header(signing::SIGNATURE_HEADER, sig);
+        }
+        let resp = req.send().await.expect("inbound post");
+        let status = resp.status().as_u16();
+        let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+}
+
+// ---- the data plane --------------------------------------------------------------------
+
+/// Connects and completes hello; returns the connection and its `connector_id`.
+pub async fn hello(sim: &Sim, connector_id: Option<&str>, profiles: &[&str]) -> (Conn, String) {
+    let conn = sim.connect().await.expect("connect /ws");
+    assert_eq!(
+        conn.subprotocol(),
+        Some("xagent.connector.packet.v1"),
+        "server selects the subprotocol"
+    );
+    let ack = conn
+        .hello(CARD_ID, connector_id, profiles)
+        .await
+        .expect("hello")
+        .expect_kind("connector.hello.ack")
+        .expect("hello ack");
+    let id = ack
+        .str_at("/connector_id")
+        .expect("connector_id in hello ack")
+        .to_owned();
+    assert!(!id.is_empty());
+    assert_eq!(
+        ack.str_at("/connector_card_id"),
+        Some(CARD_ID),
+        "H-07 card id echoed"
+    );
+    assert_eq!(
+        ack.str_at("/protocol_version"),
+        Some("3.0"),
+        "H-07 protocol version"
+    );
+    (conn, id)
+}
+
+/// `channel.open` (None = new channel); returns the channel id and the ack.
+pub async fn open(conn: &Conn, channel: Option<&str>) -> (String, Envelope) {
+    let ack = conn
+        .open_channel(channel)
+        .await
+        .expect("channel.open")
+        .expect_kind("channel.open.ack")
+        .expect("open ack");
+    let id = ack
+        .connector_channel_id
+        .clone()
+        .expect("CH-03 envelope channel id");
+    assert_eq!(
+        ack.str_at("/connector_channel_id"),
+        Some(id.as_str()),
+        "CH-03 payload = envelope"
+    );
+    assert_eq!(
+        ack.str_at("/connection_descriptor/connection/connector_channel_id"),
+        Some(id.as_str()),
+        "CH-03 descriptor = envelope"
+    );
+    (id, ack)
+}
+
+/// Opens a new channel and binds it with the form flow to `endpoint_url` and `secret`.
+pub async fn bind_channel(conn: &Conn, endpoint_url: &str, secret: &str) -> (String, Envelope) {
+    let (ch, _) = open(conn, None).await;
+    let ack = auth_bind(conn, &ch, endpoint_url, secret).await;
+    (ch, ack)
+}
+
+/// Runs the form flow on an open channel; asserts it authenticated.
+pub async fn auth_bind(conn: &Conn, ch: &str, endpoint_url: &str, secret: &str) -> Envelope {
+    let input = json!({"endpoint_url": endpoint_url, "signing_secret": secret});
+    let ack = conn
+        .auth_start(ch, FLOW_BINDING, input)
+        .await
+        .expect("auth.start")
+        .expect_kind("auth.start.ack")
+        .expect("start ack");
+    assert_eq!(
+        ack.str_at("/status"),
+        Some("authenticated"),
+        "form flow authenticates: {ack:?}"
+    );
+    assert_eq!(
+        ack.str_at("/connection_descriptor/connection/status"),
+        Some("connected")
+    );
+    ack
+}
+
+/// Checks a Descriptor against the schema, the prose rules and D-01..D-09.
+pub fn check_descriptor(
+    card: &Value,
+    d: &Value,
+    connector_id: &str,
+    channel_id: &str,
+    hello_profiles: &[&str],
+) {
+    if let Err(e) = schemas::validate_descriptor(d) {
+        panic!("descriptor schema violations: {e:?}\n{d:#}");
+    }
+    let typed_card: Card = serde_json::from_value(card.clone()).expect("card parses");
+    let typed: Descriptor = serde_json::from_value(d.clone()).expect("descriptor parses");
+    assert_eq!(
+        typed.violations(&typed_card),
+        Vec::<String>::new(),
+        "descriptor prose rules"
+    );
+    assert_eq!(d["schema"], "xagent.connection/v2", "D-01");
+    assert_eq!(
+        d["connection"]["connector_card_id"], card["connector_card_id"],
+        "D-02"
+    );
+    assert_eq!(d["connection"]["connector_id"], connector_id, "D-03");
+    assert_eq!(d["connection"]["connector_channel_id"], channel_id, "D-04");
+    let tt = d["connection"]["target_type"].as_str().unwrap_or_default();
+    assert!(
+        card["supports"]["target_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == tt),
+        "D-05"
+    );
+    let profiles: Vec<&str> = d["connection"]["profiles"]
+        .as_array()
+        .expect("profiles")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(!profiles.is_empty(), "D-06 non-empty");
+    let mut dedup = profiles.clone();
+    dedup.sort_unstable();
+    dedup.dedup();
+    assert_eq!(dedup.len(), profiles.len(), "D-06 no duplicates");
+    for p in &profiles {
+        assert!(
+            hello_profiles.contains(p),
+            "D-06/H-08 {p} was offered in hello"
+        );
+        assert!(
+            card["supports"]["profiles"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c == p),
+            "D-06 {p} in Card"
+        );
+    }
+    assert!(
+        !d["target"]["provider"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "D-07 provider"
+    );
+    assert!(d["target"]["display_name"].is_string(), "D-07 display_name");
+    for t in d["tools"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let id = t["tool_id"].as_str().unwrap_or_default();
+        assert!(
+            card["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["tool_id"] == id),
+            "D-08 {id} in Card"
+        );
+    }
+}
+
+/// A pod, a fake endpoint and one IM v2 data plane with one bound channel: the baseline of
+/// most scenarios.
+pub struct Fixture {
+    pub pod: Pod,
+    pub sim: Sim,
+    pub card: Value,
+    pub endpoint: FakeEndpoint,
+    pub secret: String,
+    pub conn: Conn,
+    pub connector_id: String,
+    pub channel_id: String,
+    pub profiles: Vec<&'static str>,
+}
+
+impl Fixture {
+    pub async fn start(opts: PodOptions) -> Self {
+        Self::start_with_profiles(opts, &[IM_V2]).await
+    }
+
+    pub async fn start_with_profiles(opts: PodOptions, profiles: &[&'static str]) -> Self {
+        let pod = Pod::start(opts).await;
+        let sim = pod.sim();
+        let card = sim.card().await.expect("card");
+        let secret = new_secret();
+        let endpoint = FakeEndpoint::start(&secret).await;
+        let (conn, connector_id) = hello(&sim, None, profiles).await;
+        let (channel_id, ack) = bind_channel(&conn, &endpoint.url, &secret).await;
+        let d = ack
+            .at("/connection_descriptor")
+            .expect("descriptor")
+            .clone();
+        check_descriptor(&card, &d, &connector_id, &channel_id, profiles);
+        // The bind rings a descriptor push; take it so tests start from a quiet queue.
+        let push = conn
+            .next_push_of("connection.descriptor.push", WAIT)
+            .await
+            .expect("D-14 descriptor push after binding");
+        assert_eq!(
+            push.connector_channel_id.as_deref(),
+            Some(channel_id.as_str())
+        );
+        Self {
+            pod,
+            sim,
+            card,
+            endpoint,
+            secret,
+            conn,
+            connector_id,
+            channel_id,
+            profiles: profiles.to_vec(),
+        }
+    }
+
+    /// A signed JSON inbound message to the fixture's channel.
+    pub async fn inbound(&self, body: &Value) -> (u16, Value) {
+        InboundRequest::json(&self.secret, body)
+            .send(&self.pod.base_url(), &self.channel_id)
+            .await
+    }
+
+    pub async fn inbound_text(&self, message_id: &str, text: &str) -> u16 {
+        self.inbound(
+            &json!({"message_id": message_id, "text": text, "sender": {"id": "u1", "name": "Ada"}}),
+        )
+        .await
+        .0
+    }
+
+    /// The next `chat.message` push on the fixture's connection.
+    pub async fn next_chat(&self) -> Envelope {
+        self.conn
+            .next_push_of("chat.message", WAIT)
+            .await
+            .expect("a chat.message push")
+    }
+
+    /// Schema-clean, and neither the signing secret, the endpoint token nor the API key
+    /// appears in any frame received or in the server log.
+    pub fn assert_clean(&self) {
+        assert_schema_clean(&self.sim);
+        assert_no_secrets(
+            &self.conn,
+            &[&self.secret, "chat-system-path-token", self.pod.api_key()],
+        );
+        assert_not_logged(&self.secret);
+        assert_not_logged(self.pod.api_key());
+    }
+}
+
+/// S-01/S-02/C-35/D-10: none of `secrets` appears in any raw frame `conn` received.
+pub fn assert_no_secrets(conn: &Conn, secrets: &[&str]) {
+    for f in conn.frames() {
+        for s in secrets {
+            assert!(
+                !f.contains(s),
+                "a secret appears in a frame sent to xAgent: {f}"
+            );
+        }
+    }
+}
+
+// ---- the real binary -------------------------------------------------------------------
+
+/// Path of the `switchyard` binary next to the running test (`target/<profile>/`), built
+/// first with the same profile and target dir (`cargo build -p switchyard --bin switchyard`,
+/// a no-op when it is fresh, so a stale binary is never tested).
+pub fn switchyard_binary() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            // target/<profile>/deps/<test exe> -> target/<profile>
+            let exe = std::env::current_exe().expect("current exe");
+            let profile_dir = exe
+                .parent()
+                .and_then(|deps| deps.parent())
+                .expect("target/<profile>")
+                .to_path_buf();
+            let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+            let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") | None => "dev".to_owned(),
+                Some(other) => other.to_owned(),
+            };
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("Cargo.toml");
+            let mut cmd = std::process::Command::new(cargo);
+            // `cargo test` gives the test process its own package variables; build scripts
+            // that track one of them (ring tracks CARGO_MANIFEST_DIR) would otherwise see a
+            // change and rebuild half the dependency graph, here and again in the next
+            // ordinary build.
+            for (k, _) in std::env::vars_os() {
+                let k = k.to_string_lossy();
+                if k.starts_with("CARGO_PKG_")
+                    || matches!(
+                        k.as_ref(),
+                        "CARGO_MANIFEST_DIR"
+                            | "CARGO_MANIFEST_PATH"
+                            | "CARGO_CRATE_NAME"
+                            | "CARGO_BIN_NAME"
+                            | "CARGO_PRIMARY_PACKAGE"
+                            | "CARGO_TARGET_TMPDIR"
+                            | "CARGO_RUSTC_CURRENT_DIR"
+                            | "OUT_DIR"
+                    )
+                {
+                    cmd.env_remove(k.as_ref());
+                }
+            }
+            let status = cmd
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "switchyard",
+                    "--bin",
+                    "switchyard",
+                ])
+                .args(["--profile", &profile])
+                .arg("--manifest-path")
+                .arg(&manifest)
+                .env("CARGO_TARGET_DIR", &target_dir)
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "cargo build -p switchyard failed");
+            let bin = profile_dir.join(format!("switchyard{}", std::env::consts::EXE_SUFFIX));
+            assert!(bin.exists(), "{} missing after build", bin.display());
+            bin
+        })
+        .clone()
+}
+
+/// A free local port (bound, then released) for a child process to listen on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
