@@ -108,7 +108,11 @@ impl AuthField {
         }
     }
     pub fn secret(name: &str, label: &str, help: &str) -> Self {
-        Self { input_type: "password".into(), secret: true, ..Self::text(name, label, help) }
+        Self {
+            input_type: "password".into(),
+            secret: true,
+            ..Self::text(name, label, help)
+        }
     }
 }
 
@@ -147,14 +151,19 @@ pub fn with_connector_channel_id(mut schema: Value) -> Value {
 
 /// Skill name rule (protocol §4.2): `connector-<card id>` with `.` and `_` turned into `-`.
 pub fn skill_name(card_id: &str) -> String {
-    format!("connector-{}", card_id.to_ascii_lowercase().replace(['.', '_'], "-"))
+    format!(
+        "connector-{}",
+        card_id.to_ascii_lowercase().replace(['.', '_'], "-")
+    )
 }
 
 /// True when `tool_id` satisfies the model-function-name rule.
 pub fn tool_id_valid(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 256
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 impl Card {
@@ -170,7 +179,10 @@ impl Card {
         if self.build.build_time.is_empty() {
             v.push("build.build_time required".into());
         }
-        if self.connector_card_id.is_empty() || self.connector.name.is_empty() || self.connector.version.is_empty() {
+        if self.connector_card_id.is_empty()
+            || self.connector.name.is_empty()
+            || self.connector.version.is_empty()
+        {
             v.push("connector_card_id, connector.name and connector.version are required".into());
         }
         if self.supports.target_types.is_empty() {
@@ -184,55 +196,91 @@ impl Card {
         if self.supports.profiles.is_empty() {
             v.push("supports.profiles must be non-empty".into());
         }
-        if !matches!(self.supports.user_channel_mode.as_str(), "single" | "multiple") {
+        if !matches!(
+            self.supports.user_channel_mode.as_str(),
+            "single" | "multiple"
+        ) {
             v.push("user_channel_mode must be single or multiple".into());
         }
         for p in &self.supports.profiles {
             match profile::spec(p) {
                 None => v.push(format!("unknown profile {p}")),
-                Some(s) if !s.target_types.iter().any(|t| self.supports.target_types.iter().any(|c| c == t)) => {
-                    v.push(format!("profile {p} does not intersect supports.target_types"))
+                Some(s)
+                    if !s
+                        .target_types
+                        .iter()
+                        .any(|t| self.supports.target_types.iter().any(|c| c == t)) =>
+                {
+                    v.push(format!(
+                        "profile {p} does not intersect supports.target_types"
+                    ))
                 }
                 _ => {}
             }
         }
         for t in &self.supports.targets {
-            if !self.supports.target_types.contains(&t.target_type) || t.provider.is_empty() || t.label.is_empty() {
-                v.push("supports.targets[] needs a declared target_type, provider and label".into());
+            if !self.supports.target_types.contains(&t.target_type)
+                || t.provider.is_empty()
+                || t.label.is_empty()
+            {
+                v.push(
+                    "supports.targets[] needs a declared target_type, provider and label".into(),
+                );
             }
         }
         let skill = skill_name(&self.connector_card_id);
         let mut ids = std::collections::HashSet::new();
         for tool in &self.tools {
             if !tool_id_valid(&tool.tool_id) {
-                v.push(format!("tool_id {:?} violates the charset/length rule", tool.tool_id));
+                v.push(format!(
+                    "tool_id {:?} violates the charset/length rule",
+                    tool.tool_id
+                ));
             }
             if !ids.insert(tool.tool_id.as_str()) {
                 v.push(format!("duplicate tool_id {}", tool.tool_id));
             }
             if !self.supports.profiles.contains(&tool.profile) {
-                v.push(format!("tool {} profile not in supports.profiles", tool.tool_id));
+                v.push(format!(
+                    "tool {} profile not in supports.profiles",
+                    tool.tool_id
+                ));
             }
             let s = &tool.input_schema;
             if s.get("type") != Some(&json!("object"))
                 || s.pointer("/properties/connector_channel_id/type") != Some(&json!("string"))
-                || !s.get("required").and_then(Value::as_array).is_some_and(|r| r.contains(&json!("connector_channel_id")))
+                || !s
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .is_some_and(|r| r.contains(&json!("connector_channel_id")))
             {
-                v.push(format!("tool {} input_schema lacks the connector_channel_id contract", tool.tool_id));
+                v.push(format!(
+                    "tool {} input_schema lacks the connector_channel_id contract",
+                    tool.tool_id
+                ));
             }
             if s.pointer("/properties/connector_card_id").is_some() {
                 v.push(format!("tool {} declares connector_card_id", tool.tool_id));
             }
             for r in &tool.related_skill_ids {
                 if !r.starts_with(&skill) {
-                    v.push(format!("tool {} related skill {r} does not follow {skill}", tool.tool_id));
+                    v.push(format!(
+                        "tool {} related skill {r} does not follow {skill}",
+                        tool.tool_id
+                    ));
                 }
             }
         }
         let mut flow_ids = std::collections::HashSet::new();
         for f in &self.auth_flows {
-            if f.id.is_empty() || f.title.is_empty() || !self.supports.target_types.contains(&f.target_type) {
-                v.push(format!("auth flow {:?} needs id, title and a declared target_type", f.id));
+            if f.id.is_empty()
+                || f.title.is_empty()
+                || !self.supports.target_types.contains(&f.target_type)
+            {
+                v.push(format!(
+                    "auth flow {:?} needs id, title and a declared target_type",
+                    f.id
+                ));
             }
             if !flow_ids.insert(f.id.as_str()) {
                 v.push(format!("duplicate auth flow {}", f.id));
@@ -250,7 +298,10 @@ impl Card {
                 }
             }
         }
-        if !matches!(self.security.trust_level.as_str(), "unknown" | "builtin" | "verified" | "third_party" | "local") {
+        if !matches!(
+            self.security.trust_level.as_str(),
+            "unknown" | "builtin" | "verified" | "third_party" | "local"
+        ) {
             v.push("security.trust_level invalid".into());
         }
         v
@@ -275,15 +326,23 @@ mod tests {
 
     #[test]
     fn helper_injects_channel_argument_once() {
-        let s = with_connector_channel_id(json!({"type":"object","required":["text","connector_channel_id"],"properties":{"text":{"type":"string"}}}));
-        assert_eq!(s.pointer("/properties/connector_channel_id/type"), Some(&json!("string")));
+        let s = with_connector_channel_id(
+            json!({"type":"object","required":["text","connector_channel_id"],"properties":{"text":{"type":"string"}}}),
+        );
+        assert_eq!(
+            s.pointer("/properties/connector_channel_id/type"),
+            Some(&json!("string"))
+        );
         assert_eq!(s["required"], json!(["connector_channel_id", "text"]));
     }
 
     #[test]
     fn skill_names() {
         assert_eq!(skill_name("im.wechat"), "connector-im-wechat");
-        assert_eq!(skill_name("device.agent_host"), "connector-device-agent-host");
+        assert_eq!(
+            skill_name("device.agent_host"),
+            "connector-device-agent-host"
+        );
     }
 
     #[test]

@@ -37,7 +37,10 @@ impl ConnectionStatus {
 
     /// Statuses in which the target binding exists (tools may work).
     pub fn is_bound(self) -> bool {
-        matches!(self, Self::Connected | Self::Degraded | Self::Offline | Self::Error)
+        matches!(
+            self,
+            Self::Connected | Self::Degraded | Self::Offline | Self::Error
+        )
     }
 }
 
@@ -109,10 +112,18 @@ impl Descriptor {
     ) -> Self {
         let target = card.primary_target();
         let (tool_status, permission) = match status {
-            ConnectionStatus::Connected | ConnectionStatus::Degraded => (ToolStatus::Available, "granted"),
-            ConnectionStatus::Expired | ConnectionStatus::Revoked => (ToolStatus::RequiresReauth, "requires_reauth"),
-            ConnectionStatus::Created | ConnectionStatus::Authenticating => (ToolStatus::Unavailable, "unknown"),
-            ConnectionStatus::Offline | ConnectionStatus::Error => (ToolStatus::Unavailable, "granted"),
+            ConnectionStatus::Connected | ConnectionStatus::Degraded => {
+                (ToolStatus::Available, "granted")
+            }
+            ConnectionStatus::Expired | ConnectionStatus::Revoked => {
+                (ToolStatus::RequiresReauth, "requires_reauth")
+            }
+            ConnectionStatus::Created | ConnectionStatus::Authenticating => {
+                (ToolStatus::Unavailable, "unknown")
+            }
+            ConnectionStatus::Offline | ConnectionStatus::Error => {
+                (ToolStatus::Unavailable, "granted")
+            }
         };
         let tools = card
             .tools

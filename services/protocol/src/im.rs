@@ -50,7 +50,10 @@ impl ChatMessagePayload {
         let mut seen = std::collections::HashSet::new();
         for f in &self.files {
             if !FILE_TYPES.contains(&f.file_type.as_str()) {
-                return Err(format!("files[].type {:?} is not one of image, video, audio, file", f.file_type));
+                return Err(format!(
+                    "files[].type {:?} is not one of image, video, audio, file",
+                    f.file_type
+                ));
             }
             if f.file_ref.is_empty() {
                 return Err("files[].file_ref must be non-empty".into());
@@ -66,7 +69,11 @@ impl ChatMessagePayload {
     pub fn content_key(&self) -> String {
         let mut refs: Vec<&str> = self.files.iter().map(|f| f.file_ref.as_str()).collect();
         refs.sort_unstable();
-        format!("{}\u{0}{}", self.text.as_deref().unwrap_or(""), refs.join("\u{0}"))
+        format!(
+            "{}\u{0}{}",
+            self.text.as_deref().unwrap_or(""),
+            refs.join("\u{0}")
+        )
     }
 }
 
@@ -128,10 +135,19 @@ pub struct ChatAckPayload {
 
 impl ChatAckPayload {
     pub fn accepted(message_id: &str) -> Self {
-        Self { message_id: message_id.to_owned(), status: AckStatus::Accepted, code: None, message: None, retryable: None }
+        Self {
+            message_id: message_id.to_owned(),
+            status: AckStatus::Accepted,
+            code: None,
+            message: None,
+            retryable: None,
+        }
     }
     pub fn duplicate(message_id: &str) -> Self {
-        Self { status: AckStatus::Duplicate, ..Self::accepted(message_id) }
+        Self {
+            status: AckStatus::Duplicate,
+            ..Self::accepted(message_id)
+        }
     }
     pub fn rejected(message_id: &str, code: &str, message: &str, retryable: bool) -> Self {
         Self {
@@ -209,26 +225,58 @@ mod tests {
 
     #[test]
     fn activity_rules() {
-        let ok = ActivityPayload { status: ActivityStatus::Tool, tool_name: Some("x".into()) };
+        let ok = ActivityPayload {
+            status: ActivityStatus::Tool,
+            tool_name: Some("x".into()),
+        };
         assert!(ok.validate().is_ok());
-        let bad = ActivityPayload { status: ActivityStatus::Idle, tool_name: Some("x".into()) };
+        let bad = ActivityPayload {
+            status: ActivityStatus::Idle,
+            tool_name: Some("x".into()),
+        };
         assert!(bad.validate().is_err());
-        let long = ActivityPayload { status: ActivityStatus::Tool, tool_name: Some("x".repeat(257)) };
+        let long = ActivityPayload {
+            status: ActivityStatus::Tool,
+            tool_name: Some("x".repeat(257)),
+        };
         assert!(long.validate().is_err());
-        let missing = ActivityPayload { status: ActivityStatus::Tool, tool_name: None };
+        let missing = ActivityPayload {
+            status: ActivityStatus::Tool,
+            tool_name: None,
+        };
         assert!(missing.validate().is_err());
     }
 
     #[test]
     fn message_needs_content() {
-        let m = ChatMessagePayload { message_id: "m".into(), text: Some(String::new()), files: vec![], created_at: None, sender_name: None };
+        let m = ChatMessagePayload {
+            message_id: "m".into(),
+            text: Some(String::new()),
+            files: vec![],
+            created_at: None,
+            sender_name: None,
+        };
         assert!(m.validate().is_err());
     }
 
     #[test]
     fn duplicate_file_refs_rejected() {
-        let f = FileItem { file_type: "file".into(), file_ref: "f1".into(), filename: None, mime_type: None, byte_size: None, expires_at: None, download_url: None };
-        let m = ChatMessagePayload { message_id: "m".into(), text: None, files: vec![f.clone(), f], created_at: None, sender_name: None };
+        let f = FileItem {
+            file_type: "file".into(),
+            file_ref: "f1".into(),
+            filename: None,
+            mime_type: None,
+            byte_size: None,
+            expires_at: None,
+            download_url: None,
+        };
+        let m = ChatMessagePayload {
+            message_id: "m".into(),
+            text: None,
+            files: vec![f.clone(), f],
+            created_at: None,
+            sender_name: None,
+        };
         assert!(m.validate().is_err());
     }
 }

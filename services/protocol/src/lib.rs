@@ -12,7 +12,7 @@ pub mod im;
 pub mod packet;
 pub mod profile;
 
-pub use card::{AuthFlow, AuthFlowType, AuthField, BuildInfo, Card, CardTool};
+pub use card::{AuthField, AuthFlow, AuthFlowType, BuildInfo, Card, CardTool};
 pub use descriptor::{ConnectionStatus, Descriptor, ToolState, ToolStatus};
 pub use envelope::{Envelope, ErrorBody};
 pub use error::ErrorCode;

@@ -102,7 +102,10 @@ pub enum Inbound {
     Ping,
     Pong,
     /// An `error` packet from xAgent; logged, never answered.
-    Error { code: String, message: Option<String> },
+    Error {
+        code: String,
+        message: Option<String>,
+    },
 }
 
 impl Inbound {
@@ -151,7 +154,10 @@ pub fn parse(text: &str) -> Result<(RequestMeta, Inbound), PacketError> {
     {
         return Err(invalid("payload must be an object".into()));
     }
-    let payload = env.payload.clone().unwrap_or_else(|| Value::Object(Map::new()));
+    let payload = env
+        .payload
+        .clone()
+        .unwrap_or_else(|| Value::Object(Map::new()));
     fn decode<T: DeserializeOwned>(
         v: Value,
         kind: &str,
@@ -269,8 +275,8 @@ mod tests {
 
     #[test]
     fn wrong_schema_keeps_request_id() {
-        let e = parse(r#"{"schema":"x","packet_id":"p","request_id":"r9","type":"ping"}"#)
-            .unwrap_err();
+        let e =
+            parse(r#"{"schema":"x","packet_id":"p","request_id":"r9","type":"ping"}"#).unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidPacket);
         assert_eq!(e.meta.request_id.as_deref(), Some("r9"));
     }

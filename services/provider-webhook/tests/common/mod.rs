@@ -295,7 +295,11 @@ impl ProviderHost for FakeHost {
     }
 
     // The webhook provider holds no leases and no cursors; these record nothing.
-    async fn acquire_lease(&self, _name: &str, _ttl: std::time::Duration) -> Result<Option<i64>, BackendError> {
+    async fn acquire_lease(
+        &self,
+        _name: &str,
+        _ttl: std::time::Duration,
+    ) -> Result<Option<i64>, BackendError> {
         Ok(Some(1))
     }
 
