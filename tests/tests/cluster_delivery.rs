@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use cluster_support::*;
 use serde_json::json;
+use switchyard_core::Store as _;
 use switchyard_xagent_sim::EnvelopeExt;
 
 async fn three_pods(cluster: &Cluster) -> (PodInfo, PodInfo, PodInfo) {
@@ -202,6 +203,18 @@ async fn a_channel_is_delivered_only_on_the_socket_that_opened_it_last() {
         "ch2 on socket 1: {}",
         rec1.deliveries.distinct()
     );
+
+    // Every round-1 ack must be recorded before ch1 moves: a message still unacked when a
+    // channel is reopened is legitimately redelivered on the new route.
+    let store = cluster.store().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while store.count_pending(&ch1).await.expect("count pending") > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "round-1 acks of ch1 never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Socket 1 opens ch1 again: it moves back.
     let (_, status) = s1
