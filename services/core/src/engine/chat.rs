@@ -74,28 +74,14 @@ impl Connector {
         Ok(Some(ack))
     }
 
-    /// Runs the side effect. `Err(())` = retryable failure (the claim is released).
+    /// Runs the side effect. `Err(())` = retryable failure (the claim is released). `ch` is
+    /// the channel as the caller just read it, so logout and revocation apply at once.
     async fn deliver_new(
         &self,
         ch: &ChannelRecord,
         p: &ChatMessagePayload,
     ) -> Result<ChatAckPayload, ()> {
-        let ch = match self.hub.store.get_channel(&ch.id).await {
-            Ok(Some(c)) => c,
-            Ok(None) => {
-                return Ok(ChatAckPayload::rejected(
-                    &p.message_id,
-                    "connection_not_found",
-                    "channel no longer exists",
-                    false,
-                ));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "store unavailable during outbound delivery");
-                return Err(());
-            }
-        };
-        let binding = match (ch.status, self.decrypt_binding(&ch)) {
+        let binding = match (ch.status, self.decrypt_binding(ch)) {
             (
                 ConnectionStatus::Connected
                 | ConnectionStatus::Degraded
@@ -113,7 +99,7 @@ impl Connector {
         };
         let mut files = Vec::with_capacity(p.files.len());
         for f in &p.files {
-            match self.outbound_file(&ch, &f.file_ref).await {
+            match self.outbound_file(ch, &f.file_ref).await {
                 Ok(Some(of)) => files.push(of),
                 Ok(None) => {
                     return Ok(ChatAckPayload::rejected(
@@ -140,7 +126,7 @@ impl Connector {
             }
             Err(e) => {
                 if e.kind == ProviderErrorKind::Unauthorized
-                    && let Err(f) = self.set_status(&ch, ConnectionStatus::Revoked).await
+                    && let Err(f) = self.set_status(ch, ConnectionStatus::Revoked).await
                 {
                     tracing::warn!(code = %f.code, "could not mark channel revoked");
                 }

@@ -29,13 +29,8 @@ impl Connector {
                 "tool_id is not declared in the Connector Card",
             ));
         }
-        // Permission is checked on every call, whatever the Descriptor said earlier.
-        let ch = self
-            .hub
-            .store
-            .get_channel(&ch.id)
-            .await?
-            .unwrap_or_else(|| ch.clone());
+        // Permission is checked on every call from the channel as read for this packet,
+        // whatever the Descriptor said earlier.
         if !matches!(
             ch.status,
             ConnectionStatus::Connected | ConnectionStatus::Degraded
@@ -50,7 +45,7 @@ impl Connector {
                 format!("channel is {}", ch.status.as_str()),
             ));
         }
-        let Some(binding) = self.decrypt_binding(&ch) else {
+        let Some(binding) = self.decrypt_binding(ch) else {
             return Err(Fault::new(
                 ErrorCode::ConnectionNotAuthenticated,
                 "channel is not bound",
@@ -97,7 +92,7 @@ impl Connector {
             }
             Ok(Err(e)) => {
                 if e.kind == ProviderErrorKind::Unauthorized {
-                    self.set_status(&ch, ConnectionStatus::Revoked).await?;
+                    self.set_status(ch, ConnectionStatus::Revoked).await?;
                 }
                 Err(Fault::new(ErrorCode::ToolInvokeFailed, e.message))
             }
