@@ -7,10 +7,10 @@ use crate::error::BackendResult;
 use crate::model::*;
 
 /// Schema version this build understands; `serve` refuses any other.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     // -- schema --
     /// Applies pending migrations.
     async fn migrate(&self) -> BackendResult<()>;

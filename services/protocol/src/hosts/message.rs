@@ -191,6 +191,15 @@ pub struct HeartbeatMetrics {
     pub queued_runs: u32,
 }
 
+/// Server -> host, answer to `heartbeat`. The seed's body is `{"type": "heartbeat_ack"}`;
+/// we add `runs`: for each unfinished run of the host, the highest `run_event.seq` the server
+/// has stored, so the host can drop events it no longer needs to replay after a reconnect.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatAck {
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub runs: std::collections::BTreeMap<String, u64>,
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. capabilities
 
@@ -644,7 +653,7 @@ pub enum HostMessage {
     Register(Register),
     RegisterAck(RegisterAck),
     Heartbeat(Heartbeat),
-    HeartbeatAck,
+    HeartbeatAck(HeartbeatAck),
     Capabilities(Capabilities),
     CreateRun(CreateRun),
     RunAccepted(RunAccepted),
@@ -668,7 +677,7 @@ impl HostMessage {
             Self::Register(_) => MessageType::Register,
             Self::RegisterAck(_) => MessageType::RegisterAck,
             Self::Heartbeat(_) => MessageType::Heartbeat,
-            Self::HeartbeatAck => MessageType::HeartbeatAck,
+            Self::HeartbeatAck(_) => MessageType::HeartbeatAck,
             Self::Capabilities(_) => MessageType::Capabilities,
             Self::CreateRun(_) => MessageType::CreateRun,
             Self::RunAccepted(_) => MessageType::RunAccepted,
@@ -705,7 +714,7 @@ impl HostMessage {
             Self::Register(_)
             | Self::RegisterAck(_)
             | Self::Heartbeat(_)
-            | Self::HeartbeatAck
+            | Self::HeartbeatAck(_)
             | Self::Capabilities(_)
             | Self::DownloadArtifact(_)
             | Self::DownloadArtifactAck(_) => None,
@@ -743,7 +752,7 @@ impl HostMessage {
                 }
                 Ok(())
             }
-            Self::HeartbeatAck => Ok(()),
+            Self::HeartbeatAck(_) => Ok(()),
             Self::Capabilities(m) => {
                 non_empty("connector_id", &m.connector_id)?;
                 let mut seen = std::collections::HashSet::new();
@@ -920,7 +929,7 @@ pub fn parse(text: &str) -> Result<HostMessage, HostProtocolError> {
         T::Register => de(&raw).map(HostMessage::Register),
         T::RegisterAck => de(&raw).map(HostMessage::RegisterAck),
         T::Heartbeat => de(&raw).map(HostMessage::Heartbeat),
-        T::HeartbeatAck => Ok(HostMessage::HeartbeatAck),
+        T::HeartbeatAck => de(&raw).map(HostMessage::HeartbeatAck),
         T::Capabilities => de(&raw).map(HostMessage::Capabilities),
         T::CreateRun => de(&raw).map(HostMessage::CreateRun),
         T::RunAccepted => de(&raw).map(HostMessage::RunAccepted),
@@ -1510,7 +1519,7 @@ mod tests {
             assert_eq!(MessageType::parse(t.as_str()), Some(t));
         }
         assert_eq!(
-            HostMessage::HeartbeatAck.to_json(),
+            HostMessage::HeartbeatAck(HeartbeatAck::default()).to_json(),
             r#"{"type":"heartbeat_ack"}"#
         );
     }
