@@ -8,6 +8,7 @@ pub mod engine;
 pub mod ephemeral;
 pub mod error;
 pub mod files;
+pub mod hosts;
 pub mod hoststore;
 pub mod ids;
 pub mod model;

@@ -281,6 +281,12 @@ pub trait Provider: Send + Sync + 'static {
         let _ = poll;
         Ok(None)
     }
+    /// The status a channel shows right after it binds with `credentials` (a device that is
+    /// offline at binding time is not projected as connected). Default: connected.
+    async fn bound_status(&self, credentials: &Value) -> ConnectionStatus {
+        let _ = credentials;
+        ConnectionStatus::Connected
+    }
     async fn invoke_tool(&self, call: ToolCall<'_>) -> Result<Value, ProviderError>;
     /// Delivers xAgent's final message. Return only after every target side effect finished.
     async fn deliver(&self, msg: OutboundMessage<'_>) -> Result<(), ProviderError>;

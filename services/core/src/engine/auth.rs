@@ -251,20 +251,21 @@ impl Connector {
                 }
                 let blob = self.hub.cipher.encrypt_json(&credentials);
                 let view_json = json!(view);
+                let status = self.provider.bound_status(&credentials).await;
                 self.hub
                     .store
                     .set_channel_binding(
                         &ch.id,
                         Some(&blob),
                         binding_key.as_deref(),
-                        ConnectionStatus::Connected,
+                        status,
                         &view_json,
                         now,
                     )
                     .await?;
                 ch.binding = Some(blob);
                 ch.binding_key = binding_key;
-                ch.status = ConnectionStatus::Connected;
+                ch.status = status;
                 ch.view = view_json;
                 rec.status = AuthStatus::Authenticated;
                 rec.state = None;

@@ -348,7 +348,8 @@ impl RunEvent {
         }
     }
 
-    fn payload(&self) -> Value {
+    /// The wire `payload` object.
+    pub fn payload(&self) -> Value {
         let v = match self {
             Self::Thinking(p) => serde_json::to_value(p),
             Self::ToolCall(p) => serde_json::to_value(p),
@@ -999,6 +1000,30 @@ fn clip(s: &str) -> &str {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.fff](Z|±HH:MM)` with fields in range (RFC 3339 `date-time`).
+/// Formats milliseconds since the Unix epoch as RFC 3339 UTC (`2026-07-20T12:00:00.000Z`).
+pub fn format_rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 pub fn is_rfc3339(s: &str) -> bool {
     let b = s.as_bytes();
     let num = |from: usize, len: usize| -> Option<u32> {
@@ -1555,6 +1580,14 @@ mod tests {
                 .to_string()
                 .contains("seq starts at 1")
         );
+    }
+
+    #[test]
+    fn formats_rfc3339() {
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339(1_784_548_800_123), "2026-07-20T12:00:00.123Z");
+        assert_eq!(format_rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert!(is_rfc3339(&format_rfc3339(1_784_548_800_123)));
     }
 
     #[test]
