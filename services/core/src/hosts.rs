@@ -146,6 +146,20 @@ impl HostSession {
             resend_all: false,
         }
     }
+
+    /// The HTTPS fallback's session: one per host, rebuilt from the store on every request
+    /// (any pod may serve it). Registered while the host's live session is this one.
+    pub fn fallback(host: &HostRecord) -> Self {
+        let session_id = format!("https-{}", host.id);
+        Self {
+            registered: host.session_id.as_deref() == Some(session_id.as_str())
+                && host.status != HostStatus::Revoked,
+            host_id: host.id.clone(),
+            tenant_id: host.tenant_id.clone(),
+            session_id,
+            resend_all: false,
+        }
+    }
 }
 
 /// Why a connection must end.

@@ -18,6 +18,8 @@ use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
 use switchyard_core::engine::{Connector, Hub, Janitor};
 use switchyard_core::ephemeral::{Ephemeral, MemoryEphemeral};
 use switchyard_core::files::{FileStore, LocalFileStore};
+use switchyard_core::hosts::Hosts;
+use switchyard_hosts_tls::pki::HostCa;
 use switchyard_core::ids::{now_ms, random_secret};
 use switchyard_core::provider::Provider;
 use switchyard_core::store::{SCHEMA_VERSION, Store};
@@ -189,7 +191,7 @@ pub fn pod_id(cfg: &Config) -> String {
 }
 
 /// The providers this build mounts.
-pub fn providers(cfg: &Config) -> Vec<Arc<dyn Provider>> {
+pub fn providers(cfg: &Config, hosts: Arc<Hosts>) -> Vec<Arc<dyn Provider>> {
     let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);
     wh.max_inbound_bytes = cfg.limits.max_inbound_bytes;
     let mut tg =
@@ -203,7 +205,113 @@ pub fn providers(cfg: &Config) -> Vec<Arc<dyn Provider>> {
     vec![
         Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh)),
         Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
+        Arc::new(switchyard_provider_agent_host::AgentHostProvider::new(
+            build_info(),
+            true,
+            hosts,
+            // A wait ends before the engine's tool timeout cuts it.
+            cfg.limits
+                .tool_timeout
+                .0
+                .saturating_sub(Duration::from_secs(5))
+                .max(Duration::from_secs(1)),
+        )),
     ]
+}
+
+/// The host service for administrative commands (CLI): the same backends and keys as a pod.
+pub async fn admin_hosts(cfg: &Config) -> anyhow::Result<Arc<Hosts>> {
+    let b = backends(cfg).await?;
+    prepare_schema(cfg, b.store.as_ref()).await?;
+    let (signing, encryption) = keys(cfg)?;
+    let hub = Arc::new(Hub {
+        store: b.store,
+        bus: b.bus,
+        ephemeral: b.ephemeral,
+        files: b.files,
+        cipher: Cipher::from_base64(&encryption).context("encryption keys")?,
+        signer: UrlSigner::new(signing).context("signing keys")?,
+        config: cfg.engine(),
+        pod_id: format!("cli-{}", random_secret(3)),
+        public_base_url: cfg
+            .public_base_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", cfg.listen)),
+    });
+    Ok(Arc::new(Hosts::new(hub, cfg.hosts.core())))
+}
+
+/// The host CA: configured (PEM text or file path), or generated once per deployment and
+/// kept in the store, encrypted with the encryption key, so every pod uses the same one.
+pub async fn host_ca(cfg: &Config, hub: &Hub) -> anyhow::Result<HostCa> {
+    fn pem_or_file(v: &str) -> anyhow::Result<String> {
+        if v.trim_start().starts_with("-----BEGIN") {
+            Ok(v.to_owned())
+        } else {
+            std::fs::read_to_string(v).with_context(|| format!("reading {v}"))
+        }
+    }
+    if let (Some(c), Some(k)) = (&cfg.hosts_ca_cert, &cfg.hosts_ca_key) {
+        return HostCa::from_pem(&pem_or_file(c)?, &pem_or_file(k)?).context("host CA");
+    }
+    const NS: &str = "hosts";
+    const KEY: &str = "ca";
+    let load = |stored: &str| -> anyhow::Result<HostCa> {
+        use base64::Engine as _;
+        let blob = base64::engine::general_purpose::STANDARD.decode(stored)?;
+        let v = hub.cipher.decrypt_json(&blob).context("decrypting the stored host CA")?;
+        let cert = v["cert"].as_str().unwrap_or_default();
+        let key = v["key"].as_str().unwrap_or_default();
+        HostCa::from_pem(cert, key).context("stored host CA")
+    };
+    for _ in 0..50 {
+        if let Some(stored) = hub.store.kv_get(NS, KEY).await? {
+            return load(&stored);
+        }
+        // One pod generates; the others wait for it.
+        let lease = hub
+            .store
+            .acquire_lease("hosts-ca-init", &hub.pod_id, 10_000, now_ms())
+            .await?;
+        if lease.is_some() {
+            if let Some(stored) = hub.store.kv_get(NS, KEY).await? {
+                return load(&stored);
+            }
+            let ca = HostCa::generate("Switchyard host CA").context("generating the host CA")?;
+            use base64::Engine as _;
+            let blob = hub
+                .cipher
+                .encrypt_json(&serde_json::json!({"cert": ca.cert_pem(), "key": ca.key_pem()}));
+            hub.store
+                .kv_put(NS, KEY, &base64::engine::general_purpose::STANDARD.encode(blob))
+                .await?;
+            let _ = hub.store.release_lease("hosts-ca-init", &hub.pod_id).await;
+            tracing::info!("generated the deployment's host CA");
+            return Ok(ca);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    bail!("another pod holds the host CA initialisation lease and did not finish")
+}
+
+/// Names in the mTLS listener's certificate.
+fn tls_names(cfg: &Config, hub: &Hub) -> Vec<String> {
+    let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+    if let Ok(u) = url::Url::parse(&hub.public_base_url)
+        && let Some(h) = u.host_str()
+    {
+        names.push(h.trim_matches(['[', ']']).to_owned());
+    }
+    if let Some((h, _)) = cfg.hosts_tls_listen.rsplit_once(':') {
+        let h = h.trim_matches(['[', ']']);
+        if !h.is_empty() && h != "0.0.0.0" && h != "::" {
+            names.push(h.to_owned());
+        }
+    }
+    names.extend(cfg.hosts.tls_names.iter().cloned());
+    names.sort();
+    names.dedup();
+    names
 }
 
 #[derive(Clone)]
@@ -264,7 +372,7 @@ pub async fn run(
         ephemeral: b.ephemeral.clone(),
         files: b.files.clone(),
         cipher: Cipher::from_base64(&encryption).context("encryption keys")?,
-        signer: UrlSigner::new(signing).context("signing keys")?,
+        signer: UrlSigner::new(signing.clone()).context("signing keys")?,
         config: cfg.engine(),
         pod_id: pod.clone(),
         public_base_url,
@@ -297,10 +405,12 @@ pub async fn run(
         .await
         .context("registering pod presence")?;
 
-    let connectors: Vec<Connector> = providers(&cfg)
+    let hosts = Arc::new(Hosts::new(hub.clone(), cfg.hosts.core()));
+    let connectors: Vec<Connector> = providers(&cfg, hosts.clone())
         .into_iter()
         .map(|p| Connector::new(hub.clone(), p))
         .collect();
+    let ca = host_ca(&cfg, &hub).await?;
     // Stops provider background consumers (pollers) at the end of the drain.
     let providers_stop = CancellationToken::new();
     let doorbells = Doorbells::new(hub.bus.clone());
@@ -316,7 +426,19 @@ pub async fn run(
         sweep_interval: cfg.delivery.sweep_interval.0,
         drain_timeout: cfg.drain_timeout.0,
     };
-    let mut app = Router::new();
+    let gateway = crate::hosts::Gateway {
+        hosts: hosts.clone(),
+        ca: ca.clone(),
+        jwt_key: Arc::new(crate::hosts::jwt_key(signing[0].expose())),
+        jwt_ttl: cfg.hosts.jwt_ttl.0,
+        cert_valid_days: cfg.hosts.cert_valid_days,
+        max_frame_bytes: cfg.limits.max_frame_bytes,
+        operators: Arc::new(cfg.operators()),
+        drain: drain.clone(),
+        draining: draining.clone(),
+        sessions: sessions.clone(),
+    };
+    let mut app = crate::hosts::operator_router(gateway.clone());
     for c in &connectors {
         let state = ConnState {
             conn: c.clone(),
@@ -326,7 +448,22 @@ pub async fn run(
             draining: draining.clone(),
             sessions: sessions.clone(),
         };
-        app = app.nest(c.prefix(), connector_router(state));
+        let mut routes = connector_router(state);
+        if c.prefix() == switchyard_provider_agent_host::PREFIX {
+            // The gateway's routes on the public listener: certificates come from a trusted
+            // ingress header, if one is configured.
+            let header = cfg
+                .hosts_client_cert_header
+                .as_deref()
+                .map(|h| axum::http::HeaderName::try_from(h.to_ascii_lowercase()))
+                .transpose()
+                .context("hosts_client_cert_header is not a valid header name")?;
+            routes = routes.merge(crate::hosts::router(
+                gateway.clone(),
+                crate::hosts::CertSource::Header(header),
+            ));
+        }
+        app = app.nest(c.prefix(), routes);
     }
     // Spans name the path only: query strings carry URL signatures and pairing tokens.
     for c in &connectors {
@@ -368,11 +505,42 @@ pub async fn run(
     ));
     background.spawn(janitor_loop(
         janitor.clone(),
+        hosts.clone(),
         cfg.lease.janitor_interval.0,
         stopped.clone(),
     ));
     background.close();
 
+    let tls_server = if cfg.hosts_tls_listen.trim().is_empty() {
+        None
+    } else {
+        let tls_listener = TcpListener::bind(cfg.hosts_tls_listen.trim())
+            .await
+            .with_context(|| format!("binding the hosts mTLS listener {}", cfg.hosts_tls_listen))?;
+        let tls_addr = tls_listener.local_addr()?;
+        let (cert, key) = ca
+            .server_certificate(&tls_names(&cfg, &hub))
+            .context("issuing the mTLS listener certificate")?;
+        let tls = switchyard_hosts_tls::server::server_config(&ca.cert_pem(), &cert, &key)
+            .context("mTLS listener configuration")?;
+        let router = Router::new()
+            .nest(
+                switchyard_provider_agent_host::PREFIX,
+                crate::hosts::router(gateway.clone(), crate::hosts::CertSource::Tls),
+            )
+            .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                |req: &axum::http::Request<axum::body::Body>| {
+                    tracing::info_span!("hosts", method = %req.method(), path = %req.uri().path())
+                },
+            ));
+        tracing::info!(%tls_addr, "hosts mTLS listener");
+        Some(tokio::spawn(switchyard_hosts_tls::server::serve(
+            tls_listener,
+            tls,
+            router,
+            drain.clone(),
+        )))
+    };
     tracing::info!(%local, pod = %pod, "switchyard serving");
     let accept_stop = drain.clone();
     let server = tokio::spawn(async move {
@@ -399,6 +567,9 @@ pub async fn run(
         );
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    if let Some(t) = tls_server {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
     stopped.cancel();
     providers_stop.cancel();
     background.wait().await;
@@ -425,16 +596,31 @@ async fn presence_loop(hub: Arc<Hub>, every: Duration, stop: CancellationToken) 
     }
 }
 
-async fn janitor_loop(janitor: Arc<Janitor>, every: Duration, stop: CancellationToken) {
+async fn janitor_loop(
+    janitor: Arc<Janitor>,
+    hosts: Arc<Hosts>,
+    every: Duration,
+    stop: CancellationToken,
+) {
     let mut t = tokio::time::interval(every);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = t.tick() => match janitor.step().await {
-                Ok(Some(r)) if r.connectors_removed + r.channels_removed + r.dead_pods > 0 => {
-                    tracing::info!(generation = r.generation, dead_pods = r.dead_pods, connectors = r.connectors_removed, channels = r.channels_removed, files = r.files_removed, "janitor sweep");
+                Ok(Some(r)) => {
+                    if r.connectors_removed + r.channels_removed + r.dead_pods > 0 {
+                        tracing::info!(generation = r.generation, dead_pods = r.dead_pods, connectors = r.connectors_removed, channels = r.channels_removed, files = r.files_removed, "janitor sweep");
+                    }
+                    // Hosts are swept by the same single lease holder.
+                    match hosts.sweep().await {
+                        Ok(h) if h.hosts_lost + h.approvals_expired + h.runs_purged > 0 => {
+                            tracing::info!(hosts_lost = h.hosts_lost, runs = h.runs_requeued_or_failed, approvals_expired = h.approvals_expired, runs_purged = h.runs_purged, "host sweep");
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "host sweep failed"),
+                    }
                 }
-                Ok(_) => {}
+                Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, "janitor sweep failed"),
             }
         }

@@ -40,8 +40,70 @@ pub enum Command {
         #[command(subcommand)]
         command: KeyCommand,
     },
+    /// Agent hosts (Connector API v1).
+    Host {
+        #[command(subcommand)]
+        command: HostCommand,
+    },
+    /// Approvals requested by host agents; decided by people only.
+    Approval {
+        #[command(subcommand)]
+        command: ApprovalCommand,
+    },
     /// Prints the full default configuration, every key documented.
     PrintDefaultConfig,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HostCommand {
+    /// Creates a host of a tenant (id or name) and prints its one-time enrollment token
+    /// alone on the last line.
+    Enroll {
+        tenant: String,
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists a tenant's hosts.
+    List {
+        tenant: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revokes a host: its connections close, its runs fail, its next connection is refused.
+    Revoke {
+        host_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalCommand {
+    /// Pending approvals of a tenant (id or name), one a line.
+    List {
+        tenant: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Grants an approval as NAME.
+    Grant {
+        approval_id: String,
+        #[arg(long)]
+        by: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Denies an approval as NAME.
+    Deny {
+        approval_id: String,
+        #[arg(long)]
+        by: String,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -87,11 +149,121 @@ async fn admin_store(cfg: &Config) -> anyhow::Result<std::sync::Arc<dyn switchya
     Ok(store)
 }
 
+async fn tenant_id(store: &dyn switchyard_core::Store, tenant: &str) -> anyhow::Result<String> {
+    match store.find_tenant(tenant).await? {
+        Some(t) => Ok(t.id),
+        None => bail!("no tenant {tenant:?}"),
+    }
+}
+
+fn approval_line(a: &switchyard_core::hoststore::ApprovalRecord) -> serde_json::Value {
+    json!({"approval_id": a.id, "host_id": a.host_id, "run_id": a.run_id, "action": a.action,
+        "risk_level": a.risk_level, "status": a.status.as_str(), "decided_by": a.decided_by,
+        "reason": a.reason, "created_at": a.created_at, "expires_at": a.expires_at})
+}
+
+async fn host_admin(cfg: Config, command: HostCommand) -> anyhow::Result<()> {
+    let hosts = crate::app::admin_hosts(&cfg).await?;
+    let store = hosts.hub.store.clone();
+    match command {
+        HostCommand::Enroll { tenant, name, json } => {
+            let tid = tenant_id(store.as_ref(), &tenant).await?;
+            let e = hosts
+                .enroll(&tid, &name)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if json {
+                println!(
+                    "{}",
+                    json!({"host_id": e.host.id, "tenant_id": tid, "name": e.host.name, "token": e.token, "expires_at": e.expires_at})
+                );
+            } else {
+                println!(
+                    "host {} ({}) created; one-time enrollment token:",
+                    e.host.name, e.host.id
+                );
+                println!("{}", e.token);
+            }
+        }
+        HostCommand::List { tenant, json } => {
+            let tid = tenant_id(store.as_ref(), &tenant).await?;
+            let list = store.list_hosts(&tid).await?;
+            if json {
+                let rows: Vec<_> = list.iter().map(|h| json!({"host_id": h.id, "name": h.name, "status": h.status.as_str(), "hostname": h.hostname, "last_seen_at": h.last_seen_at, "revoked_at": h.revoked_at})).collect();
+                println!("{}", serde_json::Value::Array(rows));
+            } else {
+                for h in list {
+                    println!("{}\t{}\t{}", h.id, h.name, h.status.as_str());
+                }
+            }
+        }
+        HostCommand::Revoke { host_id, json } => {
+            let h = hosts
+                .revoke(&host_id)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if json {
+                println!("{}", json!({"host_id": h.id, "revoked": true}));
+            } else {
+                println!("revoked {}", h.id);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn approval_admin(cfg: Config, command: ApprovalCommand) -> anyhow::Result<()> {
+    let hosts = crate::app::admin_hosts(&cfg).await?;
+    let store = hosts.hub.store.clone();
+    let (id, grant, by, reason, json) = match command {
+        ApprovalCommand::List { tenant, json } => {
+            let tid = tenant_id(store.as_ref(), &tenant).await?;
+            let list = store
+                .list_approvals(&tid, Some(switchyard_core::hoststore::ApprovalStatus::Pending))
+                .await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::Value::Array(list.iter().map(approval_line).collect())
+                );
+            } else {
+                for a in list {
+                    println!("{}\t{}\t{}\t{}", a.id, a.run_id, a.risk_level, a.action);
+                }
+            }
+            return Ok(());
+        }
+        ApprovalCommand::Grant {
+            approval_id,
+            by,
+            json,
+        } => (approval_id, true, by, None, json),
+        ApprovalCommand::Deny {
+            approval_id,
+            by,
+            reason,
+            json,
+        } => (approval_id, false, by, reason, json),
+    };
+    let a = hosts
+        .decide(&id, None, grant, &by, reason.as_deref())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if json {
+        println!("{}", approval_line(&a));
+    } else {
+        println!("{} {} by {}", a.id, a.status.as_str(), by);
+    }
+    Ok(())
+}
+
 /// Runs an administrative command; `serve` is handled by the caller.
 pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve => unreachable!("serve is handled by main"),
         Command::PrintDefaultConfig => print!("{DEFAULT_CONFIG_TOML}"),
+        Command::Host { command } => host_admin(cfg, command).await?,
+        Command::Approval { command } => approval_admin(cfg, command).await?,
         Command::Migrate => {
             let store = open_store(&cfg).await?;
             store.migrate().await.context("applying migrations")?;

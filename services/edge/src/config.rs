@@ -225,6 +225,97 @@ impl Default for RetentionConfig {
     }
 }
 
+/// Connector API v1: agent hosts and their gateway (`[hosts]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostsSection {
+    /// The seed's timeouts table, each configurable.
+    pub register_timeout: Dur,
+    pub heartbeat_response: Dur,
+    pub create_run_accept: Dur,
+    pub event_delivery: Dur,
+    pub cancel_confirm: Dur,
+    pub upload_url_ttl: Dur,
+    pub download_url_ttl: Dur,
+    pub keepalive: Dur,
+    pub heartbeat_interval: Dur,
+    pub host_lost_after: Dur,
+    /// `requeue` or `fail`: what happens to the runs of a lost host.
+    pub lost_policy: String,
+    pub enrollment_ttl: Dur,
+    pub approval_ttl: Dur,
+    pub run_retention: Dur,
+    pub max_active_runs_per_tenant: usize,
+    pub max_artifact_bytes: u64,
+    pub jwt_ttl: Dur,
+    pub cert_valid_days: u32,
+    /// Extra names (DNS or IP) in the mTLS listener's certificate.
+    pub tls_names: Vec<String>,
+    /// How often a host connection re-checks its work without a doorbell.
+    pub tick: Dur,
+}
+
+impl Default for HostsSection {
+    fn default() -> Self {
+        let t = switchyard_protocol::hosts::Timeouts::default();
+        let c = switchyard_core::hosts::HostsConfig::default();
+        Self {
+            register_timeout: Dur(t.register),
+            heartbeat_response: Dur(t.heartbeat_response),
+            create_run_accept: Dur(t.create_run_accept),
+            event_delivery: Dur(t.event_delivery),
+            cancel_confirm: Dur(t.cancel_confirm),
+            upload_url_ttl: Dur(t.upload_url_ttl),
+            download_url_ttl: Dur(t.download_url_ttl),
+            keepalive: Dur(t.keepalive),
+            heartbeat_interval: Dur(t.heartbeat_interval),
+            host_lost_after: Dur(t.host_lost_after),
+            lost_policy: "requeue".into(),
+            enrollment_ttl: Dur(c.enrollment_ttl),
+            approval_ttl: Dur(c.approval_ttl),
+            run_retention: Dur(c.run_retention),
+            max_active_runs_per_tenant: c.max_active_runs_per_tenant,
+            max_artifact_bytes: c.max_artifact_bytes,
+            jwt_ttl: Dur(Duration::from_secs(600)),
+            cert_valid_days: 365,
+            tls_names: vec![],
+            tick: Dur(c.tick),
+        }
+    }
+}
+
+impl HostsSection {
+    pub fn core(&self) -> switchyard_core::hosts::HostsConfig {
+        use switchyard_protocol::hosts::{HostLostPolicy, Timeouts};
+        switchyard_core::hosts::HostsConfig {
+            timeouts: Timeouts {
+                register: self.register_timeout.0,
+                heartbeat_response: self.heartbeat_response.0,
+                create_run_accept: self.create_run_accept.0,
+                event_delivery: self.event_delivery.0,
+                cancel_confirm: self.cancel_confirm.0,
+                upload_url_ttl: self.upload_url_ttl.0,
+                download_url_ttl: self.download_url_ttl.0,
+                keepalive: self.keepalive.0,
+                heartbeat_interval: self.heartbeat_interval.0,
+                host_lost_after: self.host_lost_after.0,
+            },
+            lost_policy: if self.lost_policy == "fail" {
+                HostLostPolicy::Fail
+            } else {
+                HostLostPolicy::Requeue
+            },
+            enrollment_ttl: self.enrollment_ttl.0,
+            approval_ttl: self.approval_ttl.0,
+            run_retention: self.run_retention.0,
+            max_active_runs_per_tenant: self.max_active_runs_per_tenant,
+            max_artifact_bytes: self.max_artifact_bytes,
+            device_card_id: "device.agent-host".into(),
+            tick: self.tick.0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TelegramConfig {
@@ -285,6 +376,18 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub telegram: TelegramConfig,
     pub log: LogConfig,
+    /// The pods' mTLS listener for host agents; empty = off.
+    pub hosts_tls_listen: String,
+    /// Host CA certificate and key (PEM text or a file path). Unset: generated once and kept
+    /// in the store, encrypted with the encryption key.
+    pub hosts_ca_cert: Option<String>,
+    pub hosts_ca_key: Option<String>,
+    /// Trusted-ingress mode: header carrying the verified client certificate (URL-encoded
+    /// PEM). Unset = the public listener takes no client certificates.
+    pub hosts_client_cert_header: Option<String>,
+    /// Operators of the approval API, `name=token` comma-separated. Empty = API off.
+    pub operator_tokens: SecretList,
+    pub hosts: HostsSection,
 }
 
 impl Default for Config {
@@ -312,6 +415,12 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             telegram: TelegramConfig::default(),
             log: LogConfig::default(),
+            hosts_tls_listen: "127.0.0.1:8443".into(),
+            hosts_ca_cert: None,
+            hosts_ca_key: None,
+            hosts_client_cert_header: None,
+            operator_tokens: SecretList::default(),
+            hosts: HostsSection::default(),
         }
     }
 }
@@ -371,6 +480,30 @@ impl Config {
                 "telegram.mode must be auto, webhook or polling".into(),
             ));
         }
+        if !matches!(self.hosts.lost_policy.as_str(), "requeue" | "fail") {
+            return Err(ConfigError::Invalid(
+                "hosts.lost_policy must be requeue or fail".into(),
+            ));
+        }
+        if let Err(e) = self.hosts.core().timeouts.validate() {
+            return Err(ConfigError::Invalid(format!("hosts: {e}")));
+        }
+        if self.hosts_ca_cert.is_some() != self.hosts_ca_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "hosts_ca_cert and hosts_ca_key are set together".into(),
+            ));
+        }
+        for entry in &self.operator_tokens.0 {
+            match entry.expose().split_once('=') {
+                Some((name, token)) if !name.trim().is_empty() && token.len() >= 16 => {}
+                _ => {
+                    return Err(ConfigError::Invalid(
+                        "operator_tokens entries are name=token with a token of 16+ characters"
+                            .into(),
+                    ));
+                }
+            }
+        }
         if self.delivery.window == 0 || self.limits.tools_per_socket == 0 {
             return Err(ConfigError::Invalid(
                 "delivery.window and limits.tools_per_socket must be at least 1".into(),
@@ -384,6 +517,16 @@ impl Config {
         self.database_url
             .as_deref()
             .is_some_and(|u| u.starts_with("postgres"))
+    }
+
+    /// Operators of the approval API as (name, token).
+    pub fn operators(&self) -> Vec<(String, String)> {
+        self.operator_tokens
+            .0
+            .iter()
+            .filter_map(|e| e.expose().split_once('='))
+            .map(|(n, t)| (n.trim().to_owned(), t.trim().to_owned()))
+            .collect()
     }
 
     pub fn engine(&self) -> EngineConfig {
