@@ -27,6 +27,8 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub mod hosts;
+
 pub use switchyard_xagent_sim::{AckStatus, Conn, Envelope, EnvelopeExt, Sim, schemas};
 
 pub const CARD_ID: &str = "im.webhook";
@@ -176,6 +178,8 @@ impl Default for PodOptions {
         cfg.lease.janitor_lease_ttl = secs(5);
         cfg.delivery.sweep_interval = ms(500);
         cfg.drain_timeout = secs(10);
+        // Each pod gets its own free port for the hosts mTLS listener at launch.
+        cfg.hosts_tls_listen = "127.0.0.1:0".into();
         Self { cfg }
     }
 }
@@ -282,6 +286,9 @@ impl Pod {
         self.cfg.listen = self.addr.to_string();
         self.cfg.metrics_listen = self.metrics_addr.to_string();
         self.cfg.public_base_url = Some(format!("http://{}", self.addr));
+        if self.cfg.hosts_tls_listen.ends_with(":0") {
+            self.cfg.hosts_tls_listen = format!("127.0.0.1:{}", free_port());
+        }
         self.shutdown = CancellationToken::new();
         let run = switchyard::run(self.cfg.clone(), listener, metrics, self.shutdown.clone());
         self.task = Some(tokio::spawn(run));
@@ -300,6 +307,11 @@ impl Pod {
     /// The Connector Base URL of the connector mounted under `prefix` (e.g. `/telegram`).
     pub fn prefix_url(&self, prefix: &str) -> String {
         format!("{}/{}", self.root_url(), prefix.trim_matches('/'))
+    }
+
+    /// `https://127.0.0.1:PORT`: the hosts mTLS listener.
+    pub fn hosts_tls_url(&self) -> String {
+        format!("https://{}", self.cfg.hosts_tls_listen)
     }
 
     pub fn metrics_url(&self) -> String {

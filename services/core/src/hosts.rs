@@ -1182,6 +1182,14 @@ impl Hosts {
         run: RunRecord,
         m: ApprovalRequest,
     ) -> Result<Vec<HostMessage>, BackendError> {
+        if run.state == RunState::AwaitingApproval {
+            // One pending approval per run: the agent waits for the answer before going on.
+            return Ok(vec![error_msg(
+                HostErrorCode::UnauthorizedAction,
+                "an approval of this run is already pending",
+                Some(&run.id),
+            )]);
+        }
         let now = now_ms();
         let risk = serde_json::to_value(m.risk_level)
             .ok()

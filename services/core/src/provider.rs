@@ -223,7 +223,8 @@ pub trait ProviderHost: Send + Sync + 'static {
         channel_id: &str,
         msg: InboundMessage,
     ) -> Result<InboundOutcome, HostError>;
-    /// Streams an inbound file into the file store; returns the item for `chat.message.files`.
+    /// Streams an inbound file into the file store; returns the item for `chat.message.files`
+    /// with an absolute signed `download_url` (re-signed when a queued message is delivered).
     async fn store_inbound_file(
         &self,
         channel_id: &str,

@@ -18,6 +18,7 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream as S3Body;
 use aws_sdk_s3::types::{
     BucketLocationConstraint, ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart,
@@ -27,7 +28,7 @@ use aws_smithy_http_client::tls;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
-use switchyard_core::files::{ByteStream, FileStore};
+use switchyard_core::files::{ByteStream, FileStore, PresignMethod};
 
 /// Size of every multipart part but the last. Above S3's 5 MiB minimum, and it bounds the
 /// memory one upload holds.
@@ -39,6 +40,8 @@ const DEFAULT_REGION: &str = "us-east-1";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Attempts per request (the first plus retries) on throttling, 5xx and connection errors.
 const MAX_ATTEMPTS: u32 = 3;
+/// SigV4 presigned URLs live at most a week.
+const MAX_PRESIGN_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Where the bucket is. Credentials are not part of it: they come from the environment.
 #[derive(Debug, Clone, Default)]
@@ -470,6 +473,64 @@ impl FileStore for S3FileStore {
             Err(e) if e.is(ErrorKind::NotFound) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    async fn stat(&self, key: &str) -> BackendResult<Option<u64>> {
+        let res = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await;
+        match res.map_err(|e| map_sdk("s3 head object", e)) {
+            Ok(out) => Ok(Some(
+                out.content_length()
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0),
+            )),
+            // HEAD has no body, so a missing key is only a 404 (as is a missing bucket, which
+            // `ping` reports).
+            Err(e) if e.is(ErrorKind::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A SigV4 query-string URL: the holder needs no other credentials, and sends no headers
+    /// beyond `Host` (a PUT's body may have any length and content type). Signing is local: no
+    /// request is made.
+    async fn presign(
+        &self,
+        key: &str,
+        method: PresignMethod,
+        ttl: Duration,
+    ) -> BackendResult<Option<String>> {
+        if ttl.is_zero() || ttl > MAX_PRESIGN_TTL {
+            return Err(BackendError::internal(
+                "s3 presign: ttl must be between 1 second and 7 days",
+            ));
+        }
+        let config = PresigningConfig::expires_in(ttl)
+            .map_err(|e| BackendError::with_source(ErrorKind::Internal, "s3 presign config", e))?;
+        let presigned = match method {
+            PresignMethod::Get => self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .presigned(config)
+                .await
+                .map_err(|e| map_sdk("s3 presign get", e))?,
+            PresignMethod::Put => self
+                .client
+                .put_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .presigned(config)
+                .await
+                .map_err(|e| map_sdk("s3 presign put", e))?,
+        };
+        Ok(Some(presigned.uri().to_owned()))
     }
 
     async fn ping(&self) -> BackendResult<()> {

@@ -19,11 +19,19 @@ use switchyard_core::model::*;
 use switchyard_core::store::Store;
 use switchyard_protocol::ConnectionStatus;
 
+mod hosts;
+
 /// Ordered migrations; the last version is `switchyard_core::store::SCHEMA_VERSION`.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    include_str!("../../../migrations/postgres/0001_init.sql"),
-)];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        include_str!("../../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        include_str!("../../../migrations/postgres/0002_hosts.sql"),
+    ),
+];
 
 /// How long a caller waits for a pooled connection (or for a new one while Postgres is down)
 /// before the store reports `Unavailable`.

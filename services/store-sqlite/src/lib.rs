@@ -19,8 +19,13 @@ use switchyard_core::model::*;
 use switchyard_core::store::Store;
 use switchyard_protocol::ConnectionStatus;
 
+mod hosts;
+
 /// Ordered migrations; the last version is `switchyard_core::store::SCHEMA_VERSION`.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../../migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../../migrations/sqlite/0001_init.sql")),
+    (2, include_str!("../../../migrations/sqlite/0002_hosts.sql")),
+];
 
 /// How long a statement waits for a lock held by another process before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -559,7 +559,10 @@ fn on_text(
         });
         return;
     }
-    let waiter = {
+    // Progress carries the invoke's request_id but never answers it (T-10): it is a push.
+    let waiter = if env.kind == "tool.progress.push" {
+        None
+    } else {
         let mut w = lock(&shared.waiters);
         env.request_id
             .as_ref()

@@ -32,6 +32,7 @@ pub async fn run_all(store: Arc<dyn FileStore>) {
     get_unknown_is_not_found(&*store).await;
     delete_then_get_is_not_found(&*store).await;
     delete_unknown_is_ok(&*store).await;
+    stat_reports_size_or_none(&*store).await;
 }
 
 fn key(behaviour: &str) -> String {
@@ -186,6 +187,27 @@ async fn delete_then_get_is_not_found(store: &dyn FileStore) {
         .expect("put");
     store.delete(&k).await.expect("delete");
     assert_not_found(store, &k, "get after delete").await;
+}
+
+async fn stat_reports_size_or_none(store: &dyn FileStore) {
+    let k = key("stat");
+    assert_eq!(store.stat(&k).await.expect("stat unknown"), None);
+    store
+        .put(&k, chunked(&pattern(5000), 1000), 1 << 20)
+        .await
+        .expect("put");
+    assert_eq!(store.stat(&k).await.expect("stat"), Some(5000));
+    store
+        .put(&k, futures::stream::empty().boxed(), 1024)
+        .await
+        .expect("overwrite with empty");
+    assert_eq!(
+        store.stat(&k).await.expect("stat empty"),
+        Some(0),
+        "an empty object exists"
+    );
+    store.delete(&k).await.expect("delete");
+    assert_eq!(store.stat(&k).await.expect("stat deleted"), None);
 }
 
 async fn delete_unknown_is_ok(store: &dyn FileStore) {

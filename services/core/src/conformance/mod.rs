@@ -4,4 +4,5 @@
 pub mod bus;
 pub mod ephemeral;
 pub mod files;
+pub mod hosts;
 pub mod store;

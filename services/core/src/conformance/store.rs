@@ -60,6 +60,8 @@ pub async fn run_all(store: Arc<dyn Store>) {
     last_socket_race(&store).await;
     enqueue_is_atomic(&store).await;
     claim_is_atomic(&store).await;
+    // Every Store is a HostStore too: its suite runs on the migrated store.
+    super::hosts::run_all(store).await;
 }
 
 // -- fixtures ------------------------------------------------------------------------------------

@@ -75,7 +75,11 @@ impl ProviderHost for Connector {
         let rec = self
             .store_file(&ch, FileDirection::Inbound, filename, mime_type, body)
             .await?;
-        Ok(Connector::file_item(&rec))
+        // An absolute signed URL the provider may hand out (tool results); a queued message
+        // gets a fresh one at delivery.
+        let mut item = Connector::file_item(&rec);
+        item.download_url = Some(self.absolute_download_url(&rec));
+        Ok(item)
     }
 
     async fn open_file(

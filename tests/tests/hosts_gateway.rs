@@ -1,0 +1,389 @@
+//! Connector API v1 through the real mTLS listener, with a raw host client: identity,
+//! every message, error codes, timeouts, and the xAgent device bridge on top.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard::config::Dur;
+use switchyard_e2e::hosts::*;
+use switchyard_e2e::{Pod, PodOptions, eventually};
+use switchyard_protocol::hosts::message::{
+    ApprovalRequest, CancelRun, DownloadArtifact, ErrorMessage, Handoff, HandoffBundle,
+    RiskLevel, RunAccepted, RunCancelled, RunEventMessage, UploadArtifact,
+};
+use switchyard_protocol::hosts::message::RunEvent;
+use switchyard_protocol::hosts::{HostErrorCode, HostMessage, MessageType};
+
+fn event(run_id: &str, seq: u64, ev: Value) -> HostMessage {
+    let mut raw = ev;
+    raw["type"] = json!("run_event");
+    raw["run_id"] = json!(run_id);
+    raw["seq"] = json!(seq);
+    raw["timestamp"] = json!("2026-07-20T12:01:00Z");
+    switchyard_protocol::hosts::parse_from(switchyard_protocol::hosts::Peer::Host, &raw.to_string())
+        .expect("valid run_event")
+}
+
+fn accepted(run_id: &str) -> HostMessage {
+    HostMessage::RunAccepted(
+        serde_json::from_value::<RunAccepted>(json!({"run_id": run_id, "status": "running"}))
+            .expect("accepted"),
+    )
+}
+
+fn run_id_of(m: &HostMessage) -> String {
+    match m {
+        HostMessage::CreateRun(c) => c.run_id.clone(),
+        HostMessage::CancelRun(c) => c.run_id.clone(),
+        other => panic!("not a run message: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn enrolled_host_runs_a_task_for_xagent_end_to_end() {
+    let pod = Pod::start(PodOptions::default()).await;
+    let host = enroll_host(&pod, &pod.tenant.id, "build-box").await;
+    let (mut hc, config) = host.online(&["agent-1"]).await;
+    let pairing = config["pairing_code"].as_str().expect("pairing code").to_owned();
+    assert_eq!(pairing.len(), 9, "XXXX-XXXX");
+
+    // Heartbeat is answered and stored as live status.
+    hc.send(&host.heartbeat()).await;
+    assert_eq!(hc.expect(MessageType::HeartbeatAck).await.message_type(), MessageType::HeartbeatAck);
+
+    let (_sim, conn, ch) = bind_device_channel(&pod, "build-box", &pairing).await;
+    let status = tool(&conn, &ch, "host_status", json!({})).await;
+    assert_eq!(status["result"]["status"], "online", "{status}");
+    assert_eq!(status["result"]["agents"][0]["agent_id"], "agent-1");
+    assert_eq!(status["result"]["metrics"]["memory_mb"], 100);
+
+    let started = tool(&conn, &ch, "agent_run_start", json!({"goal": "count to three", "constraints": {"timeout_seconds": 60}})).await;
+    let run_id = started["result"]["run_id"].as_str().expect("run id").to_owned();
+    assert_eq!(started["result"]["state"], "queued");
+
+    // The host gets create_run with the same id, goal and constraints.
+    let create = hc.expect(MessageType::CreateRun).await;
+    let HostMessage::CreateRun(c) = &create else { unreachable!() };
+    assert_eq!(c.run_id, run_id);
+    assert_eq!(c.goal, "count to three");
+    assert_eq!(c.agent_id, "agent-1");
+    assert_eq!(c.constraints.timeout_seconds, Some(60));
+
+    hc.send(&accepted(&run_id)).await;
+    hc.send(&event(&run_id, 1, json!({"event": "thinking", "payload": {"text": "one"}}))).await;
+    hc.send(&event(&run_id, 2, json!({"event": "tool_call", "payload": {"tool": "terminal", "command": "echo 2", "output": "2"}}))).await;
+    // A replayed event (same seq) is dropped.
+    hc.send(&event(&run_id, 2, json!({"event": "tool_call", "payload": {"tool": "terminal", "command": "echo 2", "output": "2"}}))).await;
+    hc.send(&event(&run_id, 3, json!({"event": "completion", "payload": {"summary": "three"}}))).await;
+
+    let waited = tool(&conn, &ch, "agent_run_wait", json!({"run_id": run_id, "timeout_seconds": 10})).await;
+    assert_eq!(waited["result"]["state"], "completed", "{waited}");
+    assert_eq!(waited["result"]["summary"], "three");
+    assert_eq!(waited["result"]["done"], true);
+
+    let events = tool(&conn, &ch, "agent_run_events", json!({"run_id": run_id})).await;
+    let kinds: Vec<&str> = events["result"]["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["thinking", "tool_call", "completion"], "replay dropped, order kept");
+    let page = tool(&conn, &ch, "agent_run_events", json!({"run_id": run_id, "after_seq": 2})).await;
+    assert_eq!(page["result"]["events"].as_array().unwrap().len(), 1);
+
+    // heartbeat_ack lists no finished runs.
+    hc.send(&host.heartbeat()).await;
+    let HostMessage::HeartbeatAck(ack) = hc.expect(MessageType::HeartbeatAck).await else { unreachable!() };
+    assert!(!ack.runs.contains_key(&run_id));
+}
+
+#[tokio::test]
+async fn identity_failures_are_refused_with_stable_codes() {
+    let pod = Pod::start(PodOptions::default()).await;
+    let host = enroll_host(&pod, &pod.tenant.id, "id-box").await;
+
+    // The token is one-time.
+    let token = enrollment_token(&pod, &pod.tenant.id, "other-box").await;
+    let (_k, csr) = switchyard_hosts_tls::pki::new_host_key_and_csr("other-box").unwrap();
+    let http = reqwest::Client::new();
+    let first = http.post(format!("{}/hosts/v1/enroll", pod.root_url())).json(&json!({"token": token, "csr_pem": csr})).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let again = http.post(format!("{}/hosts/v1/enroll", pod.root_url())).json(&json!({"token": token, "csr_pem": csr})).send().await.unwrap();
+    assert_eq!(again.status(), 401);
+    let body: Value = again.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_token");
+    let garbage = http.post(format!("{}/hosts/v1/enroll", pod.root_url())).json(&json!({"token": "x", "csr_pem": "not a csr"})).send().await.unwrap();
+    assert_eq!(garbage.status(), 400);
+
+    // No client certificate: 401 client_certificate_required.
+    let jwt = host.jwt().await;
+    let err = host.connect_with(Some(&jwt), false).await.err().expect("refused");
+    assert_eq!(err.0, 401, "{err:?}");
+    assert!(err.1.contains("client_certificate_required"), "{err:?}");
+
+    // A certificate from another CA fails the TLS handshake.
+    let rogue = switchyard_hosts_tls::pki::HostCa::generate("rogue").unwrap();
+    let (rk, rcsr) = switchyard_hosts_tls::pki::new_host_key_and_csr("rogue").unwrap();
+    let rcert = rogue.sign_csr(&rcsr, &host.host_id, 1).unwrap();
+    let cfg = switchyard_hosts_tls::client::client_config(&host.ca_pem, Some(&rcert.pem), Some(&rk)).unwrap();
+    let err = connect_raw(&host.tls_url, cfg, Some(&jwt)).await.err().expect("refused");
+    assert_ne!(err.0, 101, "{err:?}");
+
+    // No JWT, a tampered JWT, and a JWT bound to another certificate.
+    let err = host.connect_with(None, true).await.err().expect("refused");
+    assert_eq!(err.0, 401);
+    assert!(err.1.contains("invalid_token"), "{err:?}");
+    let mut bad = jwt.clone();
+    bad.push('x');
+    let err = host.connect_with(Some(&bad), true).await.err().expect("refused");
+    assert!(err.1.contains("invalid_token"), "{err:?}");
+    let other = enroll_host(&pod, &pod.tenant.id, "second-box").await;
+    let other_jwt = other.jwt().await;
+    let err = host.connect_with(Some(&other_jwt), true).await.err().expect("refused");
+    assert!(err.1.contains("certificate_mismatch"), "{err:?}");
+
+    // An expired JWT.
+    let key = switchyard::hosts::jwt_key(switchyard::app::keys(pod.config()).unwrap().0[0].expose());
+    let der = switchyard_hosts_tls::pki::pem_to_der(&host.cert_pem).unwrap();
+    let digest: [u8; 32] = { use sha2::Digest; sha2::Sha256::digest(&der).into() };
+    let now = switchyard_core::ids::now_ms() / 1000;
+    let claims = switchyard_protocol::hosts::HostClaims::new(&host.host_id, &host.tenant_id, now - 700, 600, &digest);
+    let expired = switchyard_hosts_tls::jwt::issue(&key, &claims);
+    let err = host.connect_with(Some(&expired), true).await.err().expect("refused");
+    assert!(err.1.contains("token_expired"), "{err:?}");
+
+    // Revocation closes the live socket and refuses the next connection.
+    let (mut hc, _) = host.online(&["a"]).await;
+    let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
+    hosts.revoke(&host.host_id).await.unwrap();
+    let ended = hc.ended(Duration::from_secs(5), true).await;
+    assert_eq!(ended, Some(Ended::Closed(Some(4401))), "revoked socket closes with 4401");
+    let resp = host.https().post(format!("{}/hosts/v1/token", host.tls_url)).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "host_revoked");
+}
+
+#[tokio::test]
+async fn bad_messages_get_error_codes_and_the_socket_stays_open() {
+    let pod = Pod::start(PodOptions::default()).await;
+    let host = enroll_host(&pod, &pod.tenant.id, "codes-box").await;
+    let (mut hc, _) = host.online(&["a"]).await;
+    let code = |m: HostMessage| match m {
+        HostMessage::Error(e) => e.code,
+        other => panic!("expected error, got {other:?}"),
+    };
+    hc.send_raw("{not json").await;
+    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::InvalidRequestFormat);
+    hc.send_raw(r#"{"type":"teleport"}"#).await;
+    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::UnknownMessageType);
+    hc.send_raw(r#"{"type":"run_event","run_id":"run_nope","event":"progress","timestamp":"2026-07-20T12:00:00Z","payload":{"message":"x"}}"#).await;
+    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::RunNotFound);
+    // create_run is the server's message: not a type the server takes.
+    hc.send_raw(r#"{"type":"create_run","run_id":"r","agent_id":"a","goal":"g","context_bundle":{"objective":"o"},"constraints":{}}"#).await;
+    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::UnknownMessageType);
+
+    // A run of another host: 4007.
+    let other = enroll_host(&pod, &pod.tenant.id, "other-codes-box").await;
+    let (mut oc, cfg) = other.online(&["b"]).await;
+    let (_s, conn, ch) = bind_device_channel(&pod, "other-codes-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let started = tool(&conn, &ch, "agent_run_start", json!({"goal": "x"})).await;
+    let foreign = started["result"]["run_id"].as_str().unwrap().to_owned();
+    let _ = oc.expect(MessageType::CreateRun).await;
+    hc.send(&accepted(&foreign)).await;
+    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::UnauthorizedAction);
+
+    // Still open: a heartbeat is answered.
+    hc.send(&host.heartbeat()).await;
+    hc.expect(MessageType::HeartbeatAck).await;
+}
+
+#[tokio::test]
+async fn retry_policy_and_timeouts_of_the_seed() {
+    let pod = Pod::start(PodOptions::default().with(|c| {
+        c.hosts.create_run_accept = Dur(Duration::from_secs(1));
+        c.hosts.cancel_confirm = Dur(Duration::from_secs(1));
+        c.hosts.tick = Dur(Duration::from_millis(200));
+    }))
+    .await;
+    let host = enroll_host(&pod, &pod.tenant.id, "policy-box").await;
+    let (mut hc, cfg) = host.online(&["a"]).await;
+    let (_s, conn, ch) = bind_device_channel(&pod, "policy-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let start = |goal: &'static str| {
+        let conn = &conn;
+        let ch = &ch;
+        async move {
+            let v = tool(conn, ch, "agent_run_start", json!({"goal": goal})).await;
+            v["result"]["run_id"].as_str().expect("run id").to_owned()
+        }
+    };
+    let state = |run: String| {
+        let conn = &conn;
+        let ch = &ch;
+        async move {
+            let v = tool(conn, ch, "agent_run_wait", json!({"run_id": run, "timeout_seconds": 1})).await;
+            v["result"].clone()
+        }
+    };
+
+    // create_run not accepted within the accept timeout: sent again with the same run_id.
+    let r1 = start("ignored at first").await;
+    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r1);
+    let again = hc.expect(MessageType::CreateRun).await;
+    assert_eq!(run_id_of(&again), r1, "re-dispatch carries the same run_id");
+    hc.send(&accepted(&r1)).await;
+
+    // 5001/5002: retried at once, 3 times, then failed.
+    let r2 = start("adapter keeps failing").await;
+    for attempt in 0..4 {
+        let m = hc.expect(MessageType::CreateRun).await;
+        assert_eq!(run_id_of(&m), r2, "attempt {attempt}");
+        hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::AdapterError, message: "boom".into(), run_id: Some(r2.clone()) })).await;
+    }
+    let s2 = eventually(Duration::from_secs(5), "r2 failed", || { let st = state(r2.clone()); async move { let v = st.await; (v["state"] == "failed").then_some(v) } }).await;
+    assert_eq!(s2["error"]["code"], "adapter_error");
+
+    // 4005: back in the queue, not re-sent before the back-off (60 s).
+    let r3 = start("busy agent").await;
+    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r3);
+    hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::AgentBusy, message: "busy".into(), run_id: Some(r3.clone()) })).await;
+    let v = eventually(Duration::from_secs(5), "r3 queued", || { let st = state(r3.clone()); async move { let v = st.await; (v["state"] == "queued").then_some(v) } }).await;
+    assert_eq!(v["error"]["code"], "agent_busy");
+    while let Some(m) = hc.recv_within(Duration::from_secs(2)).await {
+        if let HostMessage::CreateRun(c) = &m { assert_ne!(c.run_id, r3, "4005 waits 60 s before a retry"); }
+    }
+
+    // 4006: stopped, not retried.
+    let r4 = start("over quota").await;
+    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r4);
+    hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::QuotaExceeded, message: "quota".into(), run_id: Some(r4.clone()) })).await;
+    let v = eventually(Duration::from_secs(5), "r4 failed", || { let st = state(r4.clone()); async move { let v = st.await; (v["state"] == "failed").then_some(v) } }).await;
+    assert_eq!(v["error"]["code"], "quota_exceeded");
+
+    // 4003: failed.
+    let r5 = start("unknown agent on the host").await;
+    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r5);
+    hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::AgentNotFound, message: "no agent".into(), run_id: Some(r5.clone()) })).await;
+    eventually(Duration::from_secs(5), "r5 failed", || { let st = state(r5.clone()); async move { (st.await["state"] == "failed").then_some(()) } }).await;
+
+    // Cancel: cancel_run is re-sent until confirmed; here it is confirmed.
+    let cancel = tool(&conn, &ch, "agent_run_cancel", json!({"run_id": r1})).await;
+    assert_eq!(cancel["result"]["cancel_requested"], true, "{cancel}");
+    assert_eq!(run_id_of(&hc.expect(MessageType::CancelRun).await), r1);
+    hc.send(&HostMessage::RunCancelled(RunCancelled { run_id: r1.clone() })).await;
+    eventually(Duration::from_secs(5), "r1 cancelled", || { let st = state(r1.clone()); async move { (st.await["state"] == "cancelled").then_some(()) } }).await;
+
+    // Cancel not confirmed within cancel_confirm: the run counts as cancelled.
+    let r6 = start("deaf to cancel").await;
+    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r6);
+    hc.send(&accepted(&r6)).await;
+    tool(&conn, &ch, "agent_run_cancel", json!({"run_id": r6})).await;
+    let _ = hc.expect(MessageType::CancelRun).await;
+    let v = eventually(Duration::from_secs(6), "r6 cancelled by timeout", || { let st = state(r6.clone()); async move { let v = st.await; (v["state"] == "cancelled").then_some(v) } }).await;
+    assert_eq!(v["error"]["code"], "cancel_timeout");
+
+    // Cancelling a queued run needs no host.
+    let _ = CancelRun { run_id: String::new() };
+}
+
+#[tokio::test]
+async fn approvals_are_decided_by_people_and_reach_the_host() {
+    let token = "operator-token-0123456789";
+    let pod = Pod::start(PodOptions::default().with(|c| {
+        c.operator_tokens = serde_json::from_value(json!(format!("alice@example.com={token}"))).unwrap();
+    }))
+    .await;
+    let host = enroll_host(&pod, &pod.tenant.id, "risky-box").await;
+    let (mut hc, cfg) = host.online(&["a"]).await;
+    let (_s, conn, ch) = bind_device_channel(&pod, "risky-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let started = tool(&conn, &ch, "agent_run_start", json!({"goal": "clean the build dir"})).await;
+    let run = started["result"]["run_id"].as_str().unwrap().to_owned();
+    let _ = hc.expect(MessageType::CreateRun).await;
+    hc.send(&accepted(&run)).await;
+    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest { run_id: run.clone(), action: "rm -rf /tmp/build".into(), risk_level: RiskLevel::High, approval_id: Some("apr-one".into()) })).await;
+    eventually(Duration::from_secs(5), "awaiting approval", || {
+        let conn = &conn; let ch = &ch; let run = run.clone();
+        async move { let v = tool(conn, ch, "agent_run_wait", json!({"run_id": run, "timeout_seconds": 1})).await; (v["result"]["state"] == "awaiting_approval").then_some(()) }
+    }).await;
+    // A second request while one is pending is refused (one at a time per run).
+    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest { run_id: run.clone(), action: "curl | sh".into(), risk_level: RiskLevel::High, approval_id: Some("apr-two".into()) })).await;
+    let HostMessage::Error(e) = hc.expect(MessageType::Error).await else { unreachable!() };
+    assert_eq!(e.code, HostErrorCode::UnauthorizedAction);
+    let http = reqwest::Client::new();
+    let admin = format!("{}/admin/v1/approvals", pod.root_url());
+    // Without the operator token: refused. The tenant's API key (what a model holds) is not enough.
+    let r = http.get(&admin).query(&[("tenant", pod.tenant.id.as_str())]).bearer_auth(pod.api_key()).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let pending: Value = http.get(&admin).query(&[("tenant", pod.tenant.id.as_str()), ("status", "pending")]).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+    assert_eq!(pending.as_array().unwrap().len(), 1, "one pending at a time per run: {pending}");
+
+    let granted: Value = http.post(format!("{admin}/apr-one/grant")).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+    assert_eq!(granted["status"], "granted");
+    assert_eq!(granted["decided_by"], "alice@example.com");
+    let HostMessage::ApprovalGranted(g) = hc.expect(MessageType::ApprovalGranted).await else { unreachable!() };
+    assert_eq!((g.approval_id.as_str(), g.approved_by.as_str()), ("apr-one", "alice@example.com"));
+    // Deciding twice is refused.
+    let twice = http.post(format!("{admin}/apr-one/deny")).bearer_auth(token).send().await.unwrap();
+    assert_eq!(twice.status(), 409);
+
+    // A second request, denied through the CLI path.
+    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest { run_id: run.clone(), action: "shutdown now".into(), risk_level: RiskLevel::Critical, approval_id: Some("apr-three".into()) })).await;
+    let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
+    eventually(Duration::from_secs(5), "approval stored", || { let hosts = &hosts; async move { hosts.hub.store.get_approval("apr-three").await.unwrap() } }).await;
+    hosts.decide("apr-three", None, false, "bob", Some("not on a Friday")).await.unwrap();
+    let HostMessage::ApprovalDenied(d) = hc.expect(MessageType::ApprovalDenied).await else { unreachable!() };
+    assert_eq!(d.code, HostErrorCode::ApprovalDenied);
+    assert_eq!(d.denied_by.as_deref(), Some("bob"));
+    assert_eq!(d.reason.as_deref(), Some("not on a Friday"));
+    let log = tool(&conn, &ch, "agent_run_events", json!({"run_id": run})).await;
+    let kinds: Vec<&str> = log["result"]["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"approval_granted") && kinds.contains(&"approval_denied"), "{kinds:?}");
+    // The Card offers no approval tool.
+    let card: Value = reqwest::get(format!("{}/connector-card.json", pod.prefix_url("/hosts"))).await.unwrap().json().await.unwrap();
+    assert!(!card.to_string().contains("approval_grant"));
+}
+
+#[tokio::test]
+async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
+    let pod = Pod::start(PodOptions::default()).await;
+    let host = enroll_host(&pod, &pod.tenant.id, "art-box").await;
+    let (mut hc, cfg) = host.online(&["writer"]).await;
+    let second = enroll_host(&pod, &pod.tenant.id, "review-box").await;
+    let (mut hc2, _) = second.online(&["reviewer"]).await;
+    let (_s, conn, ch) = bind_device_channel(&pod, "art-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "write results"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    let _ = hc.expect(MessageType::CreateRun).await;
+    hc.send(&accepted(&run)).await;
+
+    let body = b"a,b\n1,2\n".to_vec();
+    hc.send(&HostMessage::UploadArtifact(UploadArtifact { run_id: run.clone(), name: "results.csv".into(), content_type: "text/csv".into(), size_bytes: body.len() as u64 })).await;
+    let HostMessage::UploadArtifactAck(up) = hc.expect(MessageType::UploadArtifactAck).await else { unreachable!() };
+    let put = reqwest::Client::new().put(&up.upload_url).header("content-type", "text/csv").body(body.clone()).send().await.unwrap();
+    assert_eq!(put.status(), 200);
+    // A tampered signature is refused.
+    let tampered = up.upload_url.replace("sig=", "sig=x");
+    assert_eq!(reqwest::Client::new().put(&tampered).body("x").send().await.unwrap().status(), 403);
+
+    hc.send(&HostMessage::DownloadArtifact(DownloadArtifact { artifact_id: up.artifact_id.clone() })).await;
+    let HostMessage::DownloadArtifactAck(down) = hc.expect(MessageType::DownloadArtifactAck).await else { unreachable!() };
+    let got = reqwest::get(&down.download_url).await.unwrap().bytes().await.unwrap();
+    assert_eq!(got.as_ref(), body.as_slice());
+
+    hc.send(&event(&run, 1, json!({"event": "completion", "payload": {"summary": "done", "artifacts": [up.artifact_id]}}))).await;
+    let fetched = tool(&conn, &ch, "agent_artifact_fetch", json!({"artifact_id": up.artifact_id})).await;
+    let url = fetched["result"]["download_url"].as_str().unwrap_or_else(|| panic!("{fetched}"));
+    assert!(fetched["result"]["file_ref"].as_str().is_some());
+    assert_eq!(reqwest::get(url).await.unwrap().bytes().await.unwrap().as_ref(), body.as_slice());
+
+    // Host-initiated handoff to an agent of another host.
+    let run2 = tool(&conn, &ch, "agent_run_start", json!({"goal": "draft"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    let _ = hc.expect(MessageType::CreateRun).await;
+    hc.send(&accepted(&run2)).await;
+    hc.send(&HostMessage::Handoff(Handoff { from_run_id: run2.clone(), to_agent_id: "reviewer".into(), bundle: HandoffBundle { objective: "review the draft".into(), progress: "drafted".into(), ..Default::default() } })).await;
+    let HostMessage::CreateRun(c) = hc2.expect(MessageType::CreateRun).await else { unreachable!() };
+    assert_eq!(c.goal, "review the draft");
+    assert_eq!(c.agent_id, "reviewer");
+    // A handoff to an unknown agent: 4003.
+    hc.send(&HostMessage::Handoff(Handoff { from_run_id: run2.clone(), to_agent_id: "nobody".into(), bundle: HandoffBundle::default() })).await;
+    let HostMessage::Error(e) = hc.expect(MessageType::Error).await else { unreachable!() };
+    assert_eq!(e.code, HostErrorCode::AgentNotFound);
+    let _ = RunEvent::Progress(Default::default());
+    let _ = RunEventMessage::clone;
+    let _ = CancelRun::clone;
+}
