@@ -380,7 +380,7 @@ impl Fleet {
         let name = format!("pod-{index}");
         let data_dir = self.data_dir(index);
         std::fs::create_dir_all(&data_dir)?;
-        let (port, mport) = (free_port()?, free_port()?);
+        let (port, mport, tport) = (free_port()?, free_port()?, free_port()?);
         let log = self.dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -391,6 +391,7 @@ impl Fleet {
         cmd.arg("serve")
             .env("SWITCHYARD_LISTEN", format!("127.0.0.1:{port}"))
             .env("SWITCHYARD_METRICS_LISTEN", format!("127.0.0.1:{mport}"))
+            .env("SWITCHYARD_HOSTS_TLS_LISTEN", format!("127.0.0.1:{tport}"))
             .env("SWITCHYARD_POD_ID", format!("loadtest-{name}"))
             .stdin(Stdio::null())
             .stdout(Stdio::from(file.try_clone()?))

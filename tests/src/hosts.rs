@@ -43,9 +43,15 @@ pub async fn enrollment_token(pod: &Pod, tenant_id: &str, name: &str) -> String 
 /// Enrolls a host named `name` of `tenant_id` through `POST /hosts/v1/enroll`.
 pub async fn enroll_host(pod: &Pod, tenant_id: &str, name: &str) -> EnrolledHost {
     let token = enrollment_token(pod, tenant_id, name).await;
+    enroll_with_token(&pod.root_url(), &token, name, &pod.hosts_tls_url()).await
+}
+
+/// Enrolls with `token` at `root_url` (`http://127.0.0.1:PORT`); the host will connect to
+/// the mTLS listener `tls_url` (`https://127.0.0.1:PORT`).
+pub async fn enroll_with_token(root_url: &str, token: &str, name: &str, tls_url: &str) -> EnrolledHost {
     let (key_pem, csr_pem) = new_host_key_and_csr(name).expect("csr");
     let resp = reqwest::Client::new()
-        .post(format!("{}/hosts/v1/enroll", pod.root_url()))
+        .post(format!("{root_url}/hosts/v1/enroll"))
         .json(&json!({"token": token, "csr_pem": csr_pem}))
         .send()
         .await
@@ -59,7 +65,7 @@ pub async fn enroll_host(pod: &Pod, tenant_id: &str, name: &str) -> EnrolledHost
         key_pem,
         cert_pem: body["certificate_pem"].as_str().expect("cert").to_owned(),
         ca_pem: body["ca_pem"].as_str().expect("ca").to_owned(),
-        tls_url: pod.hosts_tls_url(),
+        tls_url: tls_url.to_owned(),
     }
 }
 
@@ -270,6 +276,22 @@ impl HostConn {
         }
     }
 
+    /// Skips other messages until one of type `t` about `run_id` arrives (20 s): re-sent
+    /// messages of other runs may come first.
+    pub async fn expect_for(&mut self, t: MessageType, run_id: &str) -> HostMessage {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline
+                .checked_duration_since(tokio::time::Instant::now())
+                .unwrap_or_else(|| panic!("no {} for {run_id} within 20 s", t.as_str()));
+            match self.recv_within(left).await {
+                Some(m) if m.message_type() == t && m.run_id() == Some(run_id) => return m,
+                Some(_) => {}
+                None => panic!("connection ended before {} for {run_id}", t.as_str()),
+            }
+        }
+    }
+
     /// Waits for the server to end the connection (answering pings meanwhile, unless
     /// `answer_pings` is false).
     pub async fn ended(&mut self, timeout: Duration, answer_pings: bool) -> Option<Ended> {
@@ -294,7 +316,17 @@ impl HostConn {
 /// An xAgent connection to the pod's `/hosts` connector with a device channel bound to
 /// `host` by its pairing code.
 pub async fn bind_device_channel(pod: &Pod, host_name: &str, pairing_code: &str) -> (Sim, Conn, String) {
-    let sim = Sim::new(&pod.prefix_url("/hosts"), Some(pod.api_key())).expect("sim");
+    bind_device_channel_at(&pod.prefix_url("/hosts"), pod.api_key(), host_name, pairing_code).await
+}
+
+/// Same, against any pod's `/hosts` base URL with an API key.
+pub async fn bind_device_channel_at(
+    hosts_base_url: &str,
+    api_key: &str,
+    host_name: &str,
+    pairing_code: &str,
+) -> (Sim, Conn, String) {
+    let sim = Sim::new(hosts_base_url, Some(api_key)).expect("sim");
     let conn = sim.connect().await.expect("connect");
     conn.hello(DEVICE_CARD, None, &[DEVICE_V1])
         .await

@@ -45,6 +45,10 @@ fn command(bin: &Path, dir: &Path, port: u16, metrics_port: u16) -> Command {
             format!("127.0.0.1:{metrics_port}"),
         )
         .env("SWITCHYARD_DRAIN_TIMEOUT", "10s")
+        .env(
+            "SWITCHYARD_HOSTS_TLS_LISTEN",
+            format!("127.0.0.1:{}", switchyard_e2e::free_port()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

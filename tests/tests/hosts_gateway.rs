@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use switchyard::config::Dur;
 use switchyard_e2e::hosts::*;
-use switchyard_e2e::{Pod, PodOptions, eventually};
+use switchyard_e2e::{EnvelopeExt, Pod, PodOptions, eventually};
 use switchyard_protocol::hosts::message::{
     ApprovalRequest, CancelRun, DownloadArtifact, ErrorMessage, Handoff, HandoffBundle,
     RiskLevel, RunAccepted, RunCancelled, RunEventMessage, UploadArtifact,
@@ -224,15 +224,15 @@ async fn retry_policy_and_timeouts_of_the_seed() {
 
     // create_run not accepted within the accept timeout: sent again with the same run_id.
     let r1 = start("ignored at first").await;
-    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r1);
-    let again = hc.expect(MessageType::CreateRun).await;
-    assert_eq!(run_id_of(&again), r1, "re-dispatch carries the same run_id");
+    hc.expect_for(MessageType::CreateRun, &r1).await;
+    // Re-dispatch carries the same run_id.
+    hc.expect_for(MessageType::CreateRun, &r1).await;
     hc.send(&accepted(&r1)).await;
 
     // 5001/5002: retried at once, 3 times, then failed.
     let r2 = start("adapter keeps failing").await;
     for attempt in 0..4 {
-        let m = hc.expect(MessageType::CreateRun).await;
+        let m = hc.expect_for(MessageType::CreateRun, &r2).await;
         assert_eq!(run_id_of(&m), r2, "attempt {attempt}");
         hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::AdapterError, message: "boom".into(), run_id: Some(r2.clone()) })).await;
     }
@@ -241,7 +241,7 @@ async fn retry_policy_and_timeouts_of_the_seed() {
 
     // 4005: back in the queue, not re-sent before the back-off (60 s).
     let r3 = start("busy agent").await;
-    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r3);
+    hc.expect_for(MessageType::CreateRun, &r3).await;
     hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::AgentBusy, message: "busy".into(), run_id: Some(r3.clone()) })).await;
     let v = eventually(Duration::from_secs(5), "r3 queued", || { let st = state(r3.clone()); async move { let v = st.await; (v["state"] == "queued").then_some(v) } }).await;
     assert_eq!(v["error"]["code"], "agent_busy");
@@ -251,30 +251,30 @@ async fn retry_policy_and_timeouts_of_the_seed() {
 
     // 4006: stopped, not retried.
     let r4 = start("over quota").await;
-    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r4);
+    hc.expect_for(MessageType::CreateRun, &r4).await;
     hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::QuotaExceeded, message: "quota".into(), run_id: Some(r4.clone()) })).await;
     let v = eventually(Duration::from_secs(5), "r4 failed", || { let st = state(r4.clone()); async move { let v = st.await; (v["state"] == "failed").then_some(v) } }).await;
     assert_eq!(v["error"]["code"], "quota_exceeded");
 
     // 4003: failed.
     let r5 = start("unknown agent on the host").await;
-    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r5);
+    hc.expect_for(MessageType::CreateRun, &r5).await;
     hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::AgentNotFound, message: "no agent".into(), run_id: Some(r5.clone()) })).await;
     eventually(Duration::from_secs(5), "r5 failed", || { let st = state(r5.clone()); async move { (st.await["state"] == "failed").then_some(()) } }).await;
 
     // Cancel: cancel_run is re-sent until confirmed; here it is confirmed.
     let cancel = tool(&conn, &ch, "agent_run_cancel", json!({"run_id": r1})).await;
     assert_eq!(cancel["result"]["cancel_requested"], true, "{cancel}");
-    assert_eq!(run_id_of(&hc.expect(MessageType::CancelRun).await), r1);
+    hc.expect_for(MessageType::CancelRun, &r1).await;
     hc.send(&HostMessage::RunCancelled(RunCancelled { run_id: r1.clone() })).await;
     eventually(Duration::from_secs(5), "r1 cancelled", || { let st = state(r1.clone()); async move { (st.await["state"] == "cancelled").then_some(()) } }).await;
 
     // Cancel not confirmed within cancel_confirm: the run counts as cancelled.
     let r6 = start("deaf to cancel").await;
-    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), r6);
+    hc.expect_for(MessageType::CreateRun, &r6).await;
     hc.send(&accepted(&r6)).await;
     tool(&conn, &ch, "agent_run_cancel", json!({"run_id": r6})).await;
-    let _ = hc.expect(MessageType::CancelRun).await;
+    hc.expect_for(MessageType::CancelRun, &r6).await;
     let v = eventually(Duration::from_secs(6), "r6 cancelled by timeout", || { let st = state(r6.clone()); async move { let v = st.await; (v["state"] == "cancelled").then_some(v) } }).await;
     assert_eq!(v["error"]["code"], "cancel_timeout");
 
@@ -386,4 +386,162 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
     let _ = RunEvent::Progress(Default::default());
     let _ = RunEventMessage::clone;
     let _ = CancelRun::clone;
+}
+
+#[tokio::test]
+async fn https_fallback_carries_the_same_messages() {
+    let pod = Pod::start(PodOptions::default()).await;
+    let host = enroll_host(&pod, &pod.tenant.id, "fallback-box").await;
+    let jwt = host.jwt().await;
+    let https = host.https();
+    let post = |m: HostMessage| {
+        let https = https.clone();
+        let url = format!("{}/hosts/v1/messages", host.tls_url);
+        let jwt = jwt.clone();
+        async move {
+            let r = https.post(url).bearer_auth(jwt).body(m.to_json()).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Vec<Value>>().await.unwrap()
+        }
+    };
+    // Polling before register is refused with 4001.
+    let early: Vec<Value> = https.get(format!("{}/hosts/v1/messages?wait_s=1", host.tls_url)).bearer_auth(&jwt).send().await.unwrap().json().await.unwrap();
+    assert_eq!(early[0]["code"], 4001);
+    let replies = post(host.register_msg()).await;
+    assert_eq!(replies[0]["type"], "register_ack");
+    let pairing = replies[0]["config"]["pairing_code"].as_str().unwrap().to_owned();
+    let caps = serde_json::from_value(json!({"type": "capabilities", "connector_id": host.host_id, "agents": [{"agent_id": "fb", "runtime": "exec", "model": "m", "max_turns": 5}]})).unwrap();
+    let caps = switchyard_protocol::hosts::parse_from(switchyard_protocol::hosts::Peer::Host, &serde_json::to_string::<Value>(&caps).unwrap()).unwrap();
+    assert!(post(caps).await.is_empty());
+    let hb = post(host.heartbeat()).await;
+    assert_eq!(hb[0]["type"], "heartbeat_ack");
+
+    let (_s, conn, ch) = bind_device_channel(&pod, "fallback-box", &pairing).await;
+    let status = tool(&conn, &ch, "host_status", json!({})).await;
+    assert_eq!(status["result"]["status"], "online");
+    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "over https"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    // The long-poll returns the create_run.
+    let polled: Vec<Value> = https.get(format!("{}/hosts/v1/messages?wait_s=10", host.tls_url)).bearer_auth(&jwt).send().await.unwrap().json().await.unwrap();
+    assert_eq!(polled[0]["type"], "create_run", "{polled:?}");
+    assert_eq!(polled[0]["run_id"], run.as_str());
+    assert!(post(accepted(&run)).await.is_empty());
+    assert!(post(event(&run, 1, json!({"event": "completion", "payload": {"summary": "via fallback"}}))).await.is_empty());
+    let done = tool(&conn, &ch, "agent_run_wait", json!({"run_id": run, "timeout_seconds": 5})).await;
+    assert_eq!(done["result"]["state"], "completed");
+    assert_eq!(done["result"]["summary"], "via fallback");
+    // Nothing more to send: an empty poll after wait_s.
+    let t0 = std::time::Instant::now();
+    let empty: Vec<Value> = https.get(format!("{}/hosts/v1/messages?wait_s=1", host.tls_url)).bearer_auth(&jwt).send().await.unwrap().json().await.unwrap();
+    assert!(empty.is_empty());
+    assert!(t0.elapsed() >= Duration::from_millis(900));
+}
+
+#[tokio::test]
+async fn trusted_ingress_forwards_the_client_certificate_in_a_header() {
+    let pod = Pod::start(PodOptions::default().with(|c| c.hosts_client_cert_header = Some("X-SSL-Client-Cert".into()))).await;
+    let host = enroll_host(&pod, &pod.tenant.id, "ingress-box").await;
+    // Percent-encoded like nginx's $ssl_client_escaped_cert (a space is %20, not +).
+    let nginx_escape = |pem: &str| url::form_urlencoded::byte_serialize(pem.as_bytes()).collect::<String>().replace('+', "%20");
+    let escaped = nginx_escape(&host.cert_pem);
+    let http = reqwest::Client::new();
+    let token_url = format!("{}/hosts/v1/token", pod.root_url());
+    let r = http.post(&token_url).header("x-ssl-client-cert", &escaped).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let jwt = r.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_owned();
+    // The same JWT works on the public listener's fallback with the forwarded certificate.
+    let replies: Vec<Value> = http.post(format!("{}/hosts/v1/messages", pod.root_url())).header("x-ssl-client-cert", &escaped).bearer_auth(&jwt).body(host.register_msg().to_json()).send().await.unwrap().json().await.unwrap();
+    assert_eq!(replies[0]["type"], "register_ack");
+    // Without the header: refused.
+    let r = http.post(&token_url).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    // A certificate that was never issued: refused.
+    let rogue = switchyard_hosts_tls::pki::HostCa::generate("rogue").unwrap();
+    let (_k, csr) = switchyard_hosts_tls::pki::new_host_key_and_csr("x").unwrap();
+    let pem = rogue.sign_csr(&csr, &host.host_id, 1).unwrap().pem;
+    let r = http.post(&token_url).header("x-ssl-client-cert", nginx_escape(&pem)).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "unknown_certificate");
+
+    // A pod without the header setting ignores such headers.
+    let plain = Pod::start(PodOptions::default()).await;
+    let r = http.post(format!("{}/hosts/v1/token", plain.root_url())).header("x-ssl-client-cert", &escaped).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "client_certificate_required");
+}
+
+#[tokio::test]
+async fn register_timeout_and_missed_pong_close_the_socket() {
+    let pod = Pod::start(PodOptions::default().with(|c| {
+        c.hosts.register_timeout = Dur(Duration::from_secs(1));
+        c.hosts.keepalive = Dur(Duration::from_secs(1));
+        c.hosts.heartbeat_interval = Dur(Duration::from_secs(2));
+        c.hosts.heartbeat_response = Dur(Duration::from_secs(1));
+    }))
+    .await;
+    let host = enroll_host(&pod, &pod.tenant.id, "quiet-box").await;
+    let mut silent = host.connect().await;
+    let t0 = std::time::Instant::now();
+    assert_eq!(silent.ended(Duration::from_secs(5), true).await, Some(Ended::Closed(Some(1008))), "no register in time");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+
+    // Registered, answering pings: stays open. Not answering: closed after a missed pong.
+    let (mut live, _) = host.online(&["a"]).await;
+    assert_eq!(live.ended(Duration::from_secs(3), true).await, None, "pongs keep it open");
+    // Not reading at all means no pong goes back (the client answers pings when it reads).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(live.ended(Duration::from_secs(5), false).await, Some(Ended::Closed(Some(1008))), "missed pong closes");
+}
+
+#[tokio::test]
+async fn lost_host_requeues_its_runs_and_the_descriptor_follows_the_host() {
+    let pod = Pod::start(PodOptions::default().with(|c| {
+        c.hosts.heartbeat_interval = Dur(Duration::from_secs(1));
+        c.hosts.heartbeat_response = Dur(Duration::from_millis(500));
+        c.hosts.host_lost_after = Dur(Duration::from_secs(2));
+        c.hosts.tick = Dur(Duration::from_millis(200));
+    }))
+    .await;
+    let host = enroll_host(&pod, &pod.tenant.id, "flaky-box").await;
+    let (mut hc, cfg) = host.online(&["a"]).await;
+    let (_s, conn, ch) = bind_device_channel(&pod, "flaky-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let descriptor_status = || {
+        let conn = &conn;
+        let ch = &ch;
+        async move {
+            let d = conn.descriptor_get(ch).await.unwrap();
+            d.str_at("/connection_descriptor/connection/status").unwrap_or_default().to_owned()
+        }
+    };
+    assert_eq!(descriptor_status().await, "connected");
+    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "long job"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    let _ = hc.expect(MessageType::CreateRun).await;
+    hc.send(&accepted(&run)).await;
+    hc.send(&event(&run, 1, json!({"event": "progress", "payload": {"message": "half", "percent": 50.0}}))).await;
+    // The host vanishes (no close, no heartbeats).
+    drop(hc);
+    // A disconnected host is degraded (tools usable, runs wait); a lost one is offline.
+    eventually(Duration::from_secs(10), "host lost", || async { (descriptor_status().await == "offline").then_some(()) }).await;
+    let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
+    let h = hosts.hub.store.get_host(&host.host_id).await.unwrap().unwrap();
+    assert_eq!(h.status.as_str(), "lost");
+    let r = hosts.hub.store.get_run(&run).await.unwrap().unwrap();
+    assert_eq!(r.state.as_str(), "queued", "requeued by the lost policy");
+    let refused = conn.invoke(&ch, "host_status", json!({}), None).await.unwrap();
+    assert!(refused.error.is_some(), "tools are unavailable while the host is lost");
+
+    // The host returns: the same run_id is dispatched again; events continue above seq 1.
+    let (mut back, _) = host.online(&["a"]).await;
+    let HostMessage::CreateRun(c) = back.expect(MessageType::CreateRun).await else { unreachable!() };
+    assert_eq!(c.run_id, run);
+    eventually(Duration::from_secs(5), "descriptor connected", || async { (descriptor_status().await == "connected").then_some(()) }).await;
+    back.send(&accepted(&run)).await;
+    back.send(&event(&run, 1, json!({"event": "progress", "payload": {"message": "half", "percent": 50.0}}))).await;
+    back.send(&event(&run, 2, json!({"event": "completion", "payload": {"summary": "survived"}}))).await;
+    let v = tool(&conn, &ch, "agent_run_wait", json!({"run_id": run, "timeout_seconds": 5})).await;
+    assert_eq!(v["result"]["state"], "completed");
+    assert_eq!(v["result"]["event_count"], 2, "the replayed seq 1 is stored once: {v}");
+
+    // Revoked: the Descriptor says so.
+    hosts.revoke(&host.host_id).await.unwrap();
+    eventually(Duration::from_secs(5), "descriptor revoked", || async { (descriptor_status().await == "revoked").then_some(()) }).await;
 }

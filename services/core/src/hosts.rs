@@ -673,6 +673,31 @@ impl Hosts {
         Ok(())
     }
 
+    /// An artifact whose bytes are stored. Bytes PUT straight to object storage through a
+    /// presigned URL are noticed here (the store learns the size on first use); an object
+    /// larger than the limit is deleted and counts as absent.
+    pub async fn uploaded_artifact(&self, id: &str) -> Result<Option<ArtifactRecord>, BackendError> {
+        let Some(mut art) = self.hub.store.get_artifact(id).await? else {
+            return Ok(None);
+        };
+        if art.uploaded_at.is_some() {
+            return Ok(Some(art));
+        }
+        let Some(size) = self.hub.files.stat(&art.object_key).await? else {
+            return Ok(None);
+        };
+        if size > self.config.max_artifact_bytes {
+            tracing::warn!(artifact_id = id, size, "artifact over the size limit; deleted");
+            self.hub.files.delete(&art.object_key).await?;
+            return Ok(None);
+        }
+        let now = now_ms();
+        self.hub.store.artifact_uploaded(id, size as i64, now).await?;
+        art.size_bytes = size as i64;
+        art.uploaded_at = Some(now);
+        Ok(Some(art))
+    }
+
     // ---------------------------------------------------------------------------------
     // approvals (decided by people only)
 
@@ -1155,8 +1180,8 @@ impl Hosts {
         artifact_id: &str,
         urls: &dyn ArtifactUrls,
     ) -> Vec<HostMessage> {
-        let art = match self.hub.store.get_artifact(artifact_id).await {
-            Ok(Some(a)) if a.tenant_id == session.tenant_id && a.uploaded_at.is_some() => a,
+        let art = match self.uploaded_artifact(artifact_id).await {
+            Ok(Some(a)) if a.tenant_id == session.tenant_id => a,
             Ok(_) => {
                 return vec![error_msg(
                     HostErrorCode::RunNotFound,

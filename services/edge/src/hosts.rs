@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 use switchyard_core::crypto::{SignatureCheck, hmac_sha256};
 use switchyard_core::error::{BackendError, ErrorKind};
+use switchyard_core::files::PresignMethod;
 use switchyard_core::hoststore::{ArtifactRecord, HostRecord, HostStatus};
 use switchyard_core::hosts::{
     ArtifactUrls, HostBell, HostSession, Hosts, SessionEnd, host_topic,
@@ -323,9 +324,15 @@ impl SignedArtifactUrls {
     }
 }
 
+/// Presigned object-storage URLs when the file store makes them (S3), else signed
+/// Switchyard URLs that stream through a pod.
 #[async_trait::async_trait]
 impl ArtifactUrls for SignedArtifactUrls {
     async fn upload_url(&self, art: &ArtifactRecord, ttl: Duration) -> Result<String, BackendError> {
+        let files = &self.gw.hosts.hub.files;
+        if let Some(url) = files.presign(&art.object_key, PresignMethod::Put, ttl).await? {
+            return Ok(url);
+        }
         Ok(self.url("put", art, ttl))
     }
     async fn download_url(
@@ -333,6 +340,10 @@ impl ArtifactUrls for SignedArtifactUrls {
         art: &ArtifactRecord,
         ttl: Duration,
     ) -> Result<String, BackendError> {
+        let files = &self.gw.hosts.hub.files;
+        if let Some(url) = files.presign(&art.object_key, PresignMethod::Get, ttl).await? {
+            return Ok(url);
+        }
         Ok(self.url("get", art, ttl))
     }
 }
@@ -410,10 +421,9 @@ async fn artifact_get(
     if let Err(r) = check_signature(&s.gw, "get", &id, &q) {
         return r;
     }
-    let store = &s.gw.hosts.hub.store;
-    let art = match store.get_artifact(&id).await {
-        Ok(Some(a)) if a.uploaded_at.is_some() => a,
-        Ok(_) => return api_error(StatusCode::NOT_FOUND, "not_found", "no such artifact"),
+    let art = match s.gw.hosts.uploaded_artifact(&id).await {
+        Ok(Some(a)) => a,
+        Ok(None) => return api_error(StatusCode::NOT_FOUND, "not_found", "no such artifact"),
         Err(e) => return backend(e),
     };
     match s.gw.hosts.hub.files.get(&art.object_key).await {

@@ -200,7 +200,9 @@ start runs, watch them, and collect results.
 ## Working with runs
 
 1. `{status}` lists the host's agents (`agent_id`, runtime, model, tools) and whether the host
-   is online. A lost or offline host keeps queued runs until it reconnects.
+   is online. While the host is briefly disconnected (channel `degraded`) runs wait in the
+   queue; when it is lost (channel `offline`) the tools are unavailable until it returns, and
+   its runs are queued again for it.
 2. `{start}` with a `goal` (and optionally `agent_id`, `context_bundle`, `constraints`)
    returns a `run_id` at once. Repeating the same tool call never starts a second run.
 3. `{wait}` follows the run: each event arrives as progress; the result has `done: true` and

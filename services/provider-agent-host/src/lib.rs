@@ -319,11 +319,12 @@ impl AgentHostProvider {
         let id = required_str(call.arguments, "artifact_id")?;
         let store = &self.hosts.hub.store;
         let not_found = || ProviderError::new(ProviderErrorKind::Rejected, "artifact_not_found", "no such artifact on this channel's host");
-        let art = store
-            .get_artifact(id)
+        let art = self
+            .hosts
+            .uploaded_artifact(id)
             .await
             .map_err(|e| map_err(e.into()))?
-            .filter(|a| a.tenant_id == host.tenant_id && a.uploaded_at.is_some())
+            .filter(|a| a.tenant_id == host.tenant_id)
             .ok_or_else(not_found)?;
         // Artifacts of handed-off runs may live on another host of the tenant; the run must
         // at least belong to this channel's host or descend from one of its runs.

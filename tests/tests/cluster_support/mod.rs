@@ -238,6 +238,8 @@ pub struct PodInfo {
     pub name: String,
     pub addr: SocketAddr,
     pub metrics: SocketAddr,
+    /// The hosts mTLS listener.
+    pub hosts_tls: SocketAddr,
     pub log: PathBuf,
     /// Start order within the cluster.
     pub seq: u64,
@@ -421,6 +423,7 @@ impl Cluster {
         for _attempt in 0..3 {
             let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
             let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            let hosts_tls = SocketAddr::from(([127, 0, 0, 1], free_port()));
             let log = self.log_dir.join(format!("{name}.log"));
             let file = std::fs::OpenOptions::new()
                 .create(true)
@@ -433,6 +436,7 @@ impl Cluster {
             cmd.env("SWITCHYARD_POD_ID", name)
                 .env("SWITCHYARD_LISTEN", addr.to_string())
                 .env("SWITCHYARD_METRICS_LISTEN", metrics.to_string())
+                .env("SWITCHYARD_HOSTS_TLS_LISTEN", hosts_tls.to_string())
                 .env("SWITCHYARD_PUBLIC_BASE_URL", format!("http://{addr}"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(file.try_clone().expect("log fd")))
@@ -444,6 +448,7 @@ impl Cluster {
                 name: name.to_owned(),
                 addr,
                 metrics,
+                hosts_tls,
                 log: log.clone(),
                 seq,
             };
