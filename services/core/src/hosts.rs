@@ -1378,11 +1378,10 @@ impl Hosts {
             }
             match run.state {
                 RunState::Queued if run.not_before.is_none_or(|t| t <= now) => {
-                    if self
+                    let moved = self
                         .apply(&run.id, RunFact::Dispatched, |r| r.dispatched_at = Some(now))
-                        .await?
-                        .is_some()
-                    {
+                        .await?;
+                    if moved.is_some() {
                         out.push(create_run(&run));
                     }
                 }

@@ -264,6 +264,7 @@ pub trait HostStore: Send + Sync + 'static {
     /// A connection registered: status `online`, pod/session set, `connected_at` and
     /// `last_seen_at` = now, hostname/version/adapters from `register`. Returns false (and
     /// changes nothing) when the host is revoked or unknown.
+    #[allow(clippy::too_many_arguments)]
     async fn host_connected(
         &self,
         id: &str,

@@ -83,6 +83,15 @@ fn unauthorized(code: &str, message: &str) -> Response {
     api_error(StatusCode::UNAUTHORIZED, code, message)
 }
 
+/// A refusal decided before any I/O, rendered with [`api_error`].
+struct Refusal(StatusCode, &'static str, &'static str);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        api_error(self.0, self.1, self.2)
+    }
+}
+
 fn backend(e: BackendError) -> Response {
     tracing::warn!(error = %e, "backend error in the hosts gateway");
     if e.kind == ErrorKind::Unavailable {
@@ -134,12 +143,13 @@ fn presented_cert(
     source: &CertSource,
     peer: Option<&PeerCertificate>,
     headers: &HeaderMap,
-) -> Result<Vec<u8>, Response> {
+) -> Result<Vec<u8>, Refusal> {
     let der = match source {
         CertSource::Tls => peer.and_then(|p| p.0.clone()),
         CertSource::Header(Some(name)) => match headers.get(name).and_then(|v| v.to_str().ok()) {
             Some(v) if !v.trim().is_empty() => Some(decode_forwarded_cert(v).map_err(|_| {
-                unauthorized(
+                Refusal(
+                    StatusCode::UNAUTHORIZED,
                     "client_certificate_required",
                     "the forwarded client certificate cannot be decoded",
                 )
@@ -148,12 +158,11 @@ fn presented_cert(
         },
         CertSource::Header(None) => None,
     };
-    der.ok_or_else(|| {
-        unauthorized(
-            "client_certificate_required",
-            "a client certificate issued at enrollment is required",
-        )
-    })
+    der.ok_or(Refusal(
+        StatusCode::UNAUTHORIZED,
+        "client_certificate_required",
+        "a client certificate issued at enrollment is required",
+    ))
 }
 
 impl RouteState {
@@ -163,7 +172,7 @@ impl RouteState {
         headers: &HeaderMap,
         need_jwt: bool,
     ) -> Result<Authenticated, Response> {
-        let der = presented_cert(&self.source, peer, headers)?;
+        let der = presented_cert(&self.source, peer, headers).map_err(IntoResponse::into_response)?;
         let store = &self.gw.hosts.hub.store;
         let host = match store.host_by_fingerprint(&fingerprint_hex(&der)).await {
             Ok(Some(h)) => h,
@@ -273,7 +282,7 @@ async fn token(
     let peer = peer.map(|Extension(p)| p);
     let der = match presented_cert(&s.source, peer.as_ref(), &headers) {
         Ok(d) => d,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let auth = match s.authenticate(peer.as_ref(), &headers, false).await {
         Ok(a) => a,
@@ -354,9 +363,9 @@ struct SignedQuery {
     sig: Option<String>,
 }
 
-fn check_signature(gw: &Gateway, method: &str, id: &str, q: &SignedQuery) -> Result<(), Response> {
+fn check_signature(gw: &Gateway, method: &str, id: &str, q: &SignedQuery) -> Result<(), Refusal> {
     let (Some(exp), Some(sig)) = (q.exp, q.sig.as_deref()) else {
-        return Err(api_error(StatusCode::FORBIDDEN, "forbidden", "a signed URL is required"));
+        return Err(Refusal(StatusCode::FORBIDDEN, "forbidden", "a signed URL is required"));
     };
     match gw
         .hosts
@@ -365,8 +374,8 @@ fn check_signature(gw: &Gateway, method: &str, id: &str, q: &SignedQuery) -> Res
         .verify(&artifact_scope(method, id), exp, sig, now_ms())
     {
         SignatureCheck::Valid => Ok(()),
-        SignatureCheck::Expired => Err(api_error(StatusCode::FORBIDDEN, "expired", "the URL expired")),
-        SignatureCheck::Invalid => Err(api_error(StatusCode::FORBIDDEN, "forbidden", "bad signature")),
+        SignatureCheck::Expired => Err(Refusal(StatusCode::FORBIDDEN, "expired", "the URL expired")),
+        SignatureCheck::Invalid => Err(Refusal(StatusCode::FORBIDDEN, "forbidden", "bad signature")),
     }
 }
 
@@ -377,7 +386,7 @@ async fn artifact_put(
     body: Body,
 ) -> Response {
     if let Err(r) = check_signature(&s.gw, "put", &id, &q) {
-        return r;
+        return r.into_response();
     }
     let store = &s.gw.hosts.hub.store;
     let art = match store.get_artifact(&id).await {
@@ -419,7 +428,7 @@ async fn artifact_get(
     Query(q): Query<SignedQuery>,
 ) -> Response {
     if let Err(r) = check_signature(&s.gw, "get", &id, &q) {
-        return r;
+        return r.into_response();
     }
     let art = match s.gw.hosts.uploaded_artifact(&id).await {
         Ok(Some(a)) => a,
@@ -803,9 +812,9 @@ async fn poll(
 // -------------------------------------------------------------------------------------
 // operator API
 
-fn operator(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
+fn operator(gw: &Gateway, headers: &HeaderMap) -> Result<String, Refusal> {
     if gw.operators.is_empty() {
-        return Err(api_error(
+        return Err(Refusal(
             StatusCode::NOT_FOUND,
             "operator_api_disabled",
             "no operator tokens are configured (operator_tokens)",
@@ -821,7 +830,11 @@ fn operator(gw: &Gateway, headers: &HeaderMap) -> Result<String, Response> {
         .iter()
         .find(|(_, token)| switchyard_core::crypto::ct_eq(token.as_bytes(), presented.as_bytes()))
         .map(|(name, _)| name.clone())
-        .ok_or_else(|| unauthorized("unauthorized", "an operator token is required"))
+        .ok_or(Refusal(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "an operator token is required",
+        ))
 }
 
 #[derive(Deserialize)]
@@ -849,7 +862,7 @@ fn approval_json(a: &switchyard_core::hoststore::ApprovalRecord) -> serde_json::
 
 async fn approvals_list(State(gw): State<Gateway>, headers: HeaderMap, Query(q): Query<ListQuery>) -> Response {
     if let Err(r) = operator(&gw, &headers) {
-        return r;
+        return r.into_response();
     }
     let status = match q.status.as_deref() {
         None | Some("all") => None,
@@ -872,7 +885,7 @@ struct DecisionBody {
 async fn decide(gw: Gateway, headers: HeaderMap, id: String, grant: bool, body: axum::body::Bytes) -> Response {
     let by = match operator(&gw, &headers) {
         Ok(n) => n,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let body: DecisionBody = if body.is_empty() {
         DecisionBody::default()
@@ -911,7 +924,7 @@ struct HostsQuery {
 
 async fn hosts_list(State(gw): State<Gateway>, headers: HeaderMap, Query(q): Query<HostsQuery>) -> Response {
     if let Err(r) = operator(&gw, &headers) {
-        return r;
+        return r.into_response();
     }
     match gw.hosts.hub.store.list_hosts(&q.tenant).await {
         Ok(list) => axum::Json(
