@@ -109,6 +109,30 @@ impl RunManager {
                 }
             }];
         }
+        // A run an earlier process of this host started (its directory exists) is never
+        // started again: that process is gone with its work, so the run ends as failed. The
+        // event carries no seq: the server's replay filter must not drop it.
+        if crate::process::RunDirs::new(&self.env.state_dir, &c.run_id)
+            .root
+            .exists()
+        {
+            tracing::warn!(
+                run_id = c.run_id,
+                "create_run for a run an earlier process started; not starting it again"
+            );
+            return vec![HostMessage::RunEvent(RunEventMessage {
+                run_id: c.run_id,
+                timestamp: crate::ids::now_rfc3339(),
+                seq: None,
+                event: switchyard_protocol::hosts::message::RunEvent::Error(
+                    switchyard_protocol::hosts::message::ErrorEventPayload {
+                        message: "the host agent restarted while this run was running; it is not started twice".into(),
+                        code: Some(HostErrorCode::AdapterError),
+                        fatal: true,
+                    },
+                ),
+            })];
+        }
         let Some(agent) = self.agents.get(&c.agent_id).cloned() else {
             tracing::warn!(
                 run_id = c.run_id,

@@ -689,3 +689,36 @@ async fn a_missing_adapter_binary_is_5002() {
     assert_eq!(m, "adapter binary not found: /nonexistent/openclaw");
     host.stop().await;
 }
+
+#[tokio::test]
+async fn a_run_an_earlier_process_started_is_not_started_again() {
+    let mut server = FakeServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("starts");
+    let s = script(
+        dir.path(),
+        "worker.sh",
+        &format!("read goal\necho \"$SWITCHYARD_RUN_ID\" >> {counter:?}\necho done\n"),
+    );
+    let host = start_host(&server, &exec_agent("a", &s, ""), TransportKind::Wss, None);
+    server.expect_type("register").await;
+    // The directory an earlier process of this host made for the run.
+    std::fs::create_dir_all(host.state_dir.path().join("runs").join("r-old")).unwrap();
+    server.push(create_run("r-old", "a", "was running when the agent died"));
+    let ev = server.expect_event("r-old", "error").await;
+    let HostMessage::RunEvent(m) = &ev.msg else {
+        unreachable!()
+    };
+    assert_eq!(m.seq, None, "not subject to the server's replay filter");
+    let RunEvent::Error(e) = &m.event else {
+        unreachable!()
+    };
+    assert!(e.fatal);
+    assert_eq!(e.code, Some(HostErrorCode::AdapterError));
+    // A new run still starts normally.
+    server.push(create_run("r-new", "a", "fresh"));
+    expect_accepted(&mut server, "r-new").await;
+    server.expect_event("r-new", "completion").await;
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "r-new\n");
+    host.stop().await;
+}
