@@ -169,6 +169,13 @@ impl Bus for NatsBus {
     fn is_connected(&self) -> bool {
         self.client.connection_state() == State::Connected
     }
+    async fn flush(&self) -> BackendResult<()> {
+        self.client
+            .flush()
+            .await
+            .map_err(|e| BackendError::with_source(ErrorKind::Unavailable, "flush nats client", e))
+    }
+
 }
 
 #[cfg(test)]

@@ -21,6 +21,11 @@ pub trait Bus: Send + Sync + 'static {
     async fn subscribe(&self, topic: &str) -> BackendResult<BoxStream<'static, Vec<u8>>>;
     /// Whether the bus is currently connected (readiness).
     fn is_connected(&self) -> bool;
+    /// Waits until what was published has left this process (a short-lived process such as
+    /// the CLI calls it before exiting). In-process buses have nothing to flush.
+    async fn flush(&self) -> BackendResult<()> {
+        Ok(())
+    }
 }
 
 /// Topic of one connector_id's doorbells.

@@ -164,6 +164,22 @@ fn approval_line(a: &switchyard_core::hoststore::ApprovalRecord) -> serde_json::
 
 async fn host_admin(cfg: Config, command: HostCommand) -> anyhow::Result<()> {
     let hosts = crate::app::admin_hosts(&cfg).await?;
+    let result = host_command(&hosts, command).await;
+    // The doorbells rung above must leave before the process exits.
+    flush_bus(&hosts).await;
+    result
+}
+
+async fn flush_bus(hosts: &switchyard_core::hosts::Hosts) {
+    if let Err(e) = hosts.hub.bus.flush().await {
+        eprintln!("warning: the bus did not confirm the notices ({e}); pods pick the change up on their next tick");
+    }
+}
+
+async fn host_command(
+    hosts: &switchyard_core::hosts::Hosts,
+    command: HostCommand,
+) -> anyhow::Result<()> {
     let store = hosts.hub.store.clone();
     match command {
         HostCommand::Enroll { tenant, name, json } => {
@@ -214,6 +230,15 @@ async fn host_admin(cfg: Config, command: HostCommand) -> anyhow::Result<()> {
 
 async fn approval_admin(cfg: Config, command: ApprovalCommand) -> anyhow::Result<()> {
     let hosts = crate::app::admin_hosts(&cfg).await?;
+    let result = approval_command(&hosts, command).await;
+    flush_bus(&hosts).await;
+    result
+}
+
+async fn approval_command(
+    hosts: &switchyard_core::hosts::Hosts,
+    command: ApprovalCommand,
+) -> anyhow::Result<()> {
     let store = hosts.hub.store.clone();
     let (id, grant, by, reason, json) = match command {
         ApprovalCommand::List { tenant, json } => {

@@ -196,16 +196,29 @@ impl AgentHostProvider {
             v["parent_run_id"] = json!(p);
         }
         if with_artifacts {
-            let arts = self
+            let listed = self
                 .hosts
                 .hub
                 .store
                 .run_artifacts(&run.id)
                 .await
                 .map_err(|e| map_err(e.into()))?;
+            // Bytes PUT straight to object storage are noticed here.
+            let mut arts = Vec::with_capacity(listed.len());
+            for a in listed {
+                if a.uploaded_at.is_some() {
+                    arts.push(a);
+                } else if let Some(up) = self
+                    .hosts
+                    .uploaded_artifact(&a.id)
+                    .await
+                    .map_err(|e| map_err(e.into()))?
+                {
+                    arts.push(up);
+                }
+            }
             v["artifacts"] = json!(arts
                 .iter()
-                .filter(|a| a.uploaded_at.is_some())
                 .map(|a| json!({"artifact_id": a.id, "name": a.name, "content_type": a.content_type, "size_bytes": a.size_bytes}))
                 .collect::<Vec<_>>());
         }
