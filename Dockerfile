@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
 #
-# Switchyard container image: the one binary, with every backend compiled in
-# (Postgres, NATS, Redis, S3), on distroless, running as the non-root user 65532.
+# Switchyard container image: the server binary, with every backend compiled in
+# (Postgres, NATS, Redis, S3), on distroless, running as the non-root user 65532. It also
+# ships the host agent, /usr/local/bin/switchyard-host (Connector API v1), for operators to
+# copy out (`docker create IMAGE`, then `docker cp ID:/usr/local/bin/switchyard-host .`;
+# it needs a Linux with glibc >= Debian 12's) or to run with `--entrypoint switchyard-host`.
 #
 #   docker build -t switchyard:0.1.0 .
 #   docker build --build-arg SWITCHYARD_BUILD_TIME=$(date -u +%y%m%d%H%M) -t switchyard:0.1.0 .
@@ -20,33 +23,35 @@ WORKDIR /src
 # and the tag falls back to v<crate version>.
 ARG SWITCHYARD_BUILD_TIME=""
 COPY . .
-# The registry, git and target caches persist across builds; the binary is copied out of the
-# target cache, which is not part of the image.
+# The registry, git and target caches persist across builds; the binaries are copied out of
+# the target cache, which is not part of the image. One cargo invocation builds both, so the
+# dependencies they share are compiled once.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     set -eu; \
     if [ -z "${SWITCHYARD_BUILD_TIME}" ]; then unset SWITCHYARD_BUILD_TIME; fi; \
-    cargo build --release --locked -p switchyard --all-features; \
+    cargo build --release --locked -p switchyard -p switchyard-host-agent --all-features; \
     mkdir -p /out; \
-    cp target/release/switchyard /out/switchyard
+    cp target/release/switchyard target/release/switchyard-host /out/
 
 FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="switchyard" \
       org.opencontainers.image.description="Multi-tenant xAgent connector server" \
       org.opencontainers.image.version="0.1.0" \
       org.opencontainers.image.licenses="Apache-2.0"
-COPY --from=builder /out/switchyard /usr/local/bin/switchyard
+COPY --from=builder /out/switchyard /out/switchyard-host /usr/local/bin/
 # The chart's preStop hook runs `sleep N` so the pod leaves the load balancers before it
 # drains; distroless has no shell or coreutils, so ship just that binary (it needs only the
 # glibc that cc-debian12 already has).
 COPY --from=builder /usr/bin/sleep /usr/local/bin/sleep
 # In a container the listeners must not bind loopback (the binary's default), or the
-# published ports lead nowhere. The chart sets the same values.
+# published ports lead nowhere. The chart sets the same values (8443: host agents' mTLS).
 ENV SWITCHYARD_LISTEN=0.0.0.0:8080 \
-    SWITCHYARD_METRICS_LISTEN=0.0.0.0:9090
+    SWITCHYARD_METRICS_LISTEN=0.0.0.0:9090 \
+    SWITCHYARD_HOSTS_TLS_LISTEN=0.0.0.0:8443
 USER 65532:65532
 WORKDIR /home/nonroot
-EXPOSE 8080 9090
+EXPOSE 8080 9090 8443
 ENTRYPOINT ["switchyard"]
 CMD ["serve"]

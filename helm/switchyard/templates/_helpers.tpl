@@ -23,6 +23,16 @@ Names and labels.
 {{- printf "%s-migrate" (include "switchyard.fullname" . | trunc 55 | trimSuffix "-") }}
 {{- end }}
 
+{{/* The host agents' mTLS Service (room left for "-hosts"). */}}
+{{- define "switchyard.hostsServiceName" -}}
+{{- printf "%s-hosts" (include "switchyard.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Where hosts.ca.existingSecret is mounted (tls.crt and tls.key). */}}
+{{- define "switchyard.hostsCaDir" -}}
+/etc/switchyard/hosts-ca
+{{- end }}
+
 {{- define "switchyard.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -118,6 +128,168 @@ it must cover the sleep, the drain and the shutdown that follows it.
 {{- end }}
 
 {{/*
+A duration value as written; a YAML number (read as a float) prints as an integer.
+*/}}
+{{- define "switchyard.durationString" -}}
+{{- if kindIs "float64" . }}
+{{- ternary (int64 . | toString) (toString .) (eq . (float64 (int64 .))) }}
+{{- else }}
+{{- toString . | trim }}
+{{- end }}
+{{- end }}
+
+{{/*
+(dict "name" NAME "value" DURATION) -> milliseconds, or fails naming NAME. Accepts what the
+binary accepts: 500ms, 30s, 5m, 1h, 1d or bare seconds.
+*/}}
+{{- define "switchyard.durationMs" -}}
+{{- $d := .value }}
+{{- if regexMatch "^[0-9]+ms$" $d }}
+{{- atoi (trimSuffix "ms" $d) }}
+{{- else if regexMatch "^[0-9]+s?$" $d }}
+{{- mul (atoi (trimSuffix "s" $d)) 1000 }}
+{{- else if regexMatch "^[0-9]+m$" $d }}
+{{- mul (atoi (trimSuffix "m" $d)) 60000 }}
+{{- else if regexMatch "^[0-9]+h$" $d }}
+{{- mul (atoi (trimSuffix "h" $d)) 3600000 }}
+{{- else if regexMatch "^[0-9]+d$" $d }}
+{{- mul (atoi (trimSuffix "d" $d)) 86400000 }}
+{{- else }}
+{{- fail (printf "%s %q is not a duration: use 500ms, 30s, 5m, 1h, 7d or a number of seconds" .name $d) }}
+{{- end }}
+{{- end }}
+
+{{/* The [hosts] durations hosts.timeouts may set (SWITCHYARD_HOSTS__<KEY>). */}}
+{{- define "switchyard.hostsTimeoutKeys" -}}
+register_timeout heartbeat_response create_run_accept event_delivery cancel_confirm upload_url_ttl download_url_ttl keepalive heartbeat_interval host_lost_after enrollment_ttl approval_ttl run_retention jwt_ttl tick
+{{- end }}
+
+{{/*
+SWITCHYARD_HOSTS__TLS_NAMES: the mTLS Service's in-cluster names plus hosts.tls.names, as a
+JSON array of strings (figment reads an environment value written [..] as an array; the
+binary adds localhost, 127.0.0.1 and the host of public_base_url itself).
+*/}}
+{{- define "switchyard.hostsTlsNames" -}}
+{{- $svc := include "switchyard.hostsServiceName" . }}
+{{- $ns := .Release.Namespace }}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) }}
+{{- range .Values.hosts.tls.names }}
+{{- $names = append $names (toString .) }}
+{{- end }}
+{{- toJson (uniq $names) }}
+{{- end }}
+
+{{/* SWITCHYARD_OPERATOR_TOKENS: name=token,name=token from `operators`. */}}
+{{- define "switchyard.operatorTokens" -}}
+{{- $entries := list }}
+{{- range .Values.operators }}
+{{- $entries = append $entries (printf "%s=%s" .name .token) }}
+{{- end }}
+{{- join "," $entries }}
+{{- end }}
+
+{{/*
+Fails rendering when a hosts.* value or `operators` is not usable. Part of switchyard.validate.
+*/}}
+{{- define "switchyard.validateHosts" -}}
+{{- $v := .Values }}
+{{- $h := $v.hosts }}
+{{- if $h.enabled }}
+{{- $port := int $h.tls.port }}
+{{- if or (lt $port 1) (gt $port 65535) }}
+{{- fail (printf "hosts.tls.port %v must be a port number (1-65535)" $h.tls.port) }}
+{{- end }}
+{{- if or (eq $port (int $v.containerPorts.http)) (eq $port (int $v.containerPorts.metrics)) }}
+{{- fail (printf "hosts.tls.port %d is already containerPorts.http or containerPorts.metrics: the mTLS listener needs a port of its own" $port) }}
+{{- end }}
+{{- if not (has (toString $h.service.type) (list "LoadBalancer" "NodePort" "ClusterIP")) }}
+{{- fail (printf "hosts.service.type %q must be LoadBalancer, NodePort or ClusterIP" (toString $h.service.type)) }}
+{{- end }}
+{{- $sport := int $h.service.port }}
+{{- if or (lt $sport 1) (gt $sport 65535) }}
+{{- fail (printf "hosts.service.port %v must be a port number (1-65535)" $h.service.port) }}
+{{- end }}
+{{- range $h.tls.names }}
+{{- $n := toString . }}
+{{- $dns := and (le (len $n) 253) (regexMatch "^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$" $n) }}
+{{- $ipv6 := regexMatch "^[0-9A-Fa-f.]*:[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*$" $n }}
+{{- if not (or $dns $ipv6) }}
+{{- fail (printf "hosts.tls.names: %q is not a DNS name or an IP address (no wildcards, no ports, no URLs): the pods could not issue their mTLS certificate" $n) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- with $h.ca.existingSecret }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$" .) }}
+{{- fail (printf "hosts.ca.existingSecret %q is not a valid Secret name" .) }}
+{{- end }}
+{{- if not ($v.podSecurityContext | default dict).fsGroup }}
+{{- fail "hosts.ca.existingSecret needs podSecurityContext.fsGroup: the CA key is mounted with mode 0440 and read through the pod's group" }}
+{{- end }}
+{{- end }}
+{{- with $h.clientCertHeader }}
+{{- if not (regexMatch "^[A-Za-z0-9!#$%&'*+.^_|~-]+$" .) }}
+{{- fail (printf "hosts.clientCertHeader %q is not an HTTP header name (ingress-nginx uses ssl-client-cert)" .) }}
+{{- end }}
+{{- end }}
+{{- $known := splitList " " (include "switchyard.hostsTimeoutKeys" .) }}
+{{- $t := $h.timeouts | default dict }}
+{{- range $k, $val := $t }}
+{{- if not (has $k $known) }}
+{{- fail (printf "hosts.timeouts.%s is not a host timeout; known: %s (other [hosts] settings go under config.hosts)" $k (join ", " $known)) }}
+{{- end }}
+{{- $ms := include "switchyard.durationMs" (dict "name" (printf "hosts.timeouts.%s" $k) "value" (include "switchyard.durationString" $val)) | atoi }}
+{{- if eq $ms 0 }}
+{{- fail (printf "hosts.timeouts.%s must be longer than 0" $k) }}
+{{- end }}
+{{- end }}
+{{- $hr := include "switchyard.durationMs" (dict "name" "hosts.timeouts.heartbeat_response" "value" (include "switchyard.durationString" (get $t "heartbeat_response" | default "5s"))) | atoi }}
+{{- $hi := include "switchyard.durationMs" (dict "name" "hosts.timeouts.heartbeat_interval" "value" (include "switchyard.durationString" (get $t "heartbeat_interval" | default "30s"))) | atoi }}
+{{- $hl := include "switchyard.durationMs" (dict "name" "hosts.timeouts.host_lost_after" "value" (include "switchyard.durationString" (get $t "host_lost_after" | default "90s"))) | atoi }}
+{{- if ge $hr $hi }}
+{{- fail "hosts.timeouts: heartbeat_response (default 5s) must be shorter than heartbeat_interval (default 30s)" }}
+{{- end }}
+{{- if le $hl $hi }}
+{{- fail "hosts.timeouts: host_lost_after (default 90s) must be longer than heartbeat_interval (default 30s)" }}
+{{- end }}
+{{- with ($v.config | default dict).hosts }}
+{{- if kindIs "map" . }}
+{{- range $k, $_ := . }}
+{{- if has $k $known }}
+{{- fail (printf "config.hosts.%s is set by the chart: use hosts.timeouts.%s instead" $k $k) }}
+{{- end }}
+{{- if eq $k "tls_names" }}
+{{- fail "config.hosts.tls_names is set by the chart: use hosts.tls.names instead" }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $v.operators }}
+{{- if $v.existingSecret }}
+{{- fail (printf "existingSecret %q is set: leave operators empty and put SWITCHYARD_OPERATOR_TOKENS (name=token,name=token) in that Secret" $v.existingSecret) }}
+{{- end }}
+{{- if hasKey ($v.extraSecretEnv | default dict) "SWITCHYARD_OPERATOR_TOKENS" }}
+{{- fail "extraSecretEnv.SWITCHYARD_OPERATOR_TOKENS and operators are both set: use operators only" }}
+{{- end }}
+{{- $seen := list }}
+{{- range $i, $op := $v.operators }}
+{{- if not (and (kindIs "map" $op) (kindIs "string" $op.name) (kindIs "string" $op.token)) }}
+{{- fail (printf "operators[%d] must be {name: NAME, token: TOKEN} with both as strings (quote a token made of digits)" $i) }}
+{{- end }}
+{{- if not (regexMatch "^[^=,\\s]+$" $op.name) }}
+{{- fail (printf "operators[%d].name %q must be non-empty, without '=', ',' or spaces" $i $op.name) }}
+{{- end }}
+{{- if not (regexMatch "^[^,\\s]{16,}$" $op.token) }}
+{{- fail (printf "operators[%d] (%s): the token needs 16+ characters without ',' or spaces, e.g. from `openssl rand -hex 24`" $i $op.name) }}
+{{- end }}
+{{- if has $op.name $seen }}
+{{- fail (printf "operators: the name %q appears twice" $op.name) }}
+{{- end }}
+{{- $seen = append $seen $op.name }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 SWITCHYARD_PUBLIC_BASE_URL: publicBaseUrl, else the first ingress host (https when listed
 under ingress.tls).
 */}}
@@ -188,13 +360,14 @@ Included by every template that starts a Switchyard process.
 {{- if lt (int $v.replicaCount) 1 }}
 {{- fail "replicaCount must be at least 1" }}
 {{- end }}
-{{- $owned := list "listen" "metrics_listen" "data_dir" "database_url" "database_schema" "database_max_connections" "nats_url" "nats_subject_prefix" "redis_url" "redis_key_prefix" "s3" "pod_id" "public_base_url" "signing_keys" "encryption_keys" "drain_timeout" "log" }}
+{{- $owned := list "listen" "metrics_listen" "data_dir" "database_url" "database_schema" "database_max_connections" "nats_url" "nats_subject_prefix" "redis_url" "redis_key_prefix" "s3" "pod_id" "public_base_url" "signing_keys" "encryption_keys" "drain_timeout" "log" "hosts_tls_listen" "hosts_ca_cert" "hosts_ca_key" "hosts_client_cert_header" "operator_tokens" }}
 {{- range $k, $_ := $v.config }}
 {{- if has $k $owned }}
 {{- fail (printf "config.%s is set by the chart: use its dedicated value in values.yaml instead" $k) }}
 {{- end }}
 {{- end }}
 {{- $_ := include "switchyard.terminationGracePeriodSeconds" . }}
+{{- $_ := include "switchyard.validateHosts" . }}
 {{- end }}
 
 {{/*
@@ -238,6 +411,22 @@ SWITCHYARD_S3__REGION: {{ .Values.s3.region | quote }}
 SWITCHYARD_S3__FORCE_PATH_STYLE: {{ .Values.s3.forcePathStyle | toString | quote }}
 SWITCHYARD_LOG__FORMAT: {{ .Values.log.format | quote }}
 SWITCHYARD_LOG__LEVEL: {{ .Values.log.level | quote }}
+{{- if .Values.hosts.enabled }}
+SWITCHYARD_HOSTS_TLS_LISTEN: {{ printf "0.0.0.0:%d" (int .Values.hosts.tls.port) | quote }}
+SWITCHYARD_HOSTS__TLS_NAMES: {{ include "switchyard.hostsTlsNames" . | quote }}
+{{- else }}
+SWITCHYARD_HOSTS_TLS_LISTEN: ""
+{{- end }}
+{{- if .Values.hosts.ca.existingSecret }}
+SWITCHYARD_HOSTS_CA_CERT: {{ printf "%s/tls.crt" (include "switchyard.hostsCaDir" .) | quote }}
+SWITCHYARD_HOSTS_CA_KEY: {{ printf "%s/tls.key" (include "switchyard.hostsCaDir" .) | quote }}
+{{- end }}
+{{- with .Values.hosts.clientCertHeader }}
+SWITCHYARD_HOSTS_CLIENT_CERT_HEADER: {{ . | quote }}
+{{- end }}
+{{- range $k, $v := .Values.hosts.timeouts }}
+SWITCHYARD_HOSTS__{{ upper $k }}: {{ include "switchyard.durationString" $v | quote }}
+{{- end }}
 {{- include "switchyard.flattenConfig" (dict "prefix" "SWITCHYARD_" "map" .Values.config) }}
 {{- end }}
 
@@ -250,6 +439,9 @@ AWS_ACCESS_KEY_ID: {{ .Values.s3.accessKeyId | b64enc | quote }}
 AWS_SECRET_ACCESS_KEY: {{ .Values.s3.secretAccessKey | b64enc | quote }}
 {{- with .Values.s3.sessionToken }}
 AWS_SESSION_TOKEN: {{ . | b64enc | quote }}
+{{- end }}
+{{- if .Values.operators }}
+SWITCHYARD_OPERATOR_TOKENS: {{ include "switchyard.operatorTokens" . | b64enc | quote }}
 {{- end }}
 {{- range $k, $v := .Values.extraSecretEnv }}
 {{ $k }}: {{ toString $v | b64enc | quote }}
