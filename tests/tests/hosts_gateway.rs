@@ -545,3 +545,42 @@ async fn lost_host_requeues_its_runs_and_the_descriptor_follows_the_host() {
     hosts.revoke(&host.host_id).await.unwrap();
     eventually(Duration::from_secs(5), "descriptor revoked", || async { (descriptor_status().await == "revoked").then_some(()) }).await;
 }
+
+#[tokio::test]
+async fn approval_expiry_tenant_quota_and_upload_url_lifetime() {
+    let pod = Pod::start(PodOptions::default().with(|c| {
+        c.hosts.approval_ttl = Dur(Duration::from_secs(1));
+        c.hosts.max_active_runs_per_tenant = 1;
+        c.hosts.upload_url_ttl = Dur(Duration::from_secs(1));
+    }))
+    .await;
+    let host = enroll_host(&pod, &pod.tenant.id, "ttl-box").await;
+    let (mut hc, cfg) = host.online(&["a"]).await;
+    let (_s, conn, ch) = bind_device_channel(&pod, "ttl-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "one"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    // The tenant's quota of unfinished runs (1): a second run is refused with quota_exceeded.
+    let refused = conn.invoke(&ch, "agent_run_start", json!({"goal": "two"}), None).await.unwrap();
+    let err = refused.error.clone().expect("refused");
+    assert_eq!(err.code, "tool_invoke_failed");
+    assert!(err.message.as_deref().unwrap_or_default().starts_with("quota_exceeded: "), "{err:?}");
+    let _ = hc.expect_for(MessageType::CreateRun, &run).await;
+    hc.send(&accepted(&run)).await;
+
+    // Nobody decides within approval_ttl: the host is told "denied" (4008), the run goes on.
+    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest { run_id: run.clone(), action: "reboot".into(), risk_level: RiskLevel::Medium, approval_id: Some("apr-expiring".into()) })).await;
+    let HostMessage::ApprovalDenied(d) = hc.expect(MessageType::ApprovalDenied).await else { unreachable!() };
+    assert_eq!(d.approval_id, "apr-expiring");
+    assert_eq!(d.code, HostErrorCode::ApprovalDenied);
+    assert_eq!(d.denied_by, None);
+    let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
+    assert_eq!(hosts.hub.store.get_approval("apr-expiring").await.unwrap().unwrap().status.as_str(), "expired");
+    assert_eq!(hosts.hub.store.get_run(&run).await.unwrap().unwrap().state.as_str(), "running");
+
+    // An upload URL is valid for upload_url_ttl only.
+    hc.send(&HostMessage::UploadArtifact(UploadArtifact { run_id: run.clone(), name: "late.txt".into(), content_type: "text/plain".into(), size_bytes: 4 })).await;
+    let HostMessage::UploadArtifactAck(up) = hc.expect(MessageType::UploadArtifactAck).await else { unreachable!() };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let late = reqwest::Client::new().put(&up.upload_url).body("late").send().await.unwrap();
+    assert_eq!(late.status(), 403);
+    assert_eq!(late.json::<Value>().await.unwrap()["error"]["code"], "expired");
+}

@@ -87,14 +87,19 @@ impl Connector {
                 metrics::counter!("switchyard_tool_calls_total", "card" => self.card_id().to_owned(), "outcome" => "retryable").increment(1);
                 return Err(Fault::new(
                     ErrorCode::ToolInvokeFailed,
-                    format!("{} (retryable)", e.message),
+                    format!("{}: {} (retryable)", e.code, e.message),
                 ));
             }
             Ok(Err(e)) => {
                 if e.kind == ProviderErrorKind::Unauthorized {
                     self.set_status(ch, ConnectionStatus::Revoked).await?;
                 }
-                Err(Fault::new(ErrorCode::ToolInvokeFailed, e.message))
+                // The provider's stable code leads the message (the packet's code is the
+                // protocol's closed set).
+                Err(Fault::new(
+                    ErrorCode::ToolInvokeFailed,
+                    format!("{}: {}", e.code, e.message),
+                ))
             }
             // The target may or may not have acted: remember the timeout so a retry cannot
             // repeat the side effect.
