@@ -48,7 +48,12 @@ pub async fn enroll_host(pod: &Pod, tenant_id: &str, name: &str) -> EnrolledHost
 
 /// Enrolls with `token` at `root_url` (`http://127.0.0.1:PORT`); the host will connect to
 /// the mTLS listener `tls_url` (`https://127.0.0.1:PORT`).
-pub async fn enroll_with_token(root_url: &str, token: &str, name: &str, tls_url: &str) -> EnrolledHost {
+pub async fn enroll_with_token(
+    root_url: &str,
+    token: &str,
+    name: &str,
+    tls_url: &str,
+) -> EnrolledHost {
     let (key_pem, csr_pem) = new_host_key_and_csr(name).expect("csr");
     let resp = reqwest::Client::new()
         .post(format!("{root_url}/hosts/v1/enroll"))
@@ -172,9 +177,8 @@ impl EnrolledHost {
     }
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<
-    tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
->;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 pub async fn connect_raw(
     tls_url: &str,
@@ -315,8 +319,18 @@ impl HostConn {
 
 /// An xAgent connection to the pod's `/hosts` connector with a device channel bound to
 /// `host` by its pairing code.
-pub async fn bind_device_channel(pod: &Pod, host_name: &str, pairing_code: &str) -> (Sim, Conn, String) {
-    bind_device_channel_at(&pod.prefix_url("/hosts"), pod.api_key(), host_name, pairing_code).await
+pub async fn bind_device_channel(
+    pod: &Pod,
+    host_name: &str,
+    pairing_code: &str,
+) -> (Sim, Conn, String) {
+    bind_device_channel_at(
+        &pod.prefix_url("/hosts"),
+        pod.api_key(),
+        host_name,
+        pairing_code,
+    )
+    .await
 }
 
 /// Same, against any pod's `/hosts` base URL with an API key.

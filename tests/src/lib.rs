@@ -1021,3 +1021,70 @@ pub fn free_port() -> u16 {
         .expect("addr")
         .port()
 }
+
+/// Path of the `switchyard-host` binary (the agent host of `services/host-agent`), built
+/// first exactly like [`switchyard_binary`] (`cargo build -p switchyard-host-agent --bin
+/// switchyard-host` with the test's profile and target dir; a no-op when it is fresh).
+pub fn switchyard_host_binary() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_workspace_binary("switchyard-host-agent", "switchyard-host"))
+        .clone()
+}
+
+/// `cargo build -p PACKAGE --bin BIN` with the running test's profile and target dir;
+/// returns the binary's path (`target/<profile>/BIN`). Callers cache the result.
+pub fn build_workspace_binary(package: &str, bin: &str) -> PathBuf {
+    // target/<profile>/deps/<test exe> -> target/<profile>
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>")
+        .to_path_buf();
+    let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_owned(),
+        Some(other) => other.to_owned(),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("Cargo.toml");
+    let mut cmd = std::process::Command::new(cargo);
+    // The test's own package variables would make build scripts that track them rebuild
+    // (see `switchyard_binary`).
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("CARGO_PKG_")
+            || matches!(
+                k.as_ref(),
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+                    | "OUT_DIR"
+            )
+        {
+            cmd.env_remove(k.as_ref());
+        }
+    }
+    let status = cmd
+        .args(["build", "--quiet", "-p", package, "--bin", bin])
+        .args(["--profile", &profile])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .status()
+        .expect("run cargo build");
+    assert!(
+        status.success(),
+        "cargo build -p {package} --bin {bin} failed"
+    );
+    let path = profile_dir.join(format!("{bin}{}", std::env::consts::EXE_SUFFIX));
+    assert!(path.exists(), "{} missing after build", path.display());
+    path
+}

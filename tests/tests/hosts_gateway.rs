@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 use switchyard::config::Dur;
 use switchyard_e2e::hosts::*;
 use switchyard_e2e::{EnvelopeExt, Pod, PodOptions, eventually};
-use switchyard_protocol::hosts::message::{
-    ApprovalRequest, CancelRun, DownloadArtifact, ErrorMessage, Handoff, HandoffBundle,
-    RiskLevel, RunAccepted, RunCancelled, RunEventMessage, UploadArtifact,
-};
 use switchyard_protocol::hosts::message::RunEvent;
+use switchyard_protocol::hosts::message::{
+    ApprovalRequest, CancelRun, DownloadArtifact, ErrorMessage, Handoff, HandoffBundle, RiskLevel,
+    RunAccepted, RunCancelled, RunEventMessage, UploadArtifact,
+};
 use switchyard_protocol::hosts::{HostErrorCode, HostMessage, MessageType};
 
 fn event(run_id: &str, seq: u64, ev: Value) -> HostMessage {
@@ -44,12 +44,18 @@ async fn enrolled_host_runs_a_task_for_xagent_end_to_end() {
     let pod = Pod::start(PodOptions::default()).await;
     let host = enroll_host(&pod, &pod.tenant.id, "build-box").await;
     let (mut hc, config) = host.online(&["agent-1"]).await;
-    let pairing = config["pairing_code"].as_str().expect("pairing code").to_owned();
+    let pairing = config["pairing_code"]
+        .as_str()
+        .expect("pairing code")
+        .to_owned();
     assert_eq!(pairing.len(), 9, "XXXX-XXXX");
 
     // Heartbeat is answered and stored as live status.
     hc.send(&host.heartbeat()).await;
-    assert_eq!(hc.expect(MessageType::HeartbeatAck).await.message_type(), MessageType::HeartbeatAck);
+    assert_eq!(
+        hc.expect(MessageType::HeartbeatAck).await.message_type(),
+        MessageType::HeartbeatAck
+    );
 
     let (_sim, conn, ch) = bind_device_channel(&pod, "build-box", &pairing).await;
     let status = tool(&conn, &ch, "host_status", json!({})).await;
@@ -57,39 +63,83 @@ async fn enrolled_host_runs_a_task_for_xagent_end_to_end() {
     assert_eq!(status["result"]["agents"][0]["agent_id"], "agent-1");
     assert_eq!(status["result"]["metrics"]["memory_mb"], 100);
 
-    let started = tool(&conn, &ch, "agent_run_start", json!({"goal": "count to three", "constraints": {"timeout_seconds": 60}})).await;
-    let run_id = started["result"]["run_id"].as_str().expect("run id").to_owned();
+    let started = tool(
+        &conn,
+        &ch,
+        "agent_run_start",
+        json!({"goal": "count to three", "constraints": {"timeout_seconds": 60}}),
+    )
+    .await;
+    let run_id = started["result"]["run_id"]
+        .as_str()
+        .expect("run id")
+        .to_owned();
     assert_eq!(started["result"]["state"], "queued");
 
     // The host gets create_run with the same id, goal and constraints.
     let create = hc.expect(MessageType::CreateRun).await;
-    let HostMessage::CreateRun(c) = &create else { unreachable!() };
+    let HostMessage::CreateRun(c) = &create else {
+        unreachable!()
+    };
     assert_eq!(c.run_id, run_id);
     assert_eq!(c.goal, "count to three");
     assert_eq!(c.agent_id, "agent-1");
     assert_eq!(c.constraints.timeout_seconds, Some(60));
 
     hc.send(&accepted(&run_id)).await;
-    hc.send(&event(&run_id, 1, json!({"event": "thinking", "payload": {"text": "one"}}))).await;
+    hc.send(&event(
+        &run_id,
+        1,
+        json!({"event": "thinking", "payload": {"text": "one"}}),
+    ))
+    .await;
     hc.send(&event(&run_id, 2, json!({"event": "tool_call", "payload": {"tool": "terminal", "command": "echo 2", "output": "2"}}))).await;
     // A replayed event (same seq) is dropped.
     hc.send(&event(&run_id, 2, json!({"event": "tool_call", "payload": {"tool": "terminal", "command": "echo 2", "output": "2"}}))).await;
-    hc.send(&event(&run_id, 3, json!({"event": "completion", "payload": {"summary": "three"}}))).await;
+    hc.send(&event(
+        &run_id,
+        3,
+        json!({"event": "completion", "payload": {"summary": "three"}}),
+    ))
+    .await;
 
-    let waited = tool(&conn, &ch, "agent_run_wait", json!({"run_id": run_id, "timeout_seconds": 10})).await;
+    let waited = tool(
+        &conn,
+        &ch,
+        "agent_run_wait",
+        json!({"run_id": run_id, "timeout_seconds": 10}),
+    )
+    .await;
     assert_eq!(waited["result"]["state"], "completed", "{waited}");
     assert_eq!(waited["result"]["summary"], "three");
     assert_eq!(waited["result"]["done"], true);
 
     let events = tool(&conn, &ch, "agent_run_events", json!({"run_id": run_id})).await;
-    let kinds: Vec<&str> = events["result"]["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["thinking", "tool_call", "completion"], "replay dropped, order kept");
-    let page = tool(&conn, &ch, "agent_run_events", json!({"run_id": run_id, "after_seq": 2})).await;
+    let kinds: Vec<&str> = events["result"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["thinking", "tool_call", "completion"],
+        "replay dropped, order kept"
+    );
+    let page = tool(
+        &conn,
+        &ch,
+        "agent_run_events",
+        json!({"run_id": run_id, "after_seq": 2}),
+    )
+    .await;
     assert_eq!(page["result"]["events"].as_array().unwrap().len(), 1);
 
     // heartbeat_ack lists no finished runs.
     hc.send(&host.heartbeat()).await;
-    let HostMessage::HeartbeatAck(ack) = hc.expect(MessageType::HeartbeatAck).await else { unreachable!() };
+    let HostMessage::HeartbeatAck(ack) = hc.expect(MessageType::HeartbeatAck).await else {
+        unreachable!()
+    };
     assert!(!ack.runs.contains_key(&run_id));
 }
 
@@ -102,18 +152,37 @@ async fn identity_failures_are_refused_with_stable_codes() {
     let token = enrollment_token(&pod, &pod.tenant.id, "other-box").await;
     let (_k, csr) = switchyard_hosts_tls::pki::new_host_key_and_csr("other-box").unwrap();
     let http = reqwest::Client::new();
-    let first = http.post(format!("{}/hosts/v1/enroll", pod.root_url())).json(&json!({"token": token, "csr_pem": csr})).send().await.unwrap();
+    let first = http
+        .post(format!("{}/hosts/v1/enroll", pod.root_url()))
+        .json(&json!({"token": token, "csr_pem": csr}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(first.status(), 200);
-    let again = http.post(format!("{}/hosts/v1/enroll", pod.root_url())).json(&json!({"token": token, "csr_pem": csr})).send().await.unwrap();
+    let again = http
+        .post(format!("{}/hosts/v1/enroll", pod.root_url()))
+        .json(&json!({"token": token, "csr_pem": csr}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again.status(), 401);
     let body: Value = again.json().await.unwrap();
     assert_eq!(body["error"]["code"], "invalid_token");
-    let garbage = http.post(format!("{}/hosts/v1/enroll", pod.root_url())).json(&json!({"token": "x", "csr_pem": "not a csr"})).send().await.unwrap();
+    let garbage = http
+        .post(format!("{}/hosts/v1/enroll", pod.root_url()))
+        .json(&json!({"token": "x", "csr_pem": "not a csr"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(garbage.status(), 400);
 
     // No client certificate: 401 client_certificate_required.
     let jwt = host.jwt().await;
-    let err = host.connect_with(Some(&jwt), false).await.err().expect("refused");
+    let err = host
+        .connect_with(Some(&jwt), false)
+        .await
+        .err()
+        .expect("refused");
     assert_eq!(err.0, 401, "{err:?}");
     assert!(err.1.contains("client_certificate_required"), "{err:?}");
 
@@ -121,8 +190,13 @@ async fn identity_failures_are_refused_with_stable_codes() {
     let rogue = switchyard_hosts_tls::pki::HostCa::generate("rogue").unwrap();
     let (rk, rcsr) = switchyard_hosts_tls::pki::new_host_key_and_csr("rogue").unwrap();
     let rcert = rogue.sign_csr(&rcsr, &host.host_id, 1).unwrap();
-    let cfg = switchyard_hosts_tls::client::client_config(&host.ca_pem, Some(&rcert.pem), Some(&rk)).unwrap();
-    let err = connect_raw(&host.tls_url, cfg, Some(&jwt)).await.err().expect("refused");
+    let cfg =
+        switchyard_hosts_tls::client::client_config(&host.ca_pem, Some(&rcert.pem), Some(&rk))
+            .unwrap();
+    let err = connect_raw(&host.tls_url, cfg, Some(&jwt))
+        .await
+        .err()
+        .expect("refused");
     assert_ne!(err.0, 101, "{err:?}");
 
     // No JWT, a tampered JWT, and a JWT bound to another certificate.
@@ -131,21 +205,43 @@ async fn identity_failures_are_refused_with_stable_codes() {
     assert!(err.1.contains("invalid_token"), "{err:?}");
     let mut bad = jwt.clone();
     bad.push('x');
-    let err = host.connect_with(Some(&bad), true).await.err().expect("refused");
+    let err = host
+        .connect_with(Some(&bad), true)
+        .await
+        .err()
+        .expect("refused");
     assert!(err.1.contains("invalid_token"), "{err:?}");
     let other = enroll_host(&pod, &pod.tenant.id, "second-box").await;
     let other_jwt = other.jwt().await;
-    let err = host.connect_with(Some(&other_jwt), true).await.err().expect("refused");
+    let err = host
+        .connect_with(Some(&other_jwt), true)
+        .await
+        .err()
+        .expect("refused");
     assert!(err.1.contains("certificate_mismatch"), "{err:?}");
 
     // An expired JWT.
-    let key = switchyard::hosts::jwt_key(switchyard::app::keys(pod.config()).unwrap().0[0].expose());
+    let key =
+        switchyard::hosts::jwt_key(switchyard::app::keys(pod.config()).unwrap().0[0].expose());
     let der = switchyard_hosts_tls::pki::pem_to_der(&host.cert_pem).unwrap();
-    let digest: [u8; 32] = { use sha2::Digest; sha2::Sha256::digest(&der).into() };
+    let digest: [u8; 32] = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&der).into()
+    };
     let now = switchyard_core::ids::now_ms() / 1000;
-    let claims = switchyard_protocol::hosts::HostClaims::new(&host.host_id, &host.tenant_id, now - 700, 600, &digest);
+    let claims = switchyard_protocol::hosts::HostClaims::new(
+        &host.host_id,
+        &host.tenant_id,
+        now - 700,
+        600,
+        &digest,
+    );
     let expired = switchyard_hosts_tls::jwt::issue(&key, &claims);
-    let err = host.connect_with(Some(&expired), true).await.err().expect("refused");
+    let err = host
+        .connect_with(Some(&expired), true)
+        .await
+        .err()
+        .expect("refused");
     assert!(err.1.contains("token_expired"), "{err:?}");
 
     // Revocation closes the live socket and refuses the next connection.
@@ -153,8 +249,17 @@ async fn identity_failures_are_refused_with_stable_codes() {
     let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
     hosts.revoke(&host.host_id).await.unwrap();
     let ended = hc.ended(Duration::from_secs(5), true).await;
-    assert_eq!(ended, Some(Ended::Closed(Some(4401))), "revoked socket closes with 4401");
-    let resp = host.https().post(format!("{}/hosts/v1/token", host.tls_url)).send().await.unwrap();
+    assert_eq!(
+        ended,
+        Some(Ended::Closed(Some(4401))),
+        "revoked socket closes with 4401"
+    );
+    let resp = host
+        .https()
+        .post(format!("{}/hosts/v1/token", host.tls_url))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 401);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "host_revoked");
@@ -170,24 +275,44 @@ async fn bad_messages_get_error_codes_and_the_socket_stays_open() {
         other => panic!("expected error, got {other:?}"),
     };
     hc.send_raw("{not json").await;
-    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::InvalidRequestFormat);
+    assert_eq!(
+        code(hc.expect(MessageType::Error).await),
+        HostErrorCode::InvalidRequestFormat
+    );
     hc.send_raw(r#"{"type":"teleport"}"#).await;
-    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::UnknownMessageType);
+    assert_eq!(
+        code(hc.expect(MessageType::Error).await),
+        HostErrorCode::UnknownMessageType
+    );
     hc.send_raw(r#"{"type":"run_event","run_id":"run_nope","event":"progress","timestamp":"2026-07-20T12:00:00Z","payload":{"message":"x"}}"#).await;
-    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::RunNotFound);
+    assert_eq!(
+        code(hc.expect(MessageType::Error).await),
+        HostErrorCode::RunNotFound
+    );
     // create_run is the server's message: not a type the server takes.
     hc.send_raw(r#"{"type":"create_run","run_id":"r","agent_id":"a","goal":"g","context_bundle":{"objective":"o"},"constraints":{}}"#).await;
-    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::UnknownMessageType);
+    assert_eq!(
+        code(hc.expect(MessageType::Error).await),
+        HostErrorCode::UnknownMessageType
+    );
 
     // A run of another host: 4007.
     let other = enroll_host(&pod, &pod.tenant.id, "other-codes-box").await;
     let (mut oc, cfg) = other.online(&["b"]).await;
-    let (_s, conn, ch) = bind_device_channel(&pod, "other-codes-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let (_s, conn, ch) = bind_device_channel(
+        &pod,
+        "other-codes-box",
+        cfg["pairing_code"].as_str().unwrap(),
+    )
+    .await;
     let started = tool(&conn, &ch, "agent_run_start", json!({"goal": "x"})).await;
     let foreign = started["result"]["run_id"].as_str().unwrap().to_owned();
     let _ = oc.expect(MessageType::CreateRun).await;
     hc.send(&accepted(&foreign)).await;
-    assert_eq!(code(hc.expect(MessageType::Error).await), HostErrorCode::UnauthorizedAction);
+    assert_eq!(
+        code(hc.expect(MessageType::Error).await),
+        HostErrorCode::UnauthorizedAction
+    );
 
     // Still open: a heartbeat is answered.
     hc.send(&host.heartbeat()).await;
@@ -204,7 +329,8 @@ async fn retry_policy_and_timeouts_of_the_seed() {
     .await;
     let host = enroll_host(&pod, &pod.tenant.id, "policy-box").await;
     let (mut hc, cfg) = host.online(&["a"]).await;
-    let (_s, conn, ch) = bind_device_channel(&pod, "policy-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let (_s, conn, ch) =
+        bind_device_channel(&pod, "policy-box", cfg["pairing_code"].as_str().unwrap()).await;
     let start = |goal: &'static str| {
         let conn = &conn;
         let ch = &ch;
@@ -217,7 +343,13 @@ async fn retry_policy_and_timeouts_of_the_seed() {
         let conn = &conn;
         let ch = &ch;
         async move {
-            let v = tool(conn, ch, "agent_run_wait", json!({"run_id": run, "timeout_seconds": 1})).await;
+            let v = tool(
+                conn,
+                ch,
+                "agent_run_wait",
+                json!({"run_id": run, "timeout_seconds": 1}),
+            )
+            .await;
             v["result"].clone()
         }
     };
@@ -234,40 +366,94 @@ async fn retry_policy_and_timeouts_of_the_seed() {
     for attempt in 0..4 {
         let m = hc.expect_for(MessageType::CreateRun, &r2).await;
         assert_eq!(run_id_of(&m), r2, "attempt {attempt}");
-        hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::AdapterError, message: "boom".into(), run_id: Some(r2.clone()) })).await;
+        hc.send(&HostMessage::Error(ErrorMessage {
+            code: HostErrorCode::AdapterError,
+            message: "boom".into(),
+            run_id: Some(r2.clone()),
+        }))
+        .await;
     }
-    let s2 = eventually(Duration::from_secs(5), "r2 failed", || { let st = state(r2.clone()); async move { let v = st.await; (v["state"] == "failed").then_some(v) } }).await;
+    let s2 = eventually(Duration::from_secs(5), "r2 failed", || {
+        let st = state(r2.clone());
+        async move {
+            let v = st.await;
+            (v["state"] == "failed").then_some(v)
+        }
+    })
+    .await;
     assert_eq!(s2["error"]["code"], "adapter_error");
 
     // 4005: back in the queue, not re-sent before the back-off (60 s).
     let r3 = start("busy agent").await;
     hc.expect_for(MessageType::CreateRun, &r3).await;
-    hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::AgentBusy, message: "busy".into(), run_id: Some(r3.clone()) })).await;
-    let v = eventually(Duration::from_secs(5), "r3 queued", || { let st = state(r3.clone()); async move { let v = st.await; (v["state"] == "queued").then_some(v) } }).await;
+    hc.send(&HostMessage::Error(ErrorMessage {
+        code: HostErrorCode::AgentBusy,
+        message: "busy".into(),
+        run_id: Some(r3.clone()),
+    }))
+    .await;
+    let v = eventually(Duration::from_secs(5), "r3 queued", || {
+        let st = state(r3.clone());
+        async move {
+            let v = st.await;
+            (v["state"] == "queued").then_some(v)
+        }
+    })
+    .await;
     assert_eq!(v["error"]["code"], "agent_busy");
     while let Some(m) = hc.recv_within(Duration::from_secs(2)).await {
-        if let HostMessage::CreateRun(c) = &m { assert_ne!(c.run_id, r3, "4005 waits 60 s before a retry"); }
+        if let HostMessage::CreateRun(c) = &m {
+            assert_ne!(c.run_id, r3, "4005 waits 60 s before a retry");
+        }
     }
 
     // 4006: stopped, not retried.
     let r4 = start("over quota").await;
     hc.expect_for(MessageType::CreateRun, &r4).await;
-    hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::QuotaExceeded, message: "quota".into(), run_id: Some(r4.clone()) })).await;
-    let v = eventually(Duration::from_secs(5), "r4 failed", || { let st = state(r4.clone()); async move { let v = st.await; (v["state"] == "failed").then_some(v) } }).await;
+    hc.send(&HostMessage::Error(ErrorMessage {
+        code: HostErrorCode::QuotaExceeded,
+        message: "quota".into(),
+        run_id: Some(r4.clone()),
+    }))
+    .await;
+    let v = eventually(Duration::from_secs(5), "r4 failed", || {
+        let st = state(r4.clone());
+        async move {
+            let v = st.await;
+            (v["state"] == "failed").then_some(v)
+        }
+    })
+    .await;
     assert_eq!(v["error"]["code"], "quota_exceeded");
 
     // 4003: failed.
     let r5 = start("unknown agent on the host").await;
     hc.expect_for(MessageType::CreateRun, &r5).await;
-    hc.send(&HostMessage::Error(ErrorMessage { code: HostErrorCode::AgentNotFound, message: "no agent".into(), run_id: Some(r5.clone()) })).await;
-    eventually(Duration::from_secs(5), "r5 failed", || { let st = state(r5.clone()); async move { (st.await["state"] == "failed").then_some(()) } }).await;
+    hc.send(&HostMessage::Error(ErrorMessage {
+        code: HostErrorCode::AgentNotFound,
+        message: "no agent".into(),
+        run_id: Some(r5.clone()),
+    }))
+    .await;
+    eventually(Duration::from_secs(5), "r5 failed", || {
+        let st = state(r5.clone());
+        async move { (st.await["state"] == "failed").then_some(()) }
+    })
+    .await;
 
     // Cancel: cancel_run is re-sent until confirmed; here it is confirmed.
     let cancel = tool(&conn, &ch, "agent_run_cancel", json!({"run_id": r1})).await;
     assert_eq!(cancel["result"]["cancel_requested"], true, "{cancel}");
     hc.expect_for(MessageType::CancelRun, &r1).await;
-    hc.send(&HostMessage::RunCancelled(RunCancelled { run_id: r1.clone() })).await;
-    eventually(Duration::from_secs(5), "r1 cancelled", || { let st = state(r1.clone()); async move { (st.await["state"] == "cancelled").then_some(()) } }).await;
+    hc.send(&HostMessage::RunCancelled(RunCancelled {
+        run_id: r1.clone(),
+    }))
+    .await;
+    eventually(Duration::from_secs(5), "r1 cancelled", || {
+        let st = state(r1.clone());
+        async move { (st.await["state"] == "cancelled").then_some(()) }
+    })
+    .await;
 
     // Cancel not confirmed within cancel_confirm: the run counts as cancelled.
     let r6 = start("deaf to cancel").await;
@@ -275,67 +461,175 @@ async fn retry_policy_and_timeouts_of_the_seed() {
     hc.send(&accepted(&r6)).await;
     tool(&conn, &ch, "agent_run_cancel", json!({"run_id": r6})).await;
     hc.expect_for(MessageType::CancelRun, &r6).await;
-    let v = eventually(Duration::from_secs(6), "r6 cancelled by timeout", || { let st = state(r6.clone()); async move { let v = st.await; (v["state"] == "cancelled").then_some(v) } }).await;
+    let v = eventually(Duration::from_secs(6), "r6 cancelled by timeout", || {
+        let st = state(r6.clone());
+        async move {
+            let v = st.await;
+            (v["state"] == "cancelled").then_some(v)
+        }
+    })
+    .await;
     assert_eq!(v["error"]["code"], "cancel_timeout");
 
     // Cancelling a queued run needs no host.
-    let _ = CancelRun { run_id: String::new() };
+    let _ = CancelRun {
+        run_id: String::new(),
+    };
 }
 
 #[tokio::test]
 async fn approvals_are_decided_by_people_and_reach_the_host() {
     let token = "operator-token-0123456789";
     let pod = Pod::start(PodOptions::default().with(|c| {
-        c.operator_tokens = serde_json::from_value(json!(format!("alice@example.com={token}"))).unwrap();
+        c.operator_tokens =
+            serde_json::from_value(json!(format!("alice@example.com={token}"))).unwrap();
     }))
     .await;
     let host = enroll_host(&pod, &pod.tenant.id, "risky-box").await;
     let (mut hc, cfg) = host.online(&["a"]).await;
-    let (_s, conn, ch) = bind_device_channel(&pod, "risky-box", cfg["pairing_code"].as_str().unwrap()).await;
-    let started = tool(&conn, &ch, "agent_run_start", json!({"goal": "clean the build dir"})).await;
+    let (_s, conn, ch) =
+        bind_device_channel(&pod, "risky-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let started = tool(
+        &conn,
+        &ch,
+        "agent_run_start",
+        json!({"goal": "clean the build dir"}),
+    )
+    .await;
     let run = started["result"]["run_id"].as_str().unwrap().to_owned();
     let _ = hc.expect(MessageType::CreateRun).await;
     hc.send(&accepted(&run)).await;
-    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest { run_id: run.clone(), action: "rm -rf /tmp/build".into(), risk_level: RiskLevel::High, approval_id: Some("apr-one".into()) })).await;
+    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest {
+        run_id: run.clone(),
+        action: "rm -rf /tmp/build".into(),
+        risk_level: RiskLevel::High,
+        approval_id: Some("apr-one".into()),
+    }))
+    .await;
     eventually(Duration::from_secs(5), "awaiting approval", || {
-        let conn = &conn; let ch = &ch; let run = run.clone();
-        async move { let v = tool(conn, ch, "agent_run_wait", json!({"run_id": run, "timeout_seconds": 1})).await; (v["result"]["state"] == "awaiting_approval").then_some(()) }
-    }).await;
+        let conn = &conn;
+        let ch = &ch;
+        let run = run.clone();
+        async move {
+            let v = tool(
+                conn,
+                ch,
+                "agent_run_wait",
+                json!({"run_id": run, "timeout_seconds": 1}),
+            )
+            .await;
+            (v["result"]["state"] == "awaiting_approval").then_some(())
+        }
+    })
+    .await;
     // A second request while one is pending is refused (one at a time per run).
-    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest { run_id: run.clone(), action: "curl | sh".into(), risk_level: RiskLevel::High, approval_id: Some("apr-two".into()) })).await;
-    let HostMessage::Error(e) = hc.expect(MessageType::Error).await else { unreachable!() };
+    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest {
+        run_id: run.clone(),
+        action: "curl | sh".into(),
+        risk_level: RiskLevel::High,
+        approval_id: Some("apr-two".into()),
+    }))
+    .await;
+    let HostMessage::Error(e) = hc.expect(MessageType::Error).await else {
+        unreachable!()
+    };
     assert_eq!(e.code, HostErrorCode::UnauthorizedAction);
     let http = reqwest::Client::new();
     let admin = format!("{}/admin/v1/approvals", pod.root_url());
     // Without the operator token: refused. The tenant's API key (what a model holds) is not enough.
-    let r = http.get(&admin).query(&[("tenant", pod.tenant.id.as_str())]).bearer_auth(pod.api_key()).send().await.unwrap();
+    let r = http
+        .get(&admin)
+        .query(&[("tenant", pod.tenant.id.as_str())])
+        .bearer_auth(pod.api_key())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    let pending: Value = http.get(&admin).query(&[("tenant", pod.tenant.id.as_str()), ("status", "pending")]).bearer_auth(token).send().await.unwrap().json().await.unwrap();
-    assert_eq!(pending.as_array().unwrap().len(), 1, "one pending at a time per run: {pending}");
+    let pending: Value = http
+        .get(&admin)
+        .query(&[("tenant", pod.tenant.id.as_str()), ("status", "pending")])
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        pending.as_array().unwrap().len(),
+        1,
+        "one pending at a time per run: {pending}"
+    );
 
-    let granted: Value = http.post(format!("{admin}/apr-one/grant")).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+    let granted: Value = http
+        .post(format!("{admin}/apr-one/grant"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(granted["status"], "granted");
     assert_eq!(granted["decided_by"], "alice@example.com");
-    let HostMessage::ApprovalGranted(g) = hc.expect(MessageType::ApprovalGranted).await else { unreachable!() };
-    assert_eq!((g.approval_id.as_str(), g.approved_by.as_str()), ("apr-one", "alice@example.com"));
+    let HostMessage::ApprovalGranted(g) = hc.expect(MessageType::ApprovalGranted).await else {
+        unreachable!()
+    };
+    assert_eq!(
+        (g.approval_id.as_str(), g.approved_by.as_str()),
+        ("apr-one", "alice@example.com")
+    );
     // Deciding twice is refused.
-    let twice = http.post(format!("{admin}/apr-one/deny")).bearer_auth(token).send().await.unwrap();
+    let twice = http
+        .post(format!("{admin}/apr-one/deny"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(twice.status(), 409);
 
     // A second request, denied through the CLI path.
-    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest { run_id: run.clone(), action: "shutdown now".into(), risk_level: RiskLevel::Critical, approval_id: Some("apr-three".into()) })).await;
+    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest {
+        run_id: run.clone(),
+        action: "shutdown now".into(),
+        risk_level: RiskLevel::Critical,
+        approval_id: Some("apr-three".into()),
+    }))
+    .await;
     let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
-    eventually(Duration::from_secs(5), "approval stored", || { let hosts = &hosts; async move { hosts.hub.store.get_approval("apr-three").await.unwrap() } }).await;
-    hosts.decide("apr-three", None, false, "bob", Some("not on a Friday")).await.unwrap();
-    let HostMessage::ApprovalDenied(d) = hc.expect(MessageType::ApprovalDenied).await else { unreachable!() };
+    eventually(Duration::from_secs(5), "approval stored", || {
+        let hosts = &hosts;
+        async move { hosts.hub.store.get_approval("apr-three").await.unwrap() }
+    })
+    .await;
+    hosts
+        .decide("apr-three", None, false, "bob", Some("not on a Friday"))
+        .await
+        .unwrap();
+    let HostMessage::ApprovalDenied(d) = hc.expect(MessageType::ApprovalDenied).await else {
+        unreachable!()
+    };
     assert_eq!(d.code, HostErrorCode::ApprovalDenied);
     assert_eq!(d.denied_by.as_deref(), Some("bob"));
     assert_eq!(d.reason.as_deref(), Some("not on a Friday"));
     let log = tool(&conn, &ch, "agent_run_events", json!({"run_id": run})).await;
-    let kinds: Vec<&str> = log["result"]["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
-    assert!(kinds.contains(&"approval_granted") && kinds.contains(&"approval_denied"), "{kinds:?}");
+    let kinds: Vec<&str> = log["result"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"approval_granted") && kinds.contains(&"approval_denied"),
+        "{kinds:?}"
+    );
     // The Card offers no approval tool.
-    let card: Value = reqwest::get(format!("{}/connector-card.json", pod.prefix_url("/hosts"))).await.unwrap().json().await.unwrap();
+    let card: Value = reqwest::get(format!("{}/connector-card.json", pod.prefix_url("/hosts")))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(!card.to_string().contains("approval_grant"));
 }
 
@@ -346,42 +640,125 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
     let (mut hc, cfg) = host.online(&["writer"]).await;
     let second = enroll_host(&pod, &pod.tenant.id, "review-box").await;
     let (mut hc2, _) = second.online(&["reviewer"]).await;
-    let (_s, conn, ch) = bind_device_channel(&pod, "art-box", cfg["pairing_code"].as_str().unwrap()).await;
-    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "write results"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    let (_s, conn, ch) =
+        bind_device_channel(&pod, "art-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let run = tool(
+        &conn,
+        &ch,
+        "agent_run_start",
+        json!({"goal": "write results"}),
+    )
+    .await["result"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let _ = hc.expect(MessageType::CreateRun).await;
     hc.send(&accepted(&run)).await;
 
     let body = b"a,b\n1,2\n".to_vec();
-    hc.send(&HostMessage::UploadArtifact(UploadArtifact { run_id: run.clone(), name: "results.csv".into(), content_type: "text/csv".into(), size_bytes: body.len() as u64 })).await;
-    let HostMessage::UploadArtifactAck(up) = hc.expect(MessageType::UploadArtifactAck).await else { unreachable!() };
-    let put = reqwest::Client::new().put(&up.upload_url).header("content-type", "text/csv").body(body.clone()).send().await.unwrap();
+    hc.send(&HostMessage::UploadArtifact(UploadArtifact {
+        run_id: run.clone(),
+        name: "results.csv".into(),
+        content_type: "text/csv".into(),
+        size_bytes: body.len() as u64,
+    }))
+    .await;
+    let HostMessage::UploadArtifactAck(up) = hc.expect(MessageType::UploadArtifactAck).await else {
+        unreachable!()
+    };
+    let put = reqwest::Client::new()
+        .put(&up.upload_url)
+        .header("content-type", "text/csv")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(put.status(), 200);
     // A tampered signature is refused.
     let tampered = up.upload_url.replace("sig=", "sig=x");
-    assert_eq!(reqwest::Client::new().put(&tampered).body("x").send().await.unwrap().status(), 403);
+    assert_eq!(
+        reqwest::Client::new()
+            .put(&tampered)
+            .body("x")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
 
-    hc.send(&HostMessage::DownloadArtifact(DownloadArtifact { artifact_id: up.artifact_id.clone() })).await;
-    let HostMessage::DownloadArtifactAck(down) = hc.expect(MessageType::DownloadArtifactAck).await else { unreachable!() };
-    let got = reqwest::get(&down.download_url).await.unwrap().bytes().await.unwrap();
+    hc.send(&HostMessage::DownloadArtifact(DownloadArtifact {
+        artifact_id: up.artifact_id.clone(),
+    }))
+    .await;
+    let HostMessage::DownloadArtifactAck(down) = hc.expect(MessageType::DownloadArtifactAck).await
+    else {
+        unreachable!()
+    };
+    let got = reqwest::get(&down.download_url)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
     assert_eq!(got.as_ref(), body.as_slice());
 
     hc.send(&event(&run, 1, json!({"event": "completion", "payload": {"summary": "done", "artifacts": [up.artifact_id]}}))).await;
-    let fetched = tool(&conn, &ch, "agent_artifact_fetch", json!({"artifact_id": up.artifact_id})).await;
-    let url = fetched["result"]["download_url"].as_str().unwrap_or_else(|| panic!("{fetched}"));
+    let fetched = tool(
+        &conn,
+        &ch,
+        "agent_artifact_fetch",
+        json!({"artifact_id": up.artifact_id}),
+    )
+    .await;
+    let url = fetched["result"]["download_url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{fetched}"));
     assert!(fetched["result"]["file_ref"].as_str().is_some());
-    assert_eq!(reqwest::get(url).await.unwrap().bytes().await.unwrap().as_ref(), body.as_slice());
+    assert_eq!(
+        reqwest::get(url)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .as_ref(),
+        body.as_slice()
+    );
 
     // Host-initiated handoff to an agent of another host.
-    let run2 = tool(&conn, &ch, "agent_run_start", json!({"goal": "draft"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    let run2 =
+        tool(&conn, &ch, "agent_run_start", json!({"goal": "draft"})).await["result"]["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
     let _ = hc.expect(MessageType::CreateRun).await;
     hc.send(&accepted(&run2)).await;
-    hc.send(&HostMessage::Handoff(Handoff { from_run_id: run2.clone(), to_agent_id: "reviewer".into(), bundle: HandoffBundle { objective: "review the draft".into(), progress: "drafted".into(), ..Default::default() } })).await;
-    let HostMessage::CreateRun(c) = hc2.expect(MessageType::CreateRun).await else { unreachable!() };
+    hc.send(&HostMessage::Handoff(Handoff {
+        from_run_id: run2.clone(),
+        to_agent_id: "reviewer".into(),
+        bundle: HandoffBundle {
+            objective: "review the draft".into(),
+            progress: "drafted".into(),
+            ..Default::default()
+        },
+    }))
+    .await;
+    let HostMessage::CreateRun(c) = hc2.expect(MessageType::CreateRun).await else {
+        unreachable!()
+    };
     assert_eq!(c.goal, "review the draft");
     assert_eq!(c.agent_id, "reviewer");
     // A handoff to an unknown agent: 4003.
-    hc.send(&HostMessage::Handoff(Handoff { from_run_id: run2.clone(), to_agent_id: "nobody".into(), bundle: HandoffBundle::default() })).await;
-    let HostMessage::Error(e) = hc.expect(MessageType::Error).await else { unreachable!() };
+    hc.send(&HostMessage::Handoff(Handoff {
+        from_run_id: run2.clone(),
+        to_agent_id: "nobody".into(),
+        bundle: HandoffBundle::default(),
+    }))
+    .await;
+    let HostMessage::Error(e) = hc.expect(MessageType::Error).await else {
+        unreachable!()
+    };
     assert_eq!(e.code, HostErrorCode::AgentNotFound);
     let _ = RunEvent::Progress(Default::default());
     let _ = RunEventMessage::clone;
@@ -399,19 +776,40 @@ async fn https_fallback_carries_the_same_messages() {
         let url = format!("{}/hosts/v1/messages", host.tls_url);
         let jwt = jwt.clone();
         async move {
-            let r = https.post(url).bearer_auth(jwt).body(m.to_json()).send().await.unwrap();
+            let r = https
+                .post(url)
+                .bearer_auth(jwt)
+                .body(m.to_json())
+                .send()
+                .await
+                .unwrap();
             assert_eq!(r.status(), 200);
             r.json::<Vec<Value>>().await.unwrap()
         }
     };
     // Polling before register is refused with 4001.
-    let early: Vec<Value> = https.get(format!("{}/hosts/v1/messages?wait_s=1", host.tls_url)).bearer_auth(&jwt).send().await.unwrap().json().await.unwrap();
+    let early: Vec<Value> = https
+        .get(format!("{}/hosts/v1/messages?wait_s=1", host.tls_url))
+        .bearer_auth(&jwt)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(early[0]["code"], 4001);
     let replies = post(host.register_msg()).await;
     assert_eq!(replies[0]["type"], "register_ack");
-    let pairing = replies[0]["config"]["pairing_code"].as_str().unwrap().to_owned();
+    let pairing = replies[0]["config"]["pairing_code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let caps = serde_json::from_value(json!({"type": "capabilities", "connector_id": host.host_id, "agents": [{"agent_id": "fb", "runtime": "exec", "model": "m", "max_turns": 5}]})).unwrap();
-    let caps = switchyard_protocol::hosts::parse_from(switchyard_protocol::hosts::Peer::Host, &serde_json::to_string::<Value>(&caps).unwrap()).unwrap();
+    let caps = switchyard_protocol::hosts::parse_from(
+        switchyard_protocol::hosts::Peer::Host,
+        &serde_json::to_string::<Value>(&caps).unwrap(),
+    )
+    .unwrap();
     assert!(post(caps).await.is_empty());
     let hb = post(host.heartbeat()).await;
     assert_eq!(hb[0]["type"], "heartbeat_ack");
@@ -421,35 +819,91 @@ async fn https_fallback_carries_the_same_messages() {
     assert_eq!(status["result"]["status"], "online");
     let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "over https"})).await["result"]["run_id"].as_str().unwrap().to_owned();
     // The long-poll returns the create_run.
-    let polled: Vec<Value> = https.get(format!("{}/hosts/v1/messages?wait_s=10", host.tls_url)).bearer_auth(&jwt).send().await.unwrap().json().await.unwrap();
+    let polled: Vec<Value> = https
+        .get(format!("{}/hosts/v1/messages?wait_s=10", host.tls_url))
+        .bearer_auth(&jwt)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(polled[0]["type"], "create_run", "{polled:?}");
     assert_eq!(polled[0]["run_id"], run.as_str());
     assert!(post(accepted(&run)).await.is_empty());
-    assert!(post(event(&run, 1, json!({"event": "completion", "payload": {"summary": "via fallback"}}))).await.is_empty());
-    let done = tool(&conn, &ch, "agent_run_wait", json!({"run_id": run, "timeout_seconds": 5})).await;
+    assert!(
+        post(event(
+            &run,
+            1,
+            json!({"event": "completion", "payload": {"summary": "via fallback"}})
+        ))
+        .await
+        .is_empty()
+    );
+    let done = tool(
+        &conn,
+        &ch,
+        "agent_run_wait",
+        json!({"run_id": run, "timeout_seconds": 5}),
+    )
+    .await;
     assert_eq!(done["result"]["state"], "completed");
     assert_eq!(done["result"]["summary"], "via fallback");
     // Nothing more to send: an empty poll after wait_s.
     let t0 = std::time::Instant::now();
-    let empty: Vec<Value> = https.get(format!("{}/hosts/v1/messages?wait_s=1", host.tls_url)).bearer_auth(&jwt).send().await.unwrap().json().await.unwrap();
+    let empty: Vec<Value> = https
+        .get(format!("{}/hosts/v1/messages?wait_s=1", host.tls_url))
+        .bearer_auth(&jwt)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert!(empty.is_empty());
     assert!(t0.elapsed() >= Duration::from_millis(900));
 }
 
 #[tokio::test]
 async fn trusted_ingress_forwards_the_client_certificate_in_a_header() {
-    let pod = Pod::start(PodOptions::default().with(|c| c.hosts_client_cert_header = Some("X-SSL-Client-Cert".into()))).await;
+    let pod = Pod::start(
+        PodOptions::default()
+            .with(|c| c.hosts_client_cert_header = Some("X-SSL-Client-Cert".into())),
+    )
+    .await;
     let host = enroll_host(&pod, &pod.tenant.id, "ingress-box").await;
     // Percent-encoded like nginx's $ssl_client_escaped_cert (a space is %20, not +).
-    let nginx_escape = |pem: &str| url::form_urlencoded::byte_serialize(pem.as_bytes()).collect::<String>().replace('+', "%20");
+    let nginx_escape = |pem: &str| {
+        url::form_urlencoded::byte_serialize(pem.as_bytes())
+            .collect::<String>()
+            .replace('+', "%20")
+    };
     let escaped = nginx_escape(&host.cert_pem);
     let http = reqwest::Client::new();
     let token_url = format!("{}/hosts/v1/token", pod.root_url());
-    let r = http.post(&token_url).header("x-ssl-client-cert", &escaped).send().await.unwrap();
+    let r = http
+        .post(&token_url)
+        .header("x-ssl-client-cert", &escaped)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    let jwt = r.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_owned();
+    let jwt = r.json::<Value>().await.unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     // The same JWT works on the public listener's fallback with the forwarded certificate.
-    let replies: Vec<Value> = http.post(format!("{}/hosts/v1/messages", pod.root_url())).header("x-ssl-client-cert", &escaped).bearer_auth(&jwt).body(host.register_msg().to_json()).send().await.unwrap().json().await.unwrap();
+    let replies: Vec<Value> = http
+        .post(format!("{}/hosts/v1/messages", pod.root_url()))
+        .header("x-ssl-client-cert", &escaped)
+        .bearer_auth(&jwt)
+        .body(host.register_msg().to_json())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(replies[0]["type"], "register_ack");
     // Without the header: refused.
     let r = http.post(&token_url).send().await.unwrap();
@@ -458,15 +912,31 @@ async fn trusted_ingress_forwards_the_client_certificate_in_a_header() {
     let rogue = switchyard_hosts_tls::pki::HostCa::generate("rogue").unwrap();
     let (_k, csr) = switchyard_hosts_tls::pki::new_host_key_and_csr("x").unwrap();
     let pem = rogue.sign_csr(&csr, &host.host_id, 1).unwrap().pem;
-    let r = http.post(&token_url).header("x-ssl-client-cert", nginx_escape(&pem)).send().await.unwrap();
+    let r = http
+        .post(&token_url)
+        .header("x-ssl-client-cert", nginx_escape(&pem))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "unknown_certificate");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "unknown_certificate"
+    );
 
     // A pod without the header setting ignores such headers.
     let plain = Pod::start(PodOptions::default()).await;
-    let r = http.post(format!("{}/hosts/v1/token", plain.root_url())).header("x-ssl-client-cert", &escaped).send().await.unwrap();
+    let r = http
+        .post(format!("{}/hosts/v1/token", plain.root_url()))
+        .header("x-ssl-client-cert", &escaped)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "client_certificate_required");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "client_certificate_required"
+    );
 }
 
 #[tokio::test]
@@ -481,15 +951,27 @@ async fn register_timeout_and_missed_pong_close_the_socket() {
     let host = enroll_host(&pod, &pod.tenant.id, "quiet-box").await;
     let mut silent = host.connect().await;
     let t0 = std::time::Instant::now();
-    assert_eq!(silent.ended(Duration::from_secs(5), true).await, Some(Ended::Closed(Some(1008))), "no register in time");
+    assert_eq!(
+        silent.ended(Duration::from_secs(5), true).await,
+        Some(Ended::Closed(Some(1008))),
+        "no register in time"
+    );
     assert!(t0.elapsed() < Duration::from_secs(3));
 
     // Registered, answering pings: stays open. Not answering: closed after a missed pong.
     let (mut live, _) = host.online(&["a"]).await;
-    assert_eq!(live.ended(Duration::from_secs(3), true).await, None, "pongs keep it open");
+    assert_eq!(
+        live.ended(Duration::from_secs(3), true).await,
+        None,
+        "pongs keep it open"
+    );
     // Not reading at all means no pong goes back (the client answers pings when it reads).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(live.ended(Duration::from_secs(5), false).await, Some(Ended::Closed(Some(1008))), "missed pong closes");
+    assert_eq!(
+        live.ended(Duration::from_secs(5), false).await,
+        Some(Ended::Closed(Some(1008))),
+        "missed pong closes"
+    );
 }
 
 #[tokio::test]
@@ -503,47 +985,101 @@ async fn lost_host_requeues_its_runs_and_the_descriptor_follows_the_host() {
     .await;
     let host = enroll_host(&pod, &pod.tenant.id, "flaky-box").await;
     let (mut hc, cfg) = host.online(&["a"]).await;
-    let (_s, conn, ch) = bind_device_channel(&pod, "flaky-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let (_s, conn, ch) =
+        bind_device_channel(&pod, "flaky-box", cfg["pairing_code"].as_str().unwrap()).await;
     let descriptor_status = || {
         let conn = &conn;
         let ch = &ch;
         async move {
             let d = conn.descriptor_get(ch).await.unwrap();
-            d.str_at("/connection_descriptor/connection/status").unwrap_or_default().to_owned()
+            d.str_at("/connection_descriptor/connection/status")
+                .unwrap_or_default()
+                .to_owned()
         }
     };
     assert_eq!(descriptor_status().await, "connected");
-    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "long job"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    let run =
+        tool(&conn, &ch, "agent_run_start", json!({"goal": "long job"})).await["result"]["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
     let _ = hc.expect(MessageType::CreateRun).await;
     hc.send(&accepted(&run)).await;
-    hc.send(&event(&run, 1, json!({"event": "progress", "payload": {"message": "half", "percent": 50.0}}))).await;
+    hc.send(&event(
+        &run,
+        1,
+        json!({"event": "progress", "payload": {"message": "half", "percent": 50.0}}),
+    ))
+    .await;
     // The host vanishes (no close, no heartbeats).
     drop(hc);
     // A disconnected host is degraded (tools usable, runs wait); a lost one is offline.
-    eventually(Duration::from_secs(10), "host lost", || async { (descriptor_status().await == "offline").then_some(()) }).await;
+    eventually(Duration::from_secs(10), "host lost", || async {
+        (descriptor_status().await == "offline").then_some(())
+    })
+    .await;
     let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
-    let h = hosts.hub.store.get_host(&host.host_id).await.unwrap().unwrap();
+    let h = hosts
+        .hub
+        .store
+        .get_host(&host.host_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(h.status.as_str(), "lost");
     let r = hosts.hub.store.get_run(&run).await.unwrap().unwrap();
     assert_eq!(r.state.as_str(), "queued", "requeued by the lost policy");
-    let refused = conn.invoke(&ch, "host_status", json!({}), None).await.unwrap();
-    assert!(refused.error.is_some(), "tools are unavailable while the host is lost");
+    let refused = conn
+        .invoke(&ch, "host_status", json!({}), None)
+        .await
+        .unwrap();
+    assert!(
+        refused.error.is_some(),
+        "tools are unavailable while the host is lost"
+    );
 
     // The host returns: the same run_id is dispatched again; events continue above seq 1.
     let (mut back, _) = host.online(&["a"]).await;
-    let HostMessage::CreateRun(c) = back.expect(MessageType::CreateRun).await else { unreachable!() };
+    let HostMessage::CreateRun(c) = back.expect(MessageType::CreateRun).await else {
+        unreachable!()
+    };
     assert_eq!(c.run_id, run);
-    eventually(Duration::from_secs(5), "descriptor connected", || async { (descriptor_status().await == "connected").then_some(()) }).await;
+    eventually(Duration::from_secs(5), "descriptor connected", || async {
+        (descriptor_status().await == "connected").then_some(())
+    })
+    .await;
     back.send(&accepted(&run)).await;
-    back.send(&event(&run, 1, json!({"event": "progress", "payload": {"message": "half", "percent": 50.0}}))).await;
-    back.send(&event(&run, 2, json!({"event": "completion", "payload": {"summary": "survived"}}))).await;
-    let v = tool(&conn, &ch, "agent_run_wait", json!({"run_id": run, "timeout_seconds": 5})).await;
+    back.send(&event(
+        &run,
+        1,
+        json!({"event": "progress", "payload": {"message": "half", "percent": 50.0}}),
+    ))
+    .await;
+    back.send(&event(
+        &run,
+        2,
+        json!({"event": "completion", "payload": {"summary": "survived"}}),
+    ))
+    .await;
+    let v = tool(
+        &conn,
+        &ch,
+        "agent_run_wait",
+        json!({"run_id": run, "timeout_seconds": 5}),
+    )
+    .await;
     assert_eq!(v["result"]["state"], "completed");
-    assert_eq!(v["result"]["event_count"], 2, "the replayed seq 1 is stored once: {v}");
+    assert_eq!(
+        v["result"]["event_count"], 2,
+        "the replayed seq 1 is stored once: {v}"
+    );
 
     // Revoked: the Descriptor says so.
     hosts.revoke(&host.host_id).await.unwrap();
-    eventually(Duration::from_secs(5), "descriptor revoked", || async { (descriptor_status().await == "revoked").then_some(()) }).await;
+    eventually(Duration::from_secs(5), "descriptor revoked", || async {
+        (descriptor_status().await == "revoked").then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -556,31 +1092,90 @@ async fn approval_expiry_tenant_quota_and_upload_url_lifetime() {
     .await;
     let host = enroll_host(&pod, &pod.tenant.id, "ttl-box").await;
     let (mut hc, cfg) = host.online(&["a"]).await;
-    let (_s, conn, ch) = bind_device_channel(&pod, "ttl-box", cfg["pairing_code"].as_str().unwrap()).await;
-    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "one"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    let (_s, conn, ch) =
+        bind_device_channel(&pod, "ttl-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "one"})).await["result"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     // The tenant's quota of unfinished runs (1): a second run is refused with quota_exceeded.
-    let refused = conn.invoke(&ch, "agent_run_start", json!({"goal": "two"}), None).await.unwrap();
+    let refused = conn
+        .invoke(&ch, "agent_run_start", json!({"goal": "two"}), None)
+        .await
+        .unwrap();
     let err = refused.error.clone().expect("refused");
     assert_eq!(err.code, "tool_invoke_failed");
-    assert!(err.message.as_deref().unwrap_or_default().starts_with("quota_exceeded: "), "{err:?}");
+    assert!(
+        err.message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("quota_exceeded: "),
+        "{err:?}"
+    );
     let _ = hc.expect_for(MessageType::CreateRun, &run).await;
     hc.send(&accepted(&run)).await;
 
     // Nobody decides within approval_ttl: the host is told "denied" (4008), the run goes on.
-    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest { run_id: run.clone(), action: "reboot".into(), risk_level: RiskLevel::Medium, approval_id: Some("apr-expiring".into()) })).await;
-    let HostMessage::ApprovalDenied(d) = hc.expect(MessageType::ApprovalDenied).await else { unreachable!() };
+    hc.send(&HostMessage::ApprovalRequest(ApprovalRequest {
+        run_id: run.clone(),
+        action: "reboot".into(),
+        risk_level: RiskLevel::Medium,
+        approval_id: Some("apr-expiring".into()),
+    }))
+    .await;
+    let HostMessage::ApprovalDenied(d) = hc.expect(MessageType::ApprovalDenied).await else {
+        unreachable!()
+    };
     assert_eq!(d.approval_id, "apr-expiring");
     assert_eq!(d.code, HostErrorCode::ApprovalDenied);
     assert_eq!(d.denied_by, None);
     let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
-    assert_eq!(hosts.hub.store.get_approval("apr-expiring").await.unwrap().unwrap().status.as_str(), "expired");
-    assert_eq!(hosts.hub.store.get_run(&run).await.unwrap().unwrap().state.as_str(), "running");
+    assert_eq!(
+        hosts
+            .hub
+            .store
+            .get_approval("apr-expiring")
+            .await
+            .unwrap()
+            .unwrap()
+            .status
+            .as_str(),
+        "expired"
+    );
+    assert_eq!(
+        hosts
+            .hub
+            .store
+            .get_run(&run)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .as_str(),
+        "running"
+    );
 
     // An upload URL is valid for upload_url_ttl only.
-    hc.send(&HostMessage::UploadArtifact(UploadArtifact { run_id: run.clone(), name: "late.txt".into(), content_type: "text/plain".into(), size_bytes: 4 })).await;
-    let HostMessage::UploadArtifactAck(up) = hc.expect(MessageType::UploadArtifactAck).await else { unreachable!() };
+    hc.send(&HostMessage::UploadArtifact(UploadArtifact {
+        run_id: run.clone(),
+        name: "late.txt".into(),
+        content_type: "text/plain".into(),
+        size_bytes: 4,
+    }))
+    .await;
+    let HostMessage::UploadArtifactAck(up) = hc.expect(MessageType::UploadArtifactAck).await else {
+        unreachable!()
+    };
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let late = reqwest::Client::new().put(&up.upload_url).body("late").send().await.unwrap();
+    let late = reqwest::Client::new()
+        .put(&up.upload_url)
+        .body("late")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(late.status(), 403);
-    assert_eq!(late.json::<Value>().await.unwrap()["error"]["code"], "expired");
+    assert_eq!(
+        late.json::<Value>().await.unwrap()["error"]["code"],
+        "expired"
+    );
 }

@@ -47,7 +47,14 @@ async fn dispatch_and_event_throughput() {
         conns.push(c);
     }
     for h in &enrolled {
-        while hosts.hub.store.list_agents(&h.host_id).await.unwrap().is_empty() {
+        while hosts
+            .hub
+            .store
+            .list_agents(&h.host_id)
+            .await
+            .unwrap()
+            .is_empty()
+        {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -61,7 +68,10 @@ async fn dispatch_and_event_throughput() {
                 match c.recv_within(Duration::from_secs(60)).await {
                     Some(HostMessage::CreateRun(cr)) => {
                         if !ids.contains(&cr.run_id) {
-                            let acc = format!(r#"{{"type":"run_accepted","run_id":"{}","status":"running"}}"#, cr.run_id);
+                            let acc = format!(
+                                r#"{{"type":"run_accepted","run_id":"{}","status":"running"}}"#,
+                                cr.run_id
+                            );
                             c.send_raw(&acc).await;
                             ids.push(cr.run_id);
                         }

@@ -175,7 +175,6 @@ impl Bus for NatsBus {
             .await
             .map_err(|e| BackendError::with_source(ErrorKind::Unavailable, "flush nats client", e))
     }
-
 }
 
 #[cfg(test)]

@@ -13,13 +13,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use switchyard_protocol::ConnectionStatus;
 use switchyard_protocol::hosts::message::{
-    AcceptedStatus, ApprovalDenied, ApprovalGranted, ApprovalRequest, CancelRun, ContextBundle, CreateRun,
-    DownloadArtifactAck, ErrorMessage, Handoff, Register, RegisterAck, RunConstraints, RunEvent,
-    RunEventMessage, UploadArtifactAck,
+    AcceptedStatus, ApprovalDenied, ApprovalGranted, ApprovalRequest, CancelRun, ContextBundle,
+    CreateRun, DownloadArtifactAck, ErrorMessage, Handoff, Register, RegisterAck, RunConstraints,
+    RunEvent, RunEventMessage, UploadArtifactAck,
 };
 use switchyard_protocol::hosts::{
-    HeartbeatAck, HostErrorCode, HostLostPolicy, HostMessage, RetryStep, RunFact,
-    RunState, Timeouts, format_rfc3339, transition,
+    HeartbeatAck, HostErrorCode, HostLostPolicy, HostMessage, RetryStep, RunFact, RunState,
+    Timeouts, format_rfc3339, transition,
 };
 
 use crate::engine::Hub;
@@ -306,7 +306,12 @@ impl Hosts {
     }
 
     async fn ring_run(&self, run_id: &str) {
-        if let Err(e) = self.hub.bus.publish(&run_topic(run_id), b"{}".to_vec()).await {
+        if let Err(e) = self
+            .hub
+            .bus
+            .publish(&run_topic(run_id), b"{}".to_vec())
+            .await
+        {
             tracing::debug!(error = %e, "run doorbell failed; waiters poll");
         }
     }
@@ -494,7 +499,10 @@ impl Hosts {
             return Err(HostsError::new("host_revoked", "the host was revoked"));
         }
         if new.goal.trim().is_empty() {
-            return Err(HostsError::new("invalid_arguments", "goal must not be empty"));
+            return Err(HostsError::new(
+                "invalid_arguments",
+                "goal must not be empty",
+            ));
         }
         let agents = self.hub.store.list_agents(&host.id).await?;
         if !agents.iter().any(|a| a.agent_id == new.agent_id) {
@@ -583,7 +591,12 @@ impl Hosts {
         self.ring_host(&run.host_id, HostBell::Work).await;
         match out {
             Some(r) => Ok(r),
-            None => Ok(self.hub.store.get_run(&run.id).await?.unwrap_or(run.clone())),
+            None => Ok(self
+                .hub
+                .store
+                .get_run(&run.id)
+                .await?
+                .unwrap_or(run.clone())),
         }
     }
 
@@ -604,11 +617,17 @@ impl Hosts {
         else {
             return Err(HostsError::new(
                 "agent_not_found",
-                format!("no host of the tenant has agent {:?}", clip(to_agent_id, 64)),
+                format!(
+                    "no host of the tenant has agent {:?}",
+                    clip(to_agent_id, 64)
+                ),
             ));
         };
         let Some(target) = self.hub.store.get_host(&agent.host_id).await? else {
-            return Err(HostsError::new("agent_not_found", "the agent's host is gone"));
+            return Err(HostsError::new(
+                "agent_not_found",
+                "the agent's host is gone",
+            ));
         };
         let goal = if bundle.objective.trim().is_empty() {
             from.goal.clone()
@@ -676,7 +695,10 @@ impl Hosts {
     /// An artifact whose bytes are stored. Bytes PUT straight to object storage through a
     /// presigned URL are noticed here (the store learns the size on first use); an object
     /// larger than the limit is deleted and counts as absent.
-    pub async fn uploaded_artifact(&self, id: &str) -> Result<Option<ArtifactRecord>, BackendError> {
+    pub async fn uploaded_artifact(
+        &self,
+        id: &str,
+    ) -> Result<Option<ArtifactRecord>, BackendError> {
         let Some(mut art) = self.hub.store.get_artifact(id).await? else {
             return Ok(None);
         };
@@ -687,12 +709,19 @@ impl Hosts {
             return Ok(None);
         };
         if size > self.config.max_artifact_bytes {
-            tracing::warn!(artifact_id = id, size, "artifact over the size limit; deleted");
+            tracing::warn!(
+                artifact_id = id,
+                size,
+                "artifact over the size limit; deleted"
+            );
             self.hub.files.delete(&art.object_key).await?;
             return Ok(None);
         }
         let now = now_ms();
-        self.hub.store.artifact_uploaded(id, size as i64, now).await?;
+        self.hub
+            .store
+            .artifact_uploaded(id, size as i64, now)
+            .await?;
         art.size_bytes = size as i64;
         art.uploaded_at = Some(now);
         Ok(Some(art))
@@ -718,8 +747,7 @@ impl Hosts {
             ));
         }
         let existing = self.hub.store.get_approval(approval_id).await?;
-        let Some(existing) = existing.filter(|a| tenant_id.is_none_or(|t| t == a.tenant_id))
-        else {
+        let Some(existing) = existing.filter(|a| tenant_id.is_none_or(|t| t == a.tenant_id)) else {
             return Err(HostsError::new("approval_not_found", "no such approval"));
         };
         let status = if grant {
@@ -905,11 +933,13 @@ impl Hosts {
             }
             HostMessage::RunEvent(m) => {
                 let run_id = m.run_id.clone();
-                self.with_run(session, &run_id, |run| self.event(run, m)).await
+                self.with_run(session, &run_id, |run| self.event(run, m))
+                    .await
             }
             HostMessage::RunCancelled(m) => {
                 self.with_run(session, &m.run_id, |run| async move {
-                    self.apply(&run.id, RunFact::CancelConfirmed, |_| {}).await?;
+                    self.apply(&run.id, RunFact::CancelConfirmed, |_| {})
+                        .await?;
                     Ok(vec![])
                 })
                 .await
@@ -1027,12 +1057,7 @@ impl Hosts {
                 updated_at: now,
             })
             .collect();
-        match self
-            .hub
-            .store
-            .replace_agents(&session.host_id, &recs)
-            .await
-        {
+        match self.hub.store.replace_agents(&session.host_id, &recs).await {
             Ok(()) => {
                 self.ring_host(&session.host_id, HostBell::Work).await;
                 vec![]
@@ -1379,7 +1404,9 @@ impl Hosts {
             match run.state {
                 RunState::Queued if run.not_before.is_none_or(|t| t <= now) => {
                     let moved = self
-                        .apply(&run.id, RunFact::Dispatched, |r| r.dispatched_at = Some(now))
+                        .apply(&run.id, RunFact::Dispatched, |r| {
+                            r.dispatched_at = Some(now)
+                        })
                         .await?;
                     if moved.is_some() {
                         out.push(create_run(&run));
@@ -1394,7 +1421,9 @@ impl Hosts {
                         tracing::info!(run_id = %run.id, "no run_accepted in time; dispatching again");
                         self.apply(&run.id, RunFact::AcceptTimeout, |_| {}).await?;
                         if self
-                            .apply(&run.id, RunFact::Dispatched, |r| r.dispatched_at = Some(now))
+                            .apply(&run.id, RunFact::Dispatched, |r| {
+                                r.dispatched_at = Some(now)
+                            })
                             .await?
                             .is_some()
                         {

@@ -295,8 +295,7 @@ pub trait HostStore: Send + Sync + 'static {
     /// Hosts `online` or `offline` whose `last_seen_at` is before `stale_before` (or never
     /// seen and created before it) become `lost` with their session cleared; returns them
     /// (after the change).
-    async fn mark_hosts_lost(&self, stale_before: i64, now: i64)
-    -> BackendResult<Vec<HostRecord>>;
+    async fn mark_hosts_lost(&self, stale_before: i64, now: i64) -> BackendResult<Vec<HostRecord>>;
 
     // -- agents --
     /// Replaces every agent of the host with `agents`.
@@ -317,8 +316,7 @@ pub trait HostStore: Send + Sync + 'static {
     /// returns whether it was written.
     async fn update_run(&self, run: &RunRecord, expected: RunState) -> BackendResult<bool>;
     /// Runs of a host in any of `states`, oldest first.
-    async fn host_runs(&self, host_id: &str, states: &[RunState])
-    -> BackendResult<Vec<RunRecord>>;
+    async fn host_runs(&self, host_id: &str, states: &[RunState]) -> BackendResult<Vec<RunRecord>>;
     /// Runs started from a channel, newest first, at most `limit`.
     async fn channel_runs(&self, channel_id: &str, limit: u32) -> BackendResult<Vec<RunRecord>>;
     /// Runs in any of `states` across hosts whose `updated_at` is before `before`, oldest

@@ -22,6 +22,6 @@ pub use bus::{Bus, Doorbell, LocalBus};
 pub use ephemeral::{Ephemeral, MemoryEphemeral};
 pub use error::{BackendError, BackendResult, ErrorKind};
 pub use files::{ByteStream, FileStore, LocalFileStore};
-pub use provider::{Provider, ProviderHost};
 pub use hoststore::HostStore;
+pub use provider::{Provider, ProviderHost};
 pub use store::Store;

@@ -19,10 +19,10 @@ use switchyard_core::engine::{Connector, Hub, Janitor};
 use switchyard_core::ephemeral::{Ephemeral, MemoryEphemeral};
 use switchyard_core::files::{FileStore, LocalFileStore};
 use switchyard_core::hosts::Hosts;
-use switchyard_hosts_tls::pki::HostCa;
 use switchyard_core::ids::{now_ms, random_secret};
 use switchyard_core::provider::Provider;
 use switchyard_core::store::{SCHEMA_VERSION, Store};
+use switchyard_hosts_tls::pki::HostCa;
 use switchyard_protocol::BuildInfo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -259,7 +259,10 @@ pub async fn host_ca(cfg: &Config, hub: &Hub) -> anyhow::Result<HostCa> {
     let load = |stored: &str| -> anyhow::Result<HostCa> {
         use base64::Engine as _;
         let blob = base64::engine::general_purpose::STANDARD.decode(stored)?;
-        let v = hub.cipher.decrypt_json(&blob).context("decrypting the stored host CA")?;
+        let v = hub
+            .cipher
+            .decrypt_json(&blob)
+            .context("decrypting the stored host CA")?;
         let cert = v["cert"].as_str().unwrap_or_default();
         let key = v["key"].as_str().unwrap_or_default();
         HostCa::from_pem(cert, key).context("stored host CA")
@@ -283,7 +286,11 @@ pub async fn host_ca(cfg: &Config, hub: &Hub) -> anyhow::Result<HostCa> {
                 .cipher
                 .encrypt_json(&serde_json::json!({"cert": ca.cert_pem(), "key": ca.key_pem()}));
             hub.store
-                .kv_put(NS, KEY, &base64::engine::general_purpose::STANDARD.encode(blob))
+                .kv_put(
+                    NS,
+                    KEY,
+                    &base64::engine::general_purpose::STANDARD.encode(blob),
+                )
                 .await?;
             let _ = hub.store.release_lease("hosts-ca-init", &hub.pod_id).await;
             tracing::info!("generated the deployment's host CA");

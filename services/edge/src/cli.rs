@@ -172,7 +172,9 @@ async fn host_admin(cfg: Config, command: HostCommand) -> anyhow::Result<()> {
 
 async fn flush_bus(hosts: &switchyard_core::hosts::Hosts) {
     if let Err(e) = hosts.hub.bus.flush().await {
-        eprintln!("warning: the bus did not confirm the notices ({e}); pods pick the change up on their next tick");
+        eprintln!(
+            "warning: the bus did not confirm the notices ({e}); pods pick the change up on their next tick"
+        );
     }
 }
 
@@ -244,7 +246,10 @@ async fn approval_command(
         ApprovalCommand::List { tenant, json } => {
             let tid = tenant_id(store.as_ref(), &tenant).await?;
             let list = store
-                .list_approvals(&tid, Some(switchyard_core::hoststore::ApprovalStatus::Pending))
+                .list_approvals(
+                    &tid,
+                    Some(switchyard_core::hoststore::ApprovalStatus::Pending),
+                )
                 .await?;
             if json {
                 println!(

@@ -21,10 +21,8 @@ use serde_json::json;
 use switchyard_core::crypto::{SignatureCheck, hmac_sha256};
 use switchyard_core::error::{BackendError, ErrorKind};
 use switchyard_core::files::PresignMethod;
+use switchyard_core::hosts::{ArtifactUrls, HostBell, HostSession, Hosts, SessionEnd, host_topic};
 use switchyard_core::hoststore::{ArtifactRecord, HostRecord, HostStatus};
-use switchyard_core::hosts::{
-    ArtifactUrls, HostBell, HostSession, Hosts, SessionEnd, host_topic,
-};
 use switchyard_core::ids::now_ms;
 use switchyard_hosts_tls::pki::{HostCa, decode_forwarded_cert, fingerprint_hex, x5t_s256};
 use switchyard_hosts_tls::server::PeerCertificate;
@@ -101,7 +99,11 @@ fn backend(e: BackendError) -> Response {
             "a backend is unavailable; retry",
         )
     } else {
-        api_error(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+        api_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error",
+        )
     }
 }
 
@@ -172,7 +174,8 @@ impl RouteState {
         headers: &HeaderMap,
         need_jwt: bool,
     ) -> Result<Authenticated, Response> {
-        let der = presented_cert(&self.source, peer, headers).map_err(IntoResponse::into_response)?;
+        let der =
+            presented_cert(&self.source, peer, headers).map_err(IntoResponse::into_response)?;
         let store = &self.gw.hosts.hub.store;
         let host = match store.host_by_fingerprint(&fingerprint_hex(&der)).await {
             Ok(Some(h)) => h,
@@ -246,20 +249,27 @@ async fn enroll(State(s): State<RouteState>, body: axum::body::Bytes) -> Respons
             return api_error(StatusCode::SERVICE_UNAVAILABLE, e.code, &e.message);
         }
     };
-    let issued = match s.gw.ca.sign_csr(&req.csr_pem, &host.id, s.gw.cert_valid_days) {
+    let issued = match s
+        .gw
+        .ca
+        .sign_csr(&req.csr_pem, &host.id, s.gw.cert_valid_days)
+    {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(error = %e, "signing an enrollment CSR failed");
-            return api_error(StatusCode::BAD_REQUEST, "invalid_csr", "the CSR cannot be signed");
+            return api_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_csr",
+                "the CSR cannot be signed",
+            );
         }
     };
-    if let Err(e) = s
-        .gw
-        .hosts
-        .hub
-        .store
-        .set_host_certificate(&host.id, &issued.fingerprint, &issued.pem)
-        .await
+    if let Err(e) =
+        s.gw.hosts
+            .hub
+            .store
+            .set_host_certificate(&host.id, &issued.fingerprint, &issued.pem)
+            .await
     {
         return backend(e);
     }
@@ -324,7 +334,12 @@ fn artifact_scope(method: &str, id: &str) -> String {
 impl SignedArtifactUrls {
     fn url(&self, method: &str, art: &ArtifactRecord, ttl: Duration) -> String {
         let exp = now_ms() + ttl.as_millis() as i64;
-        let q = self.gw.hosts.hub.signer.sign(&artifact_scope(method, &art.id), exp);
+        let q = self
+            .gw
+            .hosts
+            .hub
+            .signer
+            .sign(&artifact_scope(method, &art.id), exp);
         format!(
             "{}/hosts/v1/artifacts/{}?{q}",
             self.gw.hosts.hub.public_base_url.trim_end_matches('/'),
@@ -337,9 +352,16 @@ impl SignedArtifactUrls {
 /// Switchyard URLs that stream through a pod.
 #[async_trait::async_trait]
 impl ArtifactUrls for SignedArtifactUrls {
-    async fn upload_url(&self, art: &ArtifactRecord, ttl: Duration) -> Result<String, BackendError> {
+    async fn upload_url(
+        &self,
+        art: &ArtifactRecord,
+        ttl: Duration,
+    ) -> Result<String, BackendError> {
         let files = &self.gw.hosts.hub.files;
-        if let Some(url) = files.presign(&art.object_key, PresignMethod::Put, ttl).await? {
+        if let Some(url) = files
+            .presign(&art.object_key, PresignMethod::Put, ttl)
+            .await?
+        {
             return Ok(url);
         }
         Ok(self.url("put", art, ttl))
@@ -350,7 +372,10 @@ impl ArtifactUrls for SignedArtifactUrls {
         ttl: Duration,
     ) -> Result<String, BackendError> {
         let files = &self.gw.hosts.hub.files;
-        if let Some(url) = files.presign(&art.object_key, PresignMethod::Get, ttl).await? {
+        if let Some(url) = files
+            .presign(&art.object_key, PresignMethod::Get, ttl)
+            .await?
+        {
             return Ok(url);
         }
         Ok(self.url("get", art, ttl))
@@ -365,7 +390,11 @@ struct SignedQuery {
 
 fn check_signature(gw: &Gateway, method: &str, id: &str, q: &SignedQuery) -> Result<(), Refusal> {
     let (Some(exp), Some(sig)) = (q.exp, q.sig.as_deref()) else {
-        return Err(Refusal(StatusCode::FORBIDDEN, "forbidden", "a signed URL is required"));
+        return Err(Refusal(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a signed URL is required",
+        ));
     };
     match gw
         .hosts
@@ -374,8 +403,12 @@ fn check_signature(gw: &Gateway, method: &str, id: &str, q: &SignedQuery) -> Res
         .verify(&artifact_scope(method, id), exp, sig, now_ms())
     {
         SignatureCheck::Valid => Ok(()),
-        SignatureCheck::Expired => Err(Refusal(StatusCode::FORBIDDEN, "expired", "the URL expired")),
-        SignatureCheck::Invalid => Err(Refusal(StatusCode::FORBIDDEN, "forbidden", "bad signature")),
+        SignatureCheck::Expired => {
+            Err(Refusal(StatusCode::FORBIDDEN, "expired", "the URL expired"))
+        }
+        SignatureCheck::Invalid => {
+            Err(Refusal(StatusCode::FORBIDDEN, "forbidden", "bad signature"))
+        }
     }
 }
 
@@ -395,7 +428,11 @@ async fn artifact_put(
         Err(e) => return backend(e),
     };
     if art.uploaded_at.is_some() {
-        return api_error(StatusCode::CONFLICT, "already_uploaded", "the artifact was already uploaded");
+        return api_error(
+            StatusCode::CONFLICT,
+            "already_uploaded",
+            "the artifact was already uploaded",
+        );
     }
     let stream = body
         .into_data_stream()
@@ -406,12 +443,20 @@ async fn artifact_put(
         .hosts
         .hub
         .files
-        .put(&art.object_key, stream, s.gw.hosts.config.max_artifact_bytes)
+        .put(
+            &art.object_key,
+            stream,
+            s.gw.hosts.config.max_artifact_bytes,
+        )
         .await
     {
         Ok(n) => n,
         Err(e) if e.kind == ErrorKind::LimitExceeded => {
-            return api_error(StatusCode::PAYLOAD_TOO_LARGE, "too_large", "the artifact is too large");
+            return api_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "the artifact is too large",
+            );
         }
         Err(e) => return backend(e),
     };
@@ -419,7 +464,11 @@ async fn artifact_put(
         return backend(e);
     }
     metrics::counter!("switchyard_host_artifacts_uploaded_total").increment(1);
-    (StatusCode::OK, axum::Json(json!({"artifact_id": id, "size_bytes": size}))).into_response()
+    (
+        StatusCode::OK,
+        axum::Json(json!({"artifact_id": id, "size_bytes": size})),
+    )
+        .into_response()
 }
 
 async fn artifact_get(
@@ -442,8 +491,14 @@ async fn artifact_get(
             if let Ok(v) = HeaderValue::from_str(&art.content_type) {
                 h.insert(header::CONTENT_TYPE, v);
             }
-            h.insert(header::CONTENT_LENGTH, HeaderValue::from(art.size_bytes.max(0) as u64));
-            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+            h.insert(
+                header::CONTENT_LENGTH,
+                HeaderValue::from(art.size_bytes.max(0) as u64),
+            );
+            h.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, no-store"),
+            );
             resp
         }
         Err(e) if e.kind == ErrorKind::NotFound => {
@@ -463,7 +518,11 @@ async fn ws(
     upgrade: WebSocketUpgrade,
 ) -> Response {
     if s.gw.draining.load(Ordering::SeqCst) {
-        return api_error(StatusCode::SERVICE_UNAVAILABLE, "draining", "this pod is draining; reconnect");
+        return api_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "this pod is draining; reconnect",
+        );
     }
     let peer = peer.map(|Extension(p)| p);
     let auth = match s.authenticate(peer.as_ref(), &headers, true).await {
@@ -522,7 +581,9 @@ async fn host_socket(gw: Gateway, host: HostRecord, mut socket: WebSocket) {
                 Err(SessionEnd::WrongHost)
             }
             Err(e) => {
-                let _ = socket.send(text(&error(e.code(), &e.to_string(), None))).await;
+                let _ = socket
+                    .send(text(&error(e.code(), &e.to_string(), None)))
+                    .await;
                 Err(SessionEnd::WrongHost)
             }
         },
@@ -687,7 +748,11 @@ async fn next_bell(
 }
 
 /// Sends what the server owes the host now.
-async fn flush(hosts: &Hosts, session: &mut HostSession, socket: &mut WebSocket) -> Result<(), Message> {
+async fn flush(
+    hosts: &Hosts,
+    session: &mut HostSession,
+    socket: &mut WebSocket,
+) -> Result<(), Message> {
     let msgs = match hosts.outgoing(session).await {
         Ok(m) => m,
         Err(e) => {
@@ -719,7 +784,11 @@ async fn post_message(
         Err(r) => return r,
     };
     if body.len() > s.gw.max_frame_bytes {
-        return api_error(StatusCode::PAYLOAD_TOO_LARGE, "too_large", "message too large");
+        return api_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            "message too large",
+        );
     }
     let hosts = &s.gw.hosts;
     let mut session = HostSession::fallback(&auth.host);
@@ -728,15 +797,24 @@ async fn post_message(
     let mut replies = match parse_from(Peer::Host, &txt) {
         Ok(msg) => match hosts.handle(&mut session, msg, &urls).await {
             Ok(r) => r,
-            Err(SessionEnd::Revoked) => return unauthorized("host_revoked", "the host was revoked"),
+            Err(SessionEnd::Revoked) => {
+                return unauthorized("host_revoked", "the host was revoked");
+            }
             Err(SessionEnd::WrongHost) => {
-                return api_error(StatusCode::FORBIDDEN, "wrong_host", "the message names another host");
+                return api_error(
+                    StatusCode::FORBIDDEN,
+                    "wrong_host",
+                    "the message names another host",
+                );
             }
         },
         Err(e) => vec![error(e.code(), &e.to_string(), e.run_id())],
     };
     // After `register` the answer also carries what the server holds for the host.
-    if replies.iter().any(|m| matches!(m, HostMessage::RegisterAck(_))) {
+    if replies
+        .iter()
+        .any(|m| matches!(m, HostMessage::RegisterAck(_)))
+    {
         match hosts.outgoing(&mut session).await {
             Ok(more) => {
                 hosts.sent(&more).await;
@@ -745,7 +823,13 @@ async fn post_message(
             Err(e) => tracing::warn!(error = %e, "computing messages for a host failed"),
         }
     }
-    axum::Json(replies.iter().map(HostMessage::to_value).collect::<Vec<_>>()).into_response()
+    axum::Json(
+        replies
+            .iter()
+            .map(HostMessage::to_value)
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
 }
 
 #[derive(Deserialize)]
@@ -781,7 +865,12 @@ async fn poll(
         .await;
     let wait = Duration::from_secs(q.wait_s.unwrap_or(25).min(55));
     let deadline = tokio::time::Instant::now() + wait;
-    let mut bells = hosts.hub.bus.subscribe(&host_topic(&session.host_id)).await.ok();
+    let mut bells = hosts
+        .hub
+        .bus
+        .subscribe(&host_topic(&session.host_id))
+        .await
+        .ok();
     loop {
         match hosts.outgoing(&mut session).await {
             Ok(msgs) if !msgs.is_empty() => {
@@ -798,7 +887,14 @@ async fn poll(
         }
         let nap = tokio::time::sleep(hosts.config.tick.min(deadline - now));
         tokio::select! {
-            _ = nap => {}
+            _ = nap => {
+                // A revocation by another process (CLI) rings no bell here.
+                if let Ok(Some(h)) = hosts.hub.store.get_host(&session.host_id).await
+                    && h.status == HostStatus::Revoked
+                {
+                    return unauthorized("host_revoked", "the host was revoked");
+                }
+            }
             bell = next_bell(&mut bells) => {
                 if bell == Some(HostBell::Revoked) {
                     return unauthorized("host_revoked", "the host was revoked");
@@ -860,7 +956,11 @@ fn approval_json(a: &switchyard_core::hoststore::ApprovalRecord) -> serde_json::
     })
 }
 
-async fn approvals_list(State(gw): State<Gateway>, headers: HeaderMap, Query(q): Query<ListQuery>) -> Response {
+async fn approvals_list(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Response {
     if let Err(r) = operator(&gw, &headers) {
         return r.into_response();
     }
@@ -882,7 +982,13 @@ struct DecisionBody {
     reason: Option<String>,
 }
 
-async fn decide(gw: Gateway, headers: HeaderMap, id: String, grant: bool, body: axum::body::Bytes) -> Response {
+async fn decide(
+    gw: Gateway,
+    headers: HeaderMap,
+    id: String,
+    grant: bool,
+    body: axum::body::Bytes,
+) -> Response {
     let by = match operator(&gw, &headers) {
         Ok(n) => n,
         Err(r) => return r.into_response(),
@@ -892,10 +998,20 @@ async fn decide(gw: Gateway, headers: HeaderMap, id: String, grant: bool, body: 
     } else {
         match serde_json::from_slice(&body) {
             Ok(b) => b,
-            Err(_) => return api_error(StatusCode::BAD_REQUEST, "invalid_request", "body must be {\"reason\"?}"),
+            Err(_) => {
+                return api_error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "body must be {\"reason\"?}",
+                );
+            }
         }
     };
-    match gw.hosts.decide(&id, None, grant, &by, body.reason.as_deref()).await {
+    match gw
+        .hosts
+        .decide(&id, None, grant, &by, body.reason.as_deref())
+        .await
+    {
         Ok(a) => axum::Json(approval_json(&a)).into_response(),
         Err(e) => {
             let status = match e.code {
@@ -909,11 +1025,21 @@ async fn decide(gw: Gateway, headers: HeaderMap, id: String, grant: bool, body: 
     }
 }
 
-async fn approval_grant(State(gw): State<Gateway>, headers: HeaderMap, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+async fn approval_grant(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
     decide(gw, headers, id, true, body).await
 }
 
-async fn approval_deny(State(gw): State<Gateway>, headers: HeaderMap, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+async fn approval_deny(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
     decide(gw, headers, id, false, body).await
 }
 
@@ -922,7 +1048,11 @@ struct HostsQuery {
     tenant: String,
 }
 
-async fn hosts_list(State(gw): State<Gateway>, headers: HeaderMap, Query(q): Query<HostsQuery>) -> Response {
+async fn hosts_list(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    Query(q): Query<HostsQuery>,
+) -> Response {
     if let Err(r) = operator(&gw, &headers) {
         return r.into_response();
     }

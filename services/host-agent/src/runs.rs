@@ -120,6 +120,15 @@ impl RunManager {
                 run_id = c.run_id,
                 "create_run for a run an earlier process started; not starting it again"
             );
+            // Its agent processes may have outlived that process: stop them.
+            let (dir, id, grace) = (
+                self.env.state_dir.clone(),
+                c.run_id.clone(),
+                self.env.kill_grace,
+            );
+            self.tasks.spawn(async move {
+                crate::process::stop_leftover(&dir, &id, grace).await;
+            });
             return vec![HostMessage::RunEvent(RunEventMessage {
                 run_id: c.run_id,
                 timestamp: crate::ids::now_rfc3339(),

@@ -40,8 +40,8 @@ fn run_view() -> Value {
 
 pub(crate) fn build(build: BuildInfo, api_key_required: bool) -> Card {
     let skill = skill_name(CARD_ID);
-    let tool = |tool_id: &str, title: &str, description: &str, input: Value, output: Value| {
-        CardTool {
+    let tool =
+        |tool_id: &str, title: &str, description: &str, input: Value, output: Value| CardTool {
             tool_id: tool_id.into(),
             profile: DEVICE_V1.into(),
             title: title.into(),
@@ -49,8 +49,7 @@ pub(crate) fn build(build: BuildInfo, api_key_required: bool) -> Card {
             related_skill_ids: vec![skill.clone()],
             input_schema: with_connector_channel_id(input),
             output_schema: output,
-        }
-    };
+        };
     let run_id = json!({"type": "string", "minLength": 1, "description": "run_id returned by agent_run_start."});
     Card {
         schema: CARD_SCHEMA.into(),

@@ -14,8 +14,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
+use switchyard_core::hosts::{
+    Hosts, HostsError, NewRun, binding_key, connection_status, run_topic,
+};
 use switchyard_core::hoststore::{HostRecord, HostStatus, RunRecord};
-use switchyard_core::hosts::{Hosts, HostsError, NewRun, binding_key, connection_status, run_topic};
 use switchyard_core::provider::{
     AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,
     ProviderHost, ToolCall,
@@ -38,7 +40,12 @@ pub struct AgentHostProvider {
 }
 
 impl AgentHostProvider {
-    pub fn new(build: BuildInfo, api_key_required: bool, hosts: Arc<Hosts>, max_wait: Duration) -> Self {
+    pub fn new(
+        build: BuildInfo,
+        api_key_required: bool,
+        hosts: Arc<Hosts>,
+        max_wait: Duration,
+    ) -> Self {
         Self {
             card: card::build(build, api_key_required),
             skill: card::skill(),
@@ -85,14 +92,21 @@ impl AgentHostProvider {
         }
     }
 
-    async fn run_of(&self, host: &HostRecord, args: &Map<String, Value>) -> Result<RunRecord, ProviderError> {
+    async fn run_of(
+        &self,
+        host: &HostRecord,
+        args: &Map<String, Value>,
+    ) -> Result<RunRecord, ProviderError> {
         let run_id = required_str(args, "run_id")?;
         self.hosts.run_of(&host.id, run_id).await.map_err(map_err)
     }
 
     async fn host_status(&self, host: &HostRecord) -> Result<Value, ProviderError> {
         let store = &self.hosts.hub.store;
-        let agents = store.list_agents(&host.id).await.map_err(|e| map_err(e.into()))?;
+        let agents = store
+            .list_agents(&host.id)
+            .await
+            .map_err(|e| map_err(e.into()))?;
         let runs = store
             .host_runs(
                 &host.id,
@@ -126,7 +140,11 @@ impl AgentHostProvider {
         }))
     }
 
-    async fn run_start(&self, call: &ToolCall<'_>, host: &HostRecord) -> Result<Value, ProviderError> {
+    async fn run_start(
+        &self,
+        call: &ToolCall<'_>,
+        host: &HostRecord,
+    ) -> Result<Value, ProviderError> {
         let args = call.arguments;
         let goal = required_str(args, "goal")?.to_owned();
         if goal.len() > 16384 {
@@ -151,14 +169,23 @@ impl AgentHostProvider {
                             "the host has declared no agents yet",
                         ));
                     }
-                    _ => return Err(ProviderError::invalid("the host has several agents: pass agent_id (see host_status)")),
+                    _ => {
+                        return Err(ProviderError::invalid(
+                            "the host has several agents: pass agent_id (see host_status)",
+                        ));
+                    }
                 }
             }
         };
         let context_bundle: ContextBundle = object_arg(args, "context_bundle")?;
         let constraints: RunConstraints = object_arg(args, "constraints")?;
-        if constraints.timeout_seconds.is_some_and(|t| t == 0 || t > 86_400) {
-            return Err(ProviderError::invalid("constraints.timeout_seconds must be within 1..=86400"));
+        if constraints
+            .timeout_seconds
+            .is_some_and(|t| t == 0 || t > 86_400)
+        {
+            return Err(ProviderError::invalid(
+                "constraints.timeout_seconds must be within 1..=86400",
+            ));
         }
         let run = self
             .hosts
@@ -182,7 +209,11 @@ impl AgentHostProvider {
         Ok(v)
     }
 
-    async fn run_view(&self, run: &RunRecord, with_artifacts: bool) -> Result<Value, ProviderError> {
+    async fn run_view(
+        &self,
+        run: &RunRecord,
+        with_artifacts: bool,
+    ) -> Result<Value, ProviderError> {
         let mut v = json!({
             "run_id": run.id,
             "state": run.state.as_str(),
@@ -225,7 +256,11 @@ impl AgentHostProvider {
         Ok(v)
     }
 
-    async fn run_wait(&self, call: &ToolCall<'_>, host: &HostRecord) -> Result<Value, ProviderError> {
+    async fn run_wait(
+        &self,
+        call: &ToolCall<'_>,
+        host: &HostRecord,
+    ) -> Result<Value, ProviderError> {
         let mut run = self.run_of(host, call.arguments).await?;
         let wait = call
             .arguments
@@ -234,13 +269,7 @@ impl AgentHostProvider {
             .map_or(Duration::from_secs(25), Duration::from_secs)
             .min(self.max_wait);
         let deadline = tokio::time::Instant::now() + wait;
-        let mut bells = self
-            .hosts
-            .hub
-            .bus
-            .subscribe(&run_topic(&run.id))
-            .await
-            .ok();
+        let mut bells = self.hosts.hub.bus.subscribe(&run_topic(&run.id)).await.ok();
         let mut cursor = run.event_count;
         let store = &self.hosts.hub.store;
         loop {
@@ -252,13 +281,19 @@ impl AgentHostProvider {
             for e in &events {
                 cursor = e.seq;
                 let text = event_text(&e.kind, &e.payload);
-                let pct = e.payload.get("percent").and_then(Value::as_f64).map(|p| p / 100.0);
+                let pct = e
+                    .payload
+                    .get("percent")
+                    .and_then(Value::as_f64)
+                    .map(|p| p / 100.0);
                 call.progress.progress(run.state.as_str(), &text, pct);
             }
             if run.state.is_terminal() || tokio::time::Instant::now() >= deadline {
                 break;
             }
-            let tick = tokio::time::sleep(Duration::from_millis(500).min(deadline - tokio::time::Instant::now()));
+            let tick = tokio::time::sleep(
+                Duration::from_millis(500).min(deadline - tokio::time::Instant::now()),
+            );
             match bells.as_mut() {
                 Some(b) => {
                     tokio::select! {
@@ -268,14 +303,27 @@ impl AgentHostProvider {
                 }
                 None => tick.await,
             }
-            run = self.hosts.run_of(&host.id, &run.id).await.map_err(map_err)?;
+            run = self
+                .hosts
+                .run_of(&host.id, &run.id)
+                .await
+                .map_err(map_err)?;
         }
         self.run_view(&run, run.state.is_terminal()).await
     }
 
-    async fn run_events(&self, call: &ToolCall<'_>, host: &HostRecord) -> Result<Value, ProviderError> {
+    async fn run_events(
+        &self,
+        call: &ToolCall<'_>,
+        host: &HostRecord,
+    ) -> Result<Value, ProviderError> {
         let run = self.run_of(host, call.arguments).await?;
-        let after = call.arguments.get("after_seq").and_then(Value::as_i64).unwrap_or(0).max(0);
+        let after = call
+            .arguments
+            .get("after_seq")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            .max(0);
         let limit = call
             .arguments
             .get("limit")
@@ -304,15 +352,20 @@ impl AgentHostProvider {
         }))
     }
 
-    async fn run_handoff(&self, call: &ToolCall<'_>, host: &HostRecord) -> Result<Value, ProviderError> {
+    async fn run_handoff(
+        &self,
+        call: &ToolCall<'_>,
+        host: &HostRecord,
+    ) -> Result<Value, ProviderError> {
         let args = call.arguments;
         let run = self.run_of(host, args).await?;
         let to = required_str(args, "to_agent_id")?;
         let list = |k: &str| -> Result<Vec<String>, ProviderError> {
             match args.get(k) {
                 None | Some(Value::Null) => Ok(vec![]),
-                Some(v) => serde_json::from_value(v.clone())
-                    .map_err(|_| ProviderError::invalid(format!("{k} must be an array of strings"))),
+                Some(v) => serde_json::from_value(v.clone()).map_err(|_| {
+                    ProviderError::invalid(format!("{k} must be an array of strings"))
+                }),
             }
         };
         let bundle = HandoffBundle {
@@ -322,16 +375,30 @@ impl AgentHostProvider {
             artifacts: list("artifacts")?,
             open_questions: list("open_questions")?,
         };
-        let new = self.hosts.handoff(&run, to, &bundle, true).await.map_err(map_err)?;
+        let new = self
+            .hosts
+            .handoff(&run, to, &bundle, true)
+            .await
+            .map_err(map_err)?;
         let mut v = self.run_view(&new, false).await?;
         v["from_run_id"] = json!(run.id);
         Ok(v)
     }
 
-    async fn artifact_fetch(&self, call: &ToolCall<'_>, host: &HostRecord) -> Result<Value, ProviderError> {
+    async fn artifact_fetch(
+        &self,
+        call: &ToolCall<'_>,
+        host: &HostRecord,
+    ) -> Result<Value, ProviderError> {
         let id = required_str(call.arguments, "artifact_id")?;
         let store = &self.hosts.hub.store;
-        let not_found = || ProviderError::new(ProviderErrorKind::Rejected, "artifact_not_found", "no such artifact on this channel's host");
+        let not_found = || {
+            ProviderError::new(
+                ProviderErrorKind::Rejected,
+                "artifact_not_found",
+                "no such artifact on this channel's host",
+            )
+        };
         let art = self
             .hosts
             .uploaded_artifact(id)
@@ -341,18 +408,39 @@ impl AgentHostProvider {
             .ok_or_else(not_found)?;
         // Artifacts of handed-off runs may live on another host of the tenant; the run must
         // at least belong to this channel's host or descend from one of its runs.
-        let run = store.get_run(&art.run_id).await.map_err(|e| map_err(e.into()))?.ok_or_else(not_found)?;
-        if run.host_id != host.id && run.channel_id.as_deref() != Some(call.binding.channel_id.as_str()) {
+        let run = store
+            .get_run(&art.run_id)
+            .await
+            .map_err(|e| map_err(e.into()))?
+            .ok_or_else(not_found)?;
+        if run.host_id != host.id
+            && run.channel_id.as_deref() != Some(call.binding.channel_id.as_str())
+        {
             return Err(not_found());
         }
-        let body = self.hosts.hub.files.get(&art.object_key).await.map_err(|e| map_err(e.into()))?;
+        let body = self
+            .hosts
+            .hub
+            .files
+            .get(&art.object_key)
+            .await
+            .map_err(|e| map_err(e.into()))?;
         let item = self
             .core()?
-            .store_inbound_file(&call.binding.channel_id, &art.name, Some(&art.content_type), body)
+            .store_inbound_file(
+                &call.binding.channel_id,
+                &art.name,
+                Some(&art.content_type),
+                body,
+            )
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "artifact copy into channel files failed");
-                ProviderError::new(ProviderErrorKind::Transient, ErrorCode::Unavailable.as_str(), "file storage is unavailable")
+                ProviderError::new(
+                    ProviderErrorKind::Transient,
+                    ErrorCode::Unavailable.as_str(),
+                    "file storage is unavailable",
+                )
             })?;
         Ok(json!({
             "artifact_id": art.id,
@@ -412,7 +500,9 @@ fn required_str<'a>(args: &'a Map<String, Value>, name: &str) -> Result<&'a str,
     args.get(name)
         .and_then(Value::as_str)
         .filter(|s| !s.trim().is_empty())
-        .ok_or_else(|| ProviderError::invalid(format!("{name} is required and must be a non-empty string")))
+        .ok_or_else(|| {
+            ProviderError::invalid(format!("{name} is required and must be a non-empty string"))
+        })
 }
 
 fn str_arg<'a>(args: &'a Map<String, Value>, name: &str) -> Result<Option<&'a str>, ProviderError> {
@@ -424,16 +514,23 @@ fn str_arg<'a>(args: &'a Map<String, Value>, name: &str) -> Result<Option<&'a st
     }
 }
 
-fn object_arg<T: serde::de::DeserializeOwned + Default>(args: &Map<String, Value>, name: &str) -> Result<T, ProviderError> {
+fn object_arg<T: serde::de::DeserializeOwned + Default>(
+    args: &Map<String, Value>,
+    name: &str,
+) -> Result<T, ProviderError> {
     match args.get(name) {
         None | Some(Value::Null) => Ok(T::default()),
-        Some(v @ Value::Object(_)) => serde_json::from_value(v.clone()).map_err(|e| ProviderError::invalid(format!("{name}: {e}"))),
+        Some(v @ Value::Object(_)) => serde_json::from_value(v.clone())
+            .map_err(|e| ProviderError::invalid(format!("{name}: {e}"))),
         Some(_) => Err(ProviderError::invalid(format!("{name} must be an object"))),
     }
 }
 
 fn normalise_code(code: &str) -> String {
-    code.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_uppercase()).collect()
+    code.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_uppercase())
+        .collect()
 }
 
 #[async_trait]
@@ -452,9 +549,19 @@ impl Provider for AgentHostProvider {
 
     async fn auth_start(&self, req: AuthRequest<'_>) -> Result<AuthStep, ProviderError> {
         if req.flow.id != FLOW_PAIRING {
-            return Err(ProviderError::new(ProviderErrorKind::InvalidInput, ErrorCode::UnknownAuthFlow.as_str(), "unknown auth flow"));
+            return Err(ProviderError::new(
+                ProviderErrorKind::InvalidInput,
+                ErrorCode::UnknownAuthFlow.as_str(),
+                "unknown auth flow",
+            ));
         }
-        let field = |k: &str| req.input.get(k).and_then(Value::as_str).map(str::trim).unwrap_or_default();
+        let field = |k: &str| {
+            req.input
+                .get(k)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .unwrap_or_default()
+        };
         let (name, code) = (field(FIELD_HOST_NAME), field(FIELD_PAIRING_CODE));
         if name.is_empty() || code.is_empty() {
             return Ok(AuthStep::Failed {
@@ -475,7 +582,9 @@ impl Provider for AgentHostProvider {
             let (a, b) = (normalise_code(&h.pairing_code), normalise_code(code));
             a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
         });
-        let Some(host) = host.filter(|h| matches && h.status != HostStatus::Revoked && h.status != HostStatus::Enrolling) else {
+        let Some(host) = host.filter(|h| {
+            matches && h.status != HostStatus::Revoked && h.status != HostStatus::Enrolling
+        }) else {
             return Ok(AuthStep::Failed {
                 code: "pairing_failed".into(),
                 message: "unknown host or wrong pairing code".into(),
@@ -492,7 +601,10 @@ impl Provider for AgentHostProvider {
     }
 
     async fn bound_status(&self, credentials: &Value) -> ConnectionStatus {
-        let id = credentials.get("host_id").and_then(Value::as_str).unwrap_or_default();
+        let id = credentials
+            .get("host_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         match self.hosts.hub.store.get_host(id).await {
             Ok(Some(h)) => connection_status(h.status),
             _ => ConnectionStatus::Error,
@@ -510,18 +622,25 @@ impl Provider for AgentHostProvider {
                 let run = self.run_of(&host, call.arguments).await?;
                 let run = self.hosts.cancel_run(&run).await.map_err(map_err)?;
                 let mut v = self.run_view(&run, false).await?;
-                v["cancel_requested"] = json!(run.cancel_requested_at.is_some() || run.state.is_terminal());
+                v["cancel_requested"] =
+                    json!(run.cancel_requested_at.is_some() || run.state.is_terminal());
                 Ok(v)
             }
             TOOL_RUN_HANDOFF => self.run_handoff(&call, &host).await,
             TOOL_ARTIFACT_FETCH => self.artifact_fetch(&call, &host).await,
-            _ => Err(ProviderError::new(ProviderErrorKind::InvalidInput, ErrorCode::UnknownTool.as_str(), "unknown tool")),
+            _ => Err(ProviderError::new(
+                ProviderErrorKind::InvalidInput,
+                ErrorCode::UnknownTool.as_str(),
+                "unknown tool",
+            )),
         }
     }
 
     async fn deliver(&self, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
         let _ = msg;
-        Err(ProviderError::rejected("an agent host channel carries no chat messages"))
+        Err(ProviderError::rejected(
+            "an agent host channel carries no chat messages",
+        ))
     }
 
     fn start(&self, host: Arc<dyn ProviderHost>, stop: tokio_util::sync::CancellationToken) {

@@ -1585,7 +1585,10 @@ mod tests {
     #[test]
     fn formats_rfc3339() {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_rfc3339(1_784_548_800_123), "2026-07-20T12:00:00.123Z");
+        assert_eq!(
+            format_rfc3339(1_784_548_800_123),
+            "2026-07-20T12:00:00.123Z"
+        );
         assert_eq!(format_rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert!(is_rfc3339(&format_rfc3339(1_784_548_800_123)));
     }

@@ -13,7 +13,10 @@ pub mod timeouts;
 
 pub use error::{HostErrorCode, RetryPolicy, RetryStep};
 pub use jwt::{ClaimsError, Confirmation, HostClaims, x5t_s256_from_digest};
-pub use message::{HeartbeatAck, HostMessage, format_rfc3339, HostProtocolError, MessageType, Peer, parse, parse_from};
+pub use message::{
+    HeartbeatAck, HostMessage, HostProtocolError, MessageType, Peer, format_rfc3339, parse,
+    parse_from,
+};
 pub use run::{HostLostPolicy, InvalidTransition, RunFact, RunState, transition};
 pub use timeouts::{Timeouts, reconnect_delay};
 
