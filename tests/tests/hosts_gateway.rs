@@ -248,7 +248,8 @@ async fn identity_failures_are_refused_with_stable_codes() {
     let (mut hc, _) = host.online(&["a"]).await;
     let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
     hosts.revoke(&host.host_id).await.unwrap();
-    let ended = hc.ended(Duration::from_secs(5), true).await;
+    // Revoked by another hub (like the CLI): seen at the connection's next tick.
+    let ended = hc.ended(Duration::from_secs(10), true).await;
     assert_eq!(
         ended,
         Some(Ended::Closed(Some(4401))),
@@ -760,6 +761,46 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
         unreachable!()
     };
     assert_eq!(e.code, HostErrorCode::AgentNotFound);
+
+    // xAgent hands a run off to the other host's agent and follows it from this channel.
+    let run3 = tool(&conn, &ch, "agent_run_start", json!({"goal": "first pass"})).await["result"]
+        ["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let _ = hc.expect_for(MessageType::CreateRun, &run3).await;
+    hc.send(&accepted(&run3)).await;
+    let handed = tool(
+        &conn,
+        &ch,
+        "agent_run_handoff",
+        json!({"run_id": run3, "to_agent_id": "reviewer", "progress": "first pass done"}),
+    )
+    .await;
+    let next = handed["result"]["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{handed}"))
+        .to_owned();
+    assert_eq!(handed["result"]["from_run_id"], run3.as_str());
+    // The source run is cancelled; the new one runs on the other host.
+    let _ = hc.expect_for(MessageType::CancelRun, &run3).await;
+    let _ = hc2.expect_for(MessageType::CreateRun, &next).await;
+    hc2.send(&accepted(&next)).await;
+    hc2.send(&event(
+        &next,
+        1,
+        json!({"event": "completion", "payload": {"summary": "reviewed"}}),
+    ))
+    .await;
+    let followed = tool(
+        &conn,
+        &ch,
+        "agent_run_wait",
+        json!({"run_id": next, "timeout_seconds": 5}),
+    )
+    .await;
+    assert_eq!(followed["result"]["state"], "completed", "{followed}");
+    assert_eq!(followed["result"]["parent_run_id"], run3.as_str());
     let _ = RunEvent::Progress(Default::default());
     let _ = RunEventMessage::clone;
     let _ = CancelRun::clone;

@@ -60,7 +60,7 @@ impl Default for HostsConfig {
             max_active_runs_per_tenant: 1000,
             max_artifact_bytes: 100 * 1024 * 1024,
             device_card_id: "device.agent-host".into(),
-            tick: Duration::from_secs(1),
+            tick: Duration::from_secs(2),
         }
     }
 }
@@ -134,7 +134,13 @@ pub struct HostSession {
     pub registered: bool,
     /// Set by `register`: the next `outgoing` re-sends everything the host holds.
     resend_all: bool,
+    /// When `last_seen_at` was last written for this session (ms; 0 = never).
+    seen_written_at: i64,
 }
+
+/// How often a busy connection refreshes its host's `last_seen_at` between heartbeats (far
+/// below the host-lost deadline, so a streaming host never looks silent).
+const SEEN_REFRESH_MS: i64 = 5_000;
 
 impl HostSession {
     pub fn new(host: &HostRecord) -> Self {
@@ -144,6 +150,7 @@ impl HostSession {
             session_id: new_id("hss"),
             registered: false,
             resend_all: false,
+            seen_written_at: 0,
         }
     }
 
@@ -158,6 +165,7 @@ impl HostSession {
             tenant_id: host.tenant_id.clone(),
             session_id,
             resend_all: false,
+            seen_written_at: 0,
         }
     }
 }
@@ -562,17 +570,6 @@ impl Hosts {
         Ok(())
     }
 
-    /// A run of `host_id`; `run_not_found` for unknown runs and runs of other hosts.
-    pub async fn run_of(&self, host_id: &str, run_id: &str) -> Result<RunRecord, HostsError> {
-        match self.hub.store.get_run(run_id).await? {
-            Some(r) if r.host_id == host_id => Ok(r),
-            _ => Err(HostsError::new(
-                "run_not_found",
-                "no such run on this channel's host",
-            )),
-        }
-    }
-
     /// Asks for a run to stop. Queued runs stop at once; runs on the host get `cancel_run`
     /// until it confirms (or the cancel timeout passes). Finished runs are left as they are.
     pub async fn cancel_run(&self, run: &RunRecord) -> Result<RunRecord, HostsError> {
@@ -904,16 +901,21 @@ impl Hosts {
             HostMessage::Heartbeat(h) => Some(serde_json::to_value(h.metrics).unwrap_or_default()),
             _ => None,
         };
-        let _ = self
-            .hub
-            .store
-            .host_seen(
-                &session.host_id,
-                &session.session_id,
-                seen_metrics.as_ref(),
-                now,
-            )
-            .await;
+        // Every heartbeat is written; other messages refresh `last_seen_at` at most every
+        // few seconds, so a stream of events costs no extra write per event.
+        if seen_metrics.is_some() || now - session.seen_written_at >= SEEN_REFRESH_MS {
+            let _ = self
+                .hub
+                .store
+                .host_seen(
+                    &session.host_id,
+                    &session.session_id,
+                    seen_metrics.as_ref(),
+                    now,
+                )
+                .await;
+            session.seen_written_at = now;
+        }
         let out = match msg {
             HostMessage::Heartbeat(h) => {
                 if h.connector_id != session.host_id {

@@ -92,13 +92,43 @@ impl AgentHostProvider {
         }
     }
 
+    /// A run of the bound host, or one started from this channel (a handoff may have moved
+    /// the work to another host of the tenant).
     async fn run_of(
         &self,
         host: &HostRecord,
+        channel_id: &str,
         args: &Map<String, Value>,
     ) -> Result<RunRecord, ProviderError> {
         let run_id = required_str(args, "run_id")?;
-        self.hosts.run_of(&host.id, run_id).await.map_err(map_err)
+        self.visible_run(host, channel_id, run_id).await
+    }
+
+    async fn visible_run(
+        &self,
+        host: &HostRecord,
+        channel_id: &str,
+        run_id: &str,
+    ) -> Result<RunRecord, ProviderError> {
+        let run = self
+            .hosts
+            .hub
+            .store
+            .get_run(run_id)
+            .await
+            .map_err(|e| map_err(e.into()))?;
+        match run {
+            Some(r)
+                if r.tenant_id == host.tenant_id
+                    && (r.host_id == host.id || r.channel_id.as_deref() == Some(channel_id)) =>
+            {
+                Ok(r)
+            }
+            _ => Err(map_err(HostsError::new(
+                "run_not_found",
+                "no such run on this channel",
+            ))),
+        }
     }
 
     async fn host_status(&self, host: &HostRecord) -> Result<Value, ProviderError> {
@@ -261,7 +291,9 @@ impl AgentHostProvider {
         call: &ToolCall<'_>,
         host: &HostRecord,
     ) -> Result<Value, ProviderError> {
-        let mut run = self.run_of(host, call.arguments).await?;
+        let mut run = self
+            .run_of(host, &call.binding.channel_id, call.arguments)
+            .await?;
         let wait = call
             .arguments
             .get("timeout_seconds")
@@ -304,10 +336,8 @@ impl AgentHostProvider {
                 None => tick.await,
             }
             run = self
-                .hosts
-                .run_of(&host.id, &run.id)
-                .await
-                .map_err(map_err)?;
+                .visible_run(host, &call.binding.channel_id, &run.id)
+                .await?;
         }
         self.run_view(&run, run.state.is_terminal()).await
     }
@@ -317,7 +347,9 @@ impl AgentHostProvider {
         call: &ToolCall<'_>,
         host: &HostRecord,
     ) -> Result<Value, ProviderError> {
-        let run = self.run_of(host, call.arguments).await?;
+        let run = self
+            .run_of(host, &call.binding.channel_id, call.arguments)
+            .await?;
         let after = call
             .arguments
             .get("after_seq")
@@ -358,7 +390,7 @@ impl AgentHostProvider {
         host: &HostRecord,
     ) -> Result<Value, ProviderError> {
         let args = call.arguments;
-        let run = self.run_of(host, args).await?;
+        let run = self.run_of(host, &call.binding.channel_id, args).await?;
         let to = required_str(args, "to_agent_id")?;
         let list = |k: &str| -> Result<Vec<String>, ProviderError> {
             match args.get(k) {
@@ -619,7 +651,9 @@ impl Provider for AgentHostProvider {
             TOOL_RUN_WAIT => self.run_wait(&call, &host).await,
             TOOL_RUN_EVENTS => self.run_events(&call, &host).await,
             TOOL_RUN_CANCEL => {
-                let run = self.run_of(&host, call.arguments).await?;
+                let run = self
+                    .run_of(&host, &call.binding.channel_id, call.arguments)
+                    .await?;
                 let run = self.hosts.cancel_run(&run).await.map_err(map_err)?;
                 let mut v = self.run_view(&run, false).await?;
                 v["cancel_requested"] =
