@@ -141,6 +141,8 @@ async fn enrolled_host_runs_a_task_for_xagent_end_to_end() {
         unreachable!()
     };
     assert!(!ack.runs.contains_key(&run_id));
+    // The pairing code is a credential of the binding: never logged.
+    switchyard_e2e::assert_not_logged(&pairing);
 }
 
 #[tokio::test]
@@ -264,6 +266,16 @@ async fn identity_failures_are_refused_with_stable_codes() {
     assert_eq!(resp.status(), 401);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "host_revoked");
+
+    // Tokens, JWTs and keys never reach the log.
+    for secret in [
+        token.as_str(),
+        jwt.as_str(),
+        host.key_pem.as_str(),
+        expired.as_str(),
+    ] {
+        switchyard_e2e::assert_not_logged(secret);
+    }
 }
 
 #[tokio::test]
