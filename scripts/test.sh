@@ -38,6 +38,11 @@ export SWITCHYARD_TEST_NATS_URL="${SWITCHYARD_TEST_NATS_URL:-nats://127.0.0.1:42
 # The multi-pod and embedded-binary scenarios run the real `switchyard` binary: build it from
 # this checkout first so a reused target directory never serves a stale one.
 cargo build --workspace --all-features --bins
+# The scenarios also build the binaries they run exactly like this (tests/src/lib.rs), and a
+# single-package build unifies dependency features differently from the workspace build:
+# build them here, once, so no test holds the cargo lock for minutes while others wait.
+cargo build -p switchyard --bin switchyard
+cargo build -p switchyard-host-agent --bin switchyard-host
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-features --no-fail-fast "$@"
