@@ -950,66 +950,7 @@ pub fn assert_no_secrets(conn: &Conn, secrets: &[&str]) {
 pub fn switchyard_binary() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            // target/<profile>/deps/<test exe> -> target/<profile>
-            let exe = std::env::current_exe().expect("current exe");
-            let profile_dir = exe
-                .parent()
-                .and_then(|deps| deps.parent())
-                .expect("target/<profile>")
-                .to_path_buf();
-            let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
-            let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-                Some("debug") | None => "dev".to_owned(),
-                Some(other) => other.to_owned(),
-            };
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join("Cargo.toml");
-            let mut cmd = std::process::Command::new(cargo);
-            // `cargo test` gives the test process its own package variables; build scripts
-            // that track one of them (ring tracks CARGO_MANIFEST_DIR) would otherwise see a
-            // change and rebuild half the dependency graph, here and again in the next
-            // ordinary build.
-            for (k, _) in std::env::vars_os() {
-                let k = k.to_string_lossy();
-                if k.starts_with("CARGO_PKG_")
-                    || matches!(
-                        k.as_ref(),
-                        "CARGO_MANIFEST_DIR"
-                            | "CARGO_MANIFEST_PATH"
-                            | "CARGO_CRATE_NAME"
-                            | "CARGO_BIN_NAME"
-                            | "CARGO_PRIMARY_PACKAGE"
-                            | "CARGO_TARGET_TMPDIR"
-                            | "CARGO_RUSTC_CURRENT_DIR"
-                            | "OUT_DIR"
-                    )
-                {
-                    cmd.env_remove(k.as_ref());
-                }
-            }
-            let status = cmd
-                .args([
-                    "build",
-                    "--quiet",
-                    "-p",
-                    "switchyard",
-                    "--bin",
-                    "switchyard",
-                ])
-                .args(["--profile", &profile])
-                .arg("--manifest-path")
-                .arg(&manifest)
-                .env("CARGO_TARGET_DIR", &target_dir)
-                .status()
-                .expect("run cargo build");
-            assert!(status.success(), "cargo build -p switchyard failed");
-            let bin = profile_dir.join(format!("switchyard{}", std::env::consts::EXE_SUFFIX));
-            assert!(bin.exists(), "{} missing after build", bin.display());
-            bin
-        })
+        .get_or_init(|| build_workspace_binary("switchyard", "switchyard"))
         .clone()
 }
 
@@ -1052,8 +993,9 @@ pub fn build_workspace_binary(package: &str, bin: &str) -> PathBuf {
         .join("..")
         .join("Cargo.toml");
     let mut cmd = std::process::Command::new(cargo);
-    // The test's own package variables would make build scripts that track them rebuild
-    // (see `switchyard_binary`).
+    // `cargo test` gives the test process its own package variables; build scripts that
+    // track one of them (ring tracks CARGO_MANIFEST_DIR) would otherwise see a change and
+    // rebuild half the dependency graph, here and again in the next ordinary build.
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
         if k.starts_with("CARGO_PKG_")
