@@ -77,6 +77,25 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     pub text_bytes: usize,
 
+    /// Simulated agent hosts (Connector API v1), each with one xAgent `device.agent-host`
+    /// channel bound to it; 0 = no host workload. Works with both modes.
+    #[arg(long, default_value_t = 0)]
+    pub hosts: usize,
+    /// `agent_run_start` calls per second in total, round robin over the hosts.
+    #[arg(long, default_value_t = 10.0)]
+    pub run_rate: f64,
+    /// `run_event`s a host streams per run (progress events; the last is the completion).
+    #[arg(long, default_value_t = 20)]
+    pub events_per_run: u64,
+    /// Time between two events of a run at the host (0ms: all at once), so runs last
+    /// (events-per-run - 1) x this.
+    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    pub event_interval: Duration,
+    /// Leave the chat workload out (no im.webhook backends, channels or flows), so that
+    /// `--hosts` is measured alone.
+    #[arg(long)]
+    pub no_chat: bool,
+
     /// Cluster: SIGKILL one pod this long after the load starts (embedded: kill and restart
     /// the only pod on the same data directory).
     #[arg(long, value_parser = parse_duration)]
@@ -119,6 +138,17 @@ impl Args {
         ] {
             if !r.is_finite() || r < 0.0 {
                 return Err("rates must be finite and not negative".into());
+            }
+        }
+        if self.no_chat && self.hosts == 0 {
+            return Err("--no-chat leaves nothing to do without --hosts".into());
+        }
+        if self.hosts > 0 {
+            if !self.run_rate.is_finite() || self.run_rate <= 0.0 {
+                return Err("--run-rate must be a positive number".into());
+            }
+            if self.events_per_run == 0 || self.events_per_run > 100_000 {
+                return Err("--events-per-run must be within 1..=100000".into());
             }
         }
         if self.s3_endpoint.is_some() && self.s3_bucket.is_none() {
@@ -195,5 +225,29 @@ mod tests {
             "SWITCHYARD_DELIVERY__WINDOW=32",
         ]);
         assert_eq!(env.pod_env[0].1, "32");
+    }
+
+    #[test]
+    fn host_options() {
+        let a = Args::parse_from(["switchyard-loadtest"]);
+        assert_eq!((a.hosts, a.no_chat), (0, false));
+        let h = Args::parse_from([
+            "switchyard-loadtest",
+            "--hosts",
+            "4",
+            "--run-rate",
+            "20",
+            "--events-per-run",
+            "50",
+            "--no-chat",
+        ]);
+        assert_eq!((h.hosts, h.events_per_run), (4, 50));
+        assert!(h.validate().is_ok());
+        let alone = Args::parse_from(["switchyard-loadtest", "--no-chat"]);
+        assert!(alone.validate().is_err());
+        let zero = Args::parse_from(["switchyard-loadtest", "--hosts", "2", "--run-rate", "0"]);
+        assert!(zero.validate().is_err());
+        let kill = Args::parse_from(["switchyard-loadtest", "--hosts", "2", "--kill-pod-at", "5s"]);
+        assert!(kill.validate().is_ok());
     }
 }

@@ -1,9 +1,11 @@
 //! `switchyard-loadtest`: starts real Switchyard pods, binds channels of simulated xAgent
 //! backends to a fake webhook target, offers load on four flows and reports throughput,
 //! latency, loss and duplicates (counted by `message_id`) and the pods' memory and CPU.
-//! See `loadtest/README.md`.
+//! With `--hosts N` it also runs simulated agent hosts and starts runs on them through
+//! xAgent device channels (runs counted by `run_id`). See `loadtest/README.md`.
 
 mod args;
+mod hosts;
 mod pods;
 mod probe;
 mod report;
@@ -93,9 +95,26 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
 
     fleet.migrate().await?;
     let mut tenants = Vec::new();
-    for i in 0..args.tenants {
-        tenants.push(fleet.create_tenant(&format!("loadtest-{tag}-{i}")).await?);
+    if !args.no_chat {
+        for i in 0..args.tenants {
+            tenants.push(fleet.create_tenant(&format!("loadtest-{tag}-{i}")).await?);
+        }
     }
+    // The hosts' tenant and the hosts themselves (`switchyard host enroll`), made before the
+    // pods start like the tenants; the pods enroll them over HTTP once they serve.
+    let host_tenant = if args.hosts > 0 {
+        let (tenant_id, key) = fleet
+            .create_tenant(&format!("loadtest-{tag}-hosts"))
+            .await?;
+        let minted = hosts::mint(&fleet, &tenant_id, &tag, args.hosts).await?;
+        println!(
+            "{} hosts created with `switchyard host enroll` for tenant {tenant_id}",
+            minted.len()
+        );
+        Some((key, minted))
+    } else {
+        None
+    };
     for _ in 0..args.pod_count() {
         let pod = fleet.start_pod().await?;
         println!("{} ready at {} (pid {})", pod.name, pod.base_url, pod.pid);
@@ -138,16 +157,48 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
         .enumerate()
         .flat_map(|(i, b)| b.channels().iter().map(move |c| (i, c.clone())))
         .collect();
+    let run_stats = hosts::RunStats::new(&tag);
+    let host_stop = CancellationToken::new();
+    let sim_hosts = match host_tenant {
+        Some((key, minted)) => hosts::setup(
+            &fleet,
+            minted,
+            &key,
+            hosts::Pace {
+                events_per_run: args.events_per_run,
+                event_interval: args.event_interval,
+            },
+            run_stats.clone(),
+            host_stop.clone(),
+        )
+        .await
+        .context("setting up the simulated hosts")?,
+        None => Vec::new(),
+    };
     let setup_s = setup_started.elapsed().as_secs_f64();
+    if !args.no_chat {
+        println!(
+            "{} channels bound across {} tenants",
+            channels.len(),
+            backends.len(),
+        );
+    }
+    if !sim_hosts.is_empty() {
+        println!(
+            "{} hosts online, each with a bound device channel ({} runs/s, {} events per run, {:?} apart)",
+            sim_hosts.len(),
+            args.run_rate,
+            args.events_per_run,
+            args.event_interval
+        );
+    }
     println!(
-        "{} channels bound across {} tenants in {setup_s:.1}s; offering load for {:?}",
-        channels.len(),
-        backends.len(),
+        "setup took {setup_s:.1}s; offering load for {:?}",
         args.duration
     );
 
     let mut file_rate = args.file_rate;
-    if file_rate > 0.0 && !fleet.shared_files {
+    if file_rate > 0.0 && !fleet.shared_files && !args.no_chat {
         file_rate = 0.0;
         notes.push(
             "file flow skipped: cluster pods need a shared file store and no --s3-bucket was given"
@@ -163,6 +214,7 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
     let loadavg_start = Host::loadavg();
     let start = Instant::now();
     flows.begin(start);
+    run_stats.begin(start);
     for b in &backends {
         b.begin(start);
     }
@@ -210,32 +262,63 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
     let sampler = tokio::spawn(sample_loop(
         fleet.clone(),
         flows.clone(),
+        (!sim_hosts.is_empty()).then(|| run_stats.clone()),
         start,
         stop.clone(),
     ));
     let probes = Probes::default();
     let prober = tokio::spawn(probes.clone().run(fleet.clone(), start, stop.clone()));
 
+    // --no-chat turns every chat flow off (an inbound rate of 0 would mean "unlimited").
+    let chat = |rate: f64| if args.no_chat { 0.0 } else { rate };
     let c = ctx.clone();
-    let inbound = workload::drive(args.inbound_rate, args.concurrency, until, move |n| {
-        workload::inbound(c.clone(), n)
-    });
+    let inbound = async {
+        if args.no_chat {
+            0
+        } else {
+            workload::drive(args.inbound_rate, args.concurrency, until, move |n| {
+                workload::inbound(c.clone(), n)
+            })
+            .await
+        }
+    };
     let c = ctx.clone();
-    let tool = optional(args.tool_rate, workload::SOCKET_FLOW_CAP, until, move |n| {
-        workload::tool(c.clone(), n)
-    });
+    let tool = optional(
+        chat(args.tool_rate),
+        workload::SOCKET_FLOW_CAP,
+        until,
+        move |n| workload::tool(c.clone(), n),
+    );
     let c = ctx.clone();
     let outbound = optional(
-        args.outbound_rate,
+        chat(args.outbound_rate),
         workload::SOCKET_FLOW_CAP,
         until,
         move |n| workload::outbound(c.clone(), n),
     );
     let c = ctx.clone();
-    let file = optional(file_rate, workload::SOCKET_FLOW_CAP, until, move |n| {
-        workload::file(c.clone(), n)
+    let file = optional(
+        chat(file_rate),
+        workload::SOCKET_FLOW_CAP,
+        until,
+        move |n| workload::file(c.clone(), n),
+    );
+    // Each run op lasts until its run is verified or the settle deadline passes.
+    let hosts_ctx = Arc::new(hosts::HostsCtx {
+        hosts: sim_hosts.clone(),
+        stats: run_stats.clone(),
+        events_per_run: args.events_per_run,
+        deadline,
     });
-    tokio::join!(inbound, tool, outbound, file);
+    let run_rate = if sim_hosts.is_empty() {
+        0.0
+    } else {
+        args.run_rate
+    };
+    let host_runs = optional(run_rate, workload::SOCKET_FLOW_CAP, until, move |n| {
+        hosts::run_op(hosts_ctx.clone(), n)
+    });
+    tokio::join!(inbound, tool, outbound, file, host_runs);
     let loadavg_end = Host::loadavg();
     let run_end = start + args.duration;
 
@@ -264,6 +347,7 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
     let mut violations: Vec<String> = backends
         .iter()
         .flat_map(|b| b.schema_violations())
+        .chain(hosts::schema_violations(&sim_hosts))
         .collect();
     violations.sort();
     violations.dedup();
@@ -290,6 +374,20 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
     for b in &backends {
         b.close().await;
     }
+    let hosts_report = (!sim_hosts.is_empty()).then(|| {
+        run_stats.report(
+            &sim_hosts,
+            args.run_rate,
+            hosts::Pace {
+                events_per_run: args.events_per_run,
+                event_interval: args.event_interval,
+            },
+            args.duration,
+            disrupted,
+        )
+    });
+    host_stop.cancel();
+    hosts::close(&sim_hosts).await;
     let mut report = Report {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         binary: bin.display().to_string(),
@@ -298,8 +396,8 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
             Mode::Cluster => "cluster".into(),
         },
         pods: args.pod_count(),
-        tenants: args.tenants,
-        channels: args.channels,
+        tenants: if args.no_chat { 0 } else { args.tenants },
+        channels: if args.no_chat { 0 } else { args.channels },
         duration_s: args.duration.as_secs_f64(),
         settle_s: args.settle.as_secs_f64(),
         rates: Rates {
@@ -316,6 +414,7 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
             loadavg_end,
         },
         flows: flow_reports,
+        hosts: hosts_report,
         target: target.report(),
         probes: probes.report(),
         pod_resources,
@@ -368,6 +467,7 @@ where
 async fn sample_loop(
     fleet: Arc<Fleet>,
     flows: Arc<Flows>,
+    runs: Option<Arc<hosts::RunStats>>,
     start: Instant,
     stop: CancellationToken,
 ) {
@@ -388,7 +488,11 @@ async fn sample_loop(
                     line.push_str(&format!(" {} {sent}/{acc}/{del}", f.name));
                 }
             }
-            println!("{line}  (sent/accepted/delivered)");
+            if let Some(r) = &runs {
+                let (started, acked, done) = r.progress();
+                line.push_str(&format!(" runs {started}/{acked}/{done}"));
+            }
+            println!("{line}  (sent/accepted/delivered; runs started/acked/finished)");
         }
     }
 }

@@ -113,6 +113,8 @@ pub struct Pod {
     /// `http://127.0.0.1:PORT`, the public listener.
     pub base_url: String,
     pub metrics_url: String,
+    /// `https://127.0.0.1:PORT`, the mTLS listener of agent hosts.
+    pub hosts_tls_url: String,
     pub log: PathBuf,
     pub started: Instant,
     child: tokio::sync::Mutex<Child>,
@@ -405,6 +407,7 @@ impl Fleet {
             pid,
             base_url: format!("http://127.0.0.1:{port}"),
             metrics_url: format!("http://127.0.0.1:{mport}"),
+            hosts_tls_url: format!("https://127.0.0.1:{tport}"),
             log,
             started: Instant::now(),
             child: tokio::sync::Mutex::new(child),

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::hosts::HostsReport;
 use crate::pods::{PodState, ProcSample};
 use crate::probe::ProbeReport;
 use crate::scenario::{Event, Recovery};
@@ -75,6 +76,9 @@ pub struct Report {
     pub setup_s: f64,
     pub host: Host,
     pub flows: Vec<FlowReport>,
+    /// The agent-host workload (`--hosts`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<HostsReport>,
     pub target: TargetReport,
     pub probes: ProbeReport,
     pub pod_resources: Vec<PodReport>,
@@ -135,6 +139,9 @@ impl Report {
                 self.target.file_download_failures
             ));
         }
+        if let Some(h) = &self.hosts {
+            p.extend(h.problems());
+        }
         if self.schema_violations > 0 {
             p.push(format!(
                 "{} schema violation(s) in packets from the pods",
@@ -144,19 +151,8 @@ impl Report {
         self.problems = p;
     }
 
-    pub fn render(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "\n== switchyard-loadtest: {} mode, {} pod(s), {} tenants, {} channels, {:.0}s load, settle up to {:.0}s",
-            self.mode, self.pods, self.tenants, self.channels, self.duration_s, self.settle_s
-        );
-        let _ = writeln!(s, "binary: {}", self.binary);
-        let _ = writeln!(
-            s,
-            "host: {} CPUs, load average {} at the start, {} at the end",
-            self.host.cpus, self.host.loadavg_start, self.host.loadavg_end
-        );
+    /// The chat flows' table, their details and the fake target.
+    fn render_chat(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "offered: inbound {} (max {} in flight), tool {}/s, outbound {}/s, file {}/s; setup {:.1}s",
@@ -257,6 +253,35 @@ impl Report {
             "\ntarget: {} posts, {} bad signatures, {} malformed, {} file downloads ok, failures {:?}",
             t.posts, t.bad_signature, t.malformed, t.file_downloads_ok, t.file_download_failures
         );
+    }
+
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "\n== switchyard-loadtest: {} mode, {} pod(s), {} tenants, {} channels, {:.0}s load, settle up to {:.0}s",
+            self.mode, self.pods, self.tenants, self.channels, self.duration_s, self.settle_s
+        );
+        let _ = writeln!(s, "binary: {}", self.binary);
+        let _ = writeln!(
+            s,
+            "host: {} CPUs, load average {} at the start, {} at the end",
+            self.host.cpus, self.host.loadavg_start, self.host.loadavg_end
+        );
+        let chat = self.tenants > 0;
+        if !chat {
+            let _ = writeln!(
+                s,
+                "offered: no chat workload (--no-chat); setup {:.1}s",
+                self.setup_s
+            );
+        }
+        if chat {
+            self.render_chat(&mut s);
+        }
+        if let Some(h) = &self.hosts {
+            render_hosts(&mut s, h);
+        }
         let pr = &self.probes;
         let _ = writeln!(
             s,
@@ -358,5 +383,141 @@ impl Report {
             }
         }
         s
+    }
+}
+
+/// The agent-host section: one line of figures, then correctness and what went wrong.
+fn render_hosts(s: &mut String, h: &HostsReport) {
+    let _ = writeln!(
+        s,
+        "\nagent hosts: {} simulated hosts, {} runs/s offered, {} events per run {}",
+        h.hosts,
+        h.run_rate,
+        h.events_per_run,
+        if h.event_interval_ms > 0.0 {
+            format!("{} ms apart", h.event_interval_ms)
+        } else {
+            "sent at once".to_owned()
+        }
+    );
+    let _ = writeln!(
+        s,
+        "{:<6} {:>7} {:>7} {:>8} {:>8} {:>8} {:>5} {:>7} {:>7} | {:>8} {:>8} {:>9} | {:>7} {:>7} | {:>7} {:>7} | {:>7} {:>7} {:>8}",
+        "",
+        "started",
+        "acked",
+        "dispatch",
+        "complete",
+        "verified",
+        "lost",
+        "dupRuns",
+        "redisp",
+        "start/s",
+        "done/s",
+        "events/s",
+        "ack50",
+        "ack99",
+        "disp50",
+        "disp99",
+        "run50",
+        "run99",
+        "runmax"
+    );
+    let _ = writeln!(
+        s,
+        "{:<6} {:>7} {:>7} {:>8} {:>8} {:>8} {:>5} {:>7} {:>7} | {:>8.1} {:>8.1} {:>9.1} | {:>7.1} {:>7.1} | {:>7.1} {:>7.1} | {:>7.1} {:>7.1} {:>8.1}",
+        "runs",
+        h.started,
+        h.acked,
+        h.dispatched,
+        h.completed,
+        h.verified,
+        h.lost,
+        h.duplicate_runs,
+        h.redispatches,
+        h.started_per_s,
+        h.completed_per_s,
+        h.events_stored_per_s,
+        h.ack_latency_ms.p50,
+        h.ack_latency_ms.p99,
+        h.dispatch_latency_ms.p50,
+        h.dispatch_latency_ms.p99,
+        h.run_latency_ms.p50,
+        h.run_latency_ms.p99,
+        h.run_latency_ms.max,
+    );
+    let _ = writeln!(
+        s,
+        "(ms; ack = agent_run_start sent -> its ack; disp = agent_run_start sent -> create_run at the host; run = agent_run_start sent -> agent_run_wait answered completed)"
+    );
+    let _ = writeln!(
+        s,
+        "events: {} sent by the hosts ({} more replayed for re-sent create_runs), {} read back from completed runs' logs, {} progress pushes to xAgent; {} create_run(s) arrived before their start ack",
+        h.events_sent,
+        h.events_replayed,
+        h.events_stored,
+        h.progress_pushes,
+        h.dispatched_before_ack
+    );
+    let _ = writeln!(
+        s,
+        "correctness: every acked run completed once: {}; logs exact (seq 1..={}, one completion, last): {} of {}; create_run for unknown runs: {}; re-dispatched create_runs: {}",
+        if h.lost == 0 && h.not_completed.is_empty() && h.duplicate_runs == 0 {
+            "yes".to_owned()
+        } else {
+            format!(
+                "NO ({} lost, {} duplicated, other ends {:?})",
+                h.lost, h.duplicate_runs, h.not_completed
+            )
+        },
+        h.events_per_run,
+        h.verified,
+        h.completed,
+        h.unknown_create_runs,
+        h.redispatches
+    );
+    if !h.errors.is_empty() || !h.refused.is_empty() || !h.gave_up.is_empty() {
+        let _ = writeln!(
+            s,
+            "hosts: {} tool calls in all; failed attempts {:?}; refused {:?}; gave up {:?}",
+            h.attempts, h.errors, h.refused, h.gave_up
+        );
+    }
+    if h.never_dispatched > 0 || h.dispatched_not_acked > 0 {
+        let _ = writeln!(
+            s,
+            "hosts: {} acked run(s) never reached a host; {} run(s) reached a host although their start call got no ack",
+            h.never_dispatched, h.dispatched_not_acked
+        );
+    }
+    if !h.host_errors.is_empty() || !h.host_unexpected.is_empty() {
+        let _ = writeln!(
+            s,
+            "hosts: server errors to the hosts {:?}; unexpected messages {:?}",
+            h.host_errors, h.host_unexpected
+        );
+    }
+    if !h.moves.is_empty() {
+        let worst = h.moves.iter().map(|m| m.down_ms).fold(0.0, f64::max);
+        let _ = writeln!(
+            s,
+            "hosts: {} socket(s) moved to another pod (longest {:.0} ms down):",
+            h.moves.len(),
+            worst
+        );
+        for m in h.moves.iter().take(20) {
+            let _ = writeln!(
+                s,
+                "    {} {} {} -> {} at {:.1}s, down {:.0} ms ({})",
+                m.side, m.host, m.from_pod, m.to_pod, m.at_s, m.down_ms, m.why
+            );
+        }
+    } else {
+        for d in &h.host_disconnects {
+            let _ = writeln!(s, "hosts: socket ended: {d}");
+        }
+    }
+    for v in h.verify_failure_examples.iter().take(3) {
+        let _ = writeln!(s, "hosts: log mismatch {v}");
     }
 }

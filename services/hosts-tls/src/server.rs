@@ -122,6 +122,10 @@ pub async fn serve(
                 continue;
             }
         };
+        // Protocol messages are small: send them at once, not after the peer's delayed ACK.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set on a hosts connection");
+        }
         connections.spawn(connection(
             acceptor.clone(),
             tcp,

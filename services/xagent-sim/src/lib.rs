@@ -5,6 +5,9 @@
 //! queues pushes and checks every received packet against the protocol's JSON Schemas
 //! ([`schemas`]). Tests finish with `assert!(sim.schema_violations().is_empty())`.
 //!
+//! [`host`] is the other side of the device bridge: a simulated host agent (Connector API
+//! v1) that enrolls, connects to a pod's mTLS listener and speaks the host protocol.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), switchyard_xagent_sim::SimError> {
 //! use switchyard_xagent_sim::{EnvelopeExt, Sim};
@@ -22,6 +25,7 @@
 
 mod conn;
 mod error;
+pub mod host;
 mod im;
 mod packet;
 pub mod schemas;
