@@ -461,17 +461,18 @@ impl Hosts {
                 return Ok(None);
             };
             let from = run.state;
+            let version = run.updated_at;
             let Ok(to) = transition(from, fact) else {
                 return Ok(None);
             };
             let now = now_ms();
             run.state = to;
-            run.updated_at = now;
+            run.updated_at = now.max(version + 1);
             if to.is_terminal() {
                 run.finished_at = Some(now);
             }
             edit(&mut run);
-            if self.hub.store.update_run(&run, from).await? {
+            if self.hub.store.update_run(&run, from, version).await? {
                 if to != from {
                     metrics::counter!("switchyard_host_run_transitions_total", "to" => to.as_str())
                         .increment(1);
@@ -497,8 +498,11 @@ impl Hosts {
     ) -> Result<bool, BackendError> {
         let mut next = run.clone();
         edit(&mut next);
-        next.updated_at = now_ms();
-        self.hub.store.update_run(&next, run.state).await
+        next.updated_at = now_ms().max(run.updated_at + 1);
+        self.hub
+            .store
+            .update_run(&next, run.state, run.updated_at)
+            .await
     }
 
     /// Queues a new run on `host` for `agent_id` (on that host).

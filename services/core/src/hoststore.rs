@@ -312,9 +312,17 @@ pub trait HostStore: Send + Sync + 'static {
     /// Conflict when the id exists.
     async fn insert_run(&self, run: &RunRecord) -> BackendResult<()>;
     async fn get_run(&self, id: &str) -> BackendResult<Option<RunRecord>>;
-    /// Writes every field of `run` if the stored state is still `expected` (compare and set);
-    /// returns whether it was written.
-    async fn update_run(&self, run: &RunRecord, expected: RunState) -> BackendResult<bool>;
+    /// Writes every field of `run` (but the log counters, which belong to
+    /// `append_run_event`) if the stored row is still the one the caller read: state
+    /// `expected` and `updated_at` == `expected_updated_at` (compare and set on a row
+    /// version, so two writers of the same state cannot overwrite each other); returns
+    /// whether it was written. Writers keep `updated_at` strictly increasing per run.
+    async fn update_run(
+        &self,
+        run: &RunRecord,
+        expected: RunState,
+        expected_updated_at: i64,
+    ) -> BackendResult<bool>;
     /// Runs of a host in any of `states`, oldest first.
     async fn host_runs(&self, host_id: &str, states: &[RunState]) -> BackendResult<Vec<RunRecord>>;
     /// Runs started from a channel, newest first, at most `limit`.

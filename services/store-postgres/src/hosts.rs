@@ -593,7 +593,12 @@ impl HostStore for PostgresStore {
         one(row, run)
     }
 
-    async fn update_run(&self, r: &RunRecord, expected: RunState) -> BackendResult<bool> {
+    async fn update_run(
+        &self,
+        r: &RunRecord,
+        expected: RunState,
+        expected_updated_at: i64,
+    ) -> BackendResult<bool> {
         // `last_host_seq` and `event_count` belong to append_run_event: a run read before an
         // append must not roll the log's sequence back.
         let done = sqlx::query(
@@ -602,7 +607,7 @@ impl HostStore for PostgresStore {
              dispatched_at = $12, not_before = $13, cancel_requested_at = $14, cancel_sent_at = $15, \
              error_code = $16, error_message = $17, summary = $18, created_at = $19, updated_at = $20, \
              finished_at = $21 \
-             WHERE id = $1 AND state = $22",
+             WHERE id = $1 AND state = $22 AND updated_at = $23",
         )
         .bind(&r.id)
         .bind(&r.tenant_id)
@@ -626,6 +631,7 @@ impl HostStore for PostgresStore {
         .bind(r.updated_at)
         .bind(r.finished_at)
         .bind(expected.as_str())
+        .bind(expected_updated_at)
         .execute(&self.pool)
         .await
         .map_err(db("update run"))?;

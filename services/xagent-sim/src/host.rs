@@ -497,7 +497,10 @@ impl HostConn {
             match self.recv_within(left).await {
                 Some(m) if m.message_type() == t && m.run_id() == Some(run_id) => return m,
                 Some(_) => {}
-                None => panic!("connection ended before {} for {run_id}", t.as_str()),
+                None => panic!(
+                    "no {} for {run_id}: the connection ended or 20 s passed",
+                    t.as_str()
+                ),
             }
         }
     }

@@ -776,7 +776,7 @@ async fn runs_insert_and_compare_and_set(s: &dyn Store) {
         ..r.clone()
     };
     assert!(
-        !s.update_run(&dispatched, RunState::Running)
+        !s.update_run(&dispatched, RunState::Running, r.updated_at)
             .await
             .expect("update with a wrong expectation"),
         "compare and set: the state is not Running"
@@ -787,7 +787,13 @@ async fn runs_insert_and_compare_and_set(s: &dyn Store) {
         "unchanged"
     );
     assert!(
-        s.update_run(&dispatched, RunState::Queued)
+        !s.update_run(&dispatched, RunState::Queued, r.updated_at - 1)
+            .await
+            .expect("update from an older version"),
+        "compare and set: the row changed since that version"
+    );
+    assert!(
+        s.update_run(&dispatched, RunState::Queued, r.updated_at)
             .await
             .expect("update")
     );
@@ -796,11 +802,36 @@ async fn runs_insert_and_compare_and_set(s: &dyn Store) {
         Some(dispatched.clone())
     );
     assert!(
-        !s.update_run(&dispatched, RunState::Queued)
+        !s.update_run(&dispatched, RunState::Queued, r.updated_at)
             .await
             .expect("the same update again"),
         "a second writer with the same expectation loses"
     );
+    // Two writers that read the same version of a run in the same state: the second loses
+    // although the state did not move.
+    let first = RunRecord {
+        cancel_requested_at: Some(now + 2),
+        updated_at: now + 2,
+        ..dispatched.clone()
+    };
+    let second = RunRecord {
+        attempts: 2,
+        updated_at: now + 2,
+        ..dispatched.clone()
+    };
+    assert!(
+        s.update_run(&first, RunState::Dispatched, dispatched.updated_at)
+            .await
+            .expect("first writer")
+    );
+    assert!(
+        !s.update_run(&second, RunState::Dispatched, dispatched.updated_at)
+            .await
+            .expect("second writer"),
+        "a stale writer of the same state loses"
+    );
+    assert_eq!(s.get_run(&r.id).await.expect("get"), Some(first.clone()));
+    let dispatched = first;
 
     // Every field is written.
     let finished = RunRecord {
@@ -822,14 +853,14 @@ async fn runs_insert_and_compare_and_set(s: &dyn Store) {
         ..dispatched.clone()
     };
     assert!(
-        s.update_run(&finished, RunState::Dispatched)
+        s.update_run(&finished, RunState::Dispatched, dispatched.updated_at)
             .await
             .expect("finish")
     );
     assert_eq!(s.get_run(&r.id).await.expect("get"), Some(finished));
 
     assert!(
-        !s.update_run(&run_rec(&h, RunState::Queued, now), RunState::Queued)
+        !s.update_run(&run_rec(&h, RunState::Queued, now), RunState::Queued, now)
             .await
             .expect("update unknown"),
         "an unknown run is not written"
@@ -1045,7 +1076,8 @@ async fn run_events(s: &dyn Store) {
                 updated_at: r.updated_at + 1,
                 ..r.clone()
             },
-            RunState::Running
+            RunState::Running,
+            r.updated_at
         )
         .await
         .expect("update")
