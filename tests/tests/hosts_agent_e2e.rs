@@ -1060,6 +1060,7 @@ async fn run_kill_and_restart(s: &mut Setup) -> (String, Reaper) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The channel went offline before the run moved: its tools are refused.
     let refused = s
         .conn
         .invoke(&s.ch, "host_status", json!({}), None)

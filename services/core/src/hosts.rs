@@ -1500,6 +1500,8 @@ impl Hosts {
         for host in self.hub.store.mark_hosts_lost(stale_before, now).await? {
             report.hosts_lost += 1;
             tracing::warn!(host_id = %host.id, "host lost: no heartbeat in time");
+            // The channel first: once its runs move, the Descriptor already says offline.
+            self.status_changed(&host).await;
             let policy = self.config.lost_policy;
             for run in self.hub.store.host_runs(&host.id, &ON_HOST).await? {
                 self.apply(&run.id, RunFact::HostLost(policy), |r| {
@@ -1512,7 +1514,6 @@ impl Hosts {
                 .await?;
                 report.runs_requeued_or_failed += 1;
             }
-            self.status_changed(&host).await;
         }
         for a in self.hub.store.expire_approvals(now).await? {
             report.approvals_expired += 1;
