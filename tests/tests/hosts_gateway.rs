@@ -7,10 +7,9 @@ use serde_json::{Value, json};
 use switchyard::config::Dur;
 use switchyard_e2e::hosts::*;
 use switchyard_e2e::{EnvelopeExt, Pod, PodOptions, eventually};
-use switchyard_protocol::hosts::message::RunEvent;
 use switchyard_protocol::hosts::message::{
-    ApprovalRequest, CancelRun, DownloadArtifact, ErrorMessage, Handoff, HandoffBundle, RiskLevel,
-    RunAccepted, RunCancelled, RunEventMessage, UploadArtifact,
+    ApprovalRequest, DownloadArtifact, ErrorMessage, Handoff, HandoffBundle, RiskLevel,
+    RunAccepted, RunCancelled, UploadArtifact,
 };
 use switchyard_protocol::hosts::{HostErrorCode, HostMessage, MessageType};
 
@@ -484,10 +483,15 @@ async fn retry_policy_and_timeouts_of_the_seed() {
     .await;
     assert_eq!(v["error"]["code"], "cancel_timeout");
 
-    // Cancelling a queued run needs no host.
-    let _ = CancelRun {
-        run_id: String::new(),
-    };
+    // Cancelling a queued run needs no host: r3 still waits out its 4005 back-off.
+    let c3 = tool(&conn, &ch, "agent_run_cancel", json!({"run_id": r3})).await;
+    assert_eq!(c3["result"]["state"], "cancelled", "{c3}");
+    while let Some(m) = hc.recv_within(Duration::from_millis(500)).await {
+        assert!(
+            !(matches!(m, HostMessage::CancelRun(_)) && m.run_id() == Some(r3.as_str())),
+            "a queued run is cancelled without the host"
+        );
+    }
 }
 
 #[tokio::test]
@@ -813,9 +817,6 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
     .await;
     assert_eq!(followed["result"]["state"], "completed", "{followed}");
     assert_eq!(followed["result"]["parent_run_id"], run3.as_str());
-    let _ = RunEvent::Progress(Default::default());
-    let _ = RunEventMessage::clone;
-    let _ = CancelRun::clone;
 }
 
 #[tokio::test]
