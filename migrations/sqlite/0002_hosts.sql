@@ -97,6 +97,8 @@ CREATE TABLE run_events (
     received_at INTEGER NOT NULL,
     PRIMARY KEY (run_id, seq)
 );
+-- A host's seq is stored once per run: replays after a reconnect are dropped on it.
+CREATE UNIQUE INDEX run_events_host_seq ON run_events (run_id, host_seq) WHERE host_seq IS NOT NULL;
 
 CREATE TABLE artifacts (
     id           TEXT PRIMARY KEY,

@@ -1233,3 +1233,69 @@ async fn approval_expiry_tenant_quota_and_upload_url_lifetime() {
         "expired"
     );
 }
+
+#[tokio::test]
+async fn an_event_after_a_lost_one_is_kept_and_the_ack_waits_for_the_gap() {
+    let pod = Pod::start(PodOptions::default()).await;
+    let host = enroll_host(&pod, &pod.tenant.id, "gap-box").await;
+    let (mut hc, cfg) = host.online(&["a"]).await;
+    let (_s, conn, ch) =
+        bind_device_channel(&pod, "gap-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let run =
+        tool(&conn, &ch, "agent_run_start", json!({"goal": "gappy"})).await["result"]["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let _ = hc.expect_for(MessageType::CreateRun, &run).await;
+    hc.send(&accepted(&run)).await;
+    let progress = |seq: u64, m: &str| {
+        event(
+            &run,
+            seq,
+            json!({"event": "progress", "payload": {"message": m}}),
+        )
+    };
+    let acked = |m: HostMessage| match m {
+        HostMessage::HeartbeatAck(a) => a.runs.get(&run).copied(),
+        other => panic!("{other:?}"),
+    };
+    hc.send(&progress(1, "one")).await;
+    // Seq 2 is lost on the way; 3 arrives first.
+    hc.send(&progress(3, "three")).await;
+    hc.send(&host.heartbeat()).await;
+    assert_eq!(
+        acked(hc.expect(MessageType::HeartbeatAck).await),
+        Some(1),
+        "the ack waits for the gap"
+    );
+    hc.send(&progress(2, "two")).await;
+    hc.send(&progress(3, "three")).await;
+    hc.send(&host.heartbeat()).await;
+    assert_eq!(acked(hc.expect(MessageType::HeartbeatAck).await), Some(3));
+    hc.send(&event(
+        &run,
+        4,
+        json!({"event": "completion", "payload": {"summary": "all there"}}),
+    ))
+    .await;
+    let done = tool(
+        &conn,
+        &ch,
+        "agent_run_wait",
+        json!({"run_id": run, "timeout_seconds": 5}),
+    )
+    .await;
+    assert_eq!(done["result"]["state"], "completed");
+    let log = tool(&conn, &ch, "agent_run_events", json!({"run_id": run})).await;
+    let messages: Vec<&str> = log["result"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["payload"]["message"].as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        ["one", "three", "two"],
+        "nothing lost, the replay of 3 dropped"
+    );
+}

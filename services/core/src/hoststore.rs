@@ -134,7 +134,8 @@ pub struct RunRecord {
     pub error_message: Option<String>,
     /// Final summary from the `completion` event.
     pub summary: Option<String>,
-    /// Highest host `seq` stored for this run (0 = none).
+    /// Highest host `seq` h such that the host's events 1..=h are all stored (0 = none):
+    /// what `heartbeat_ack` acknowledges.
     pub last_host_seq: i64,
     /// Number of events stored (the log's own sequence).
     pub event_count: i64,
@@ -340,9 +341,9 @@ pub trait HostStore: Send + Sync + 'static {
 
     // -- run events --
     /// Appends an event: assigns `seq` = run's `event_count + 1`, bumps `event_count`, and
-    /// `last_host_seq` when `host_seq` is higher. Returns None (and stores nothing) when
-    /// `host_seq` is set and not above the run's `last_host_seq` (a replay). NotFound when
-    /// the run does not exist.
+    /// moves `last_host_seq` over the gap-free prefix of stored host seqs. Returns None (and
+    /// stores nothing) when an event with the same `host_seq` is already stored (a replay);
+    /// a host seq above a gap is stored. NotFound when the run does not exist.
     async fn append_run_event(&self, event: &RunEventRecord) -> BackendResult<Option<i64>>;
     /// Events with `seq > after`, in order, at most `limit`.
     async fn run_events(

@@ -743,9 +743,19 @@ impl HostStore for PostgresStore {
         let Some((event_count, last_host_seq)) = counters else {
             return Err(BackendError::not_found("run"));
         };
-        if e.host_seq.is_some_and(|h| h <= last_host_seq) {
-            // A replay: the transaction rolls back with nothing written.
-            return Ok(None);
+        if let Some(h) = e.host_seq {
+            let stored: Option<i64> = sqlx::query_scalar(
+                "SELECT seq FROM run_events WHERE run_id = $1 AND host_seq = $2",
+            )
+            .bind(&e.run_id)
+            .bind(h)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db("look for a replayed event"))?;
+            if stored.is_some() {
+                // A replay: the transaction rolls back with nothing written.
+                return Ok(None);
+            }
         }
         let seq = event_count + 1;
         sqlx::query(concat!(
@@ -763,10 +773,30 @@ impl HostStore for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(db("insert run event"))?;
+        // The ack moves over the gap-free prefix only: an event that arrived before an
+        // earlier lost one stays unacknowledged until the gap is filled.
+        let mut acked = last_host_seq;
+        if e.host_seq == Some(acked + 1) {
+            acked += 1;
+            loop {
+                let next: Option<i64> = sqlx::query_scalar(
+                    "SELECT seq FROM run_events WHERE run_id = $1 AND host_seq = $2",
+                )
+                .bind(&e.run_id)
+                .bind(acked + 1)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db("advance the acked seq"))?;
+                if next.is_none() {
+                    break;
+                }
+                acked += 1;
+            }
+        }
         sqlx::query("UPDATE runs SET event_count = $2, last_host_seq = $3 WHERE id = $1")
             .bind(&e.run_id)
             .bind(seq)
-            .bind(e.host_seq.unwrap_or(last_host_seq).max(last_host_seq))
+            .bind(acked)
             .execute(&mut *tx)
             .await
             .map_err(db("bump run counters"))?;

@@ -1026,12 +1026,34 @@ async fn run_events(s: &dyn Store) {
     assert_eq!(
         append(Some(7), "output").await,
         Some(5),
-        "host seqs may skip"
+        "an event that arrives before an earlier lost one is kept"
     );
-    assert_eq!(append(Some(5), "output").await, None);
-
     let got = s.get_run(&r.id).await.expect("get").expect("run");
-    assert_eq!((got.event_count, got.last_host_seq), (5, 7));
+    assert_eq!(
+        (got.event_count, got.last_host_seq),
+        (5, 3),
+        "the ack stays below the gap"
+    );
+    assert_eq!(
+        append(Some(5), "output").await,
+        Some(6),
+        "a gap is filled late"
+    );
+    assert_eq!(
+        append(Some(7), "output").await,
+        None,
+        "a replay above the ack is still a replay"
+    );
+    assert_eq!(append(Some(4), "output").await, Some(7));
+    let got = s.get_run(&r.id).await.expect("get").expect("run");
+    assert_eq!((got.event_count, got.last_host_seq), (7, 5));
+    assert_eq!(append(Some(6), "output").await, Some(8));
+    let got = s.get_run(&r.id).await.expect("get").expect("run");
+    assert_eq!(
+        (got.event_count, got.last_host_seq),
+        (8, 7),
+        "filling the last gap acks everything stored"
+    );
 
     let events = s.run_events(&r.id, 0, 100).await.expect("events");
     assert_eq!(
@@ -1045,6 +1067,9 @@ async fn run_events(s: &dyn Store) {
             (3, Some(3), "tool_result"),
             (4, None, "handoff"),
             (5, Some(7), "output"),
+            (6, Some(5), "output"),
+            (7, Some(4), "output"),
+            (8, Some(6), "output"),
         ]
     );
     let first = &events[0];
@@ -1067,7 +1092,7 @@ async fn run_events(s: &dyn Store) {
             .collect::<Vec<_>>(),
         vec![3, 4]
     );
-    assert!(s.run_events(&r.id, 5, 100).await.expect("tail").is_empty());
+    assert!(s.run_events(&r.id, 8, 100).await.expect("tail").is_empty());
 
     // A run written from a copy read before the appends keeps the log's counters.
     assert!(
@@ -1083,8 +1108,8 @@ async fn run_events(s: &dyn Store) {
         .expect("update")
     );
     let got = s.get_run(&r.id).await.expect("get").expect("run");
-    assert_eq!((got.event_count, got.last_host_seq), (5, 7));
-    assert_eq!(append(Some(8), "completion").await, Some(6));
+    assert_eq!((got.event_count, got.last_host_seq), (8, 7));
+    assert_eq!(append(Some(8), "completion").await, Some(9));
 
     let err = s
         .append_run_event(&event_rec(&new_id("run"), Some(1), "thinking", json!({})))

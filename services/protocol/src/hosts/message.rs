@@ -192,8 +192,9 @@ pub struct HeartbeatMetrics {
 }
 
 /// Server -> host, answer to `heartbeat`. The seed's body is `{"type": "heartbeat_ack"}`;
-/// we add `runs`: for each unfinished run of the host, the highest `run_event.seq` the server
-/// has stored, so the host can drop events it no longer needs to replay after a reconnect.
+/// we add `runs`: for each unfinished run of the host, the highest `run_event.seq` h such that
+/// events 1..=h are all stored, so the host can drop events it no longer needs to replay after
+/// a reconnect.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatAck {
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
