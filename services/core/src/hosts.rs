@@ -210,7 +210,8 @@ impl std::fmt::Debug for Hosts {
     }
 }
 
-const LIVE: [RunState; 5] = [
+/// Every unfinished state: a run in one of these counts against the tenant's quota.
+pub const LIVE: [RunState; 5] = [
     RunState::Queued,
     RunState::Dispatched,
     RunState::Accepted,
@@ -250,17 +251,11 @@ fn error_msg(code: HostErrorCode, message: impl Into<String>, run_id: Option<&st
 
 /// Hex SHA-256 of an enrollment token (what the store keeps).
 pub fn token_hash(token: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+    crate::crypto::sha256_hex(token.as_bytes())
 }
 
 fn random_token() -> String {
-    use base64::Engine as _;
-    let bytes: [u8; 32] = rand::random();
-    format!(
-        "sye_{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    )
+    format!("sye_{}", crate::ids::random_secret(32))
 }
 
 fn pairing_code() -> String {

@@ -348,8 +348,27 @@ impl SignedArtifactUrls {
     }
 }
 
-/// Presigned object-storage URLs when the file store makes them (S3), else signed
-/// Switchyard URLs that stream through a pod.
+impl SignedArtifactUrls {
+    /// A presigned object-storage URL when the file store makes them (S3), else a signed
+    /// Switchyard URL that streams through a pod.
+    async fn for_method(
+        &self,
+        art: &ArtifactRecord,
+        method: PresignMethod,
+        ttl: Duration,
+    ) -> Result<String, BackendError> {
+        let files = &self.gw.hosts.hub.files;
+        if let Some(url) = files.presign(&art.object_key, method, ttl).await? {
+            return Ok(url);
+        }
+        let name = match method {
+            PresignMethod::Put => "put",
+            PresignMethod::Get => "get",
+        };
+        Ok(self.url(name, art, ttl))
+    }
+}
+
 #[async_trait::async_trait]
 impl ArtifactUrls for SignedArtifactUrls {
     async fn upload_url(
@@ -357,28 +376,14 @@ impl ArtifactUrls for SignedArtifactUrls {
         art: &ArtifactRecord,
         ttl: Duration,
     ) -> Result<String, BackendError> {
-        let files = &self.gw.hosts.hub.files;
-        if let Some(url) = files
-            .presign(&art.object_key, PresignMethod::Put, ttl)
-            .await?
-        {
-            return Ok(url);
-        }
-        Ok(self.url("put", art, ttl))
+        self.for_method(art, PresignMethod::Put, ttl).await
     }
     async fn download_url(
         &self,
         art: &ArtifactRecord,
         ttl: Duration,
     ) -> Result<String, BackendError> {
-        let files = &self.gw.hosts.hub.files;
-        if let Some(url) = files
-            .presign(&art.object_key, PresignMethod::Get, ttl)
-            .await?
-        {
-            return Ok(url);
-        }
-        Ok(self.url("get", art, ttl))
+        self.for_method(art, PresignMethod::Get, ttl).await
     }
 }
 

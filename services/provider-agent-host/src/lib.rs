@@ -138,16 +138,7 @@ impl AgentHostProvider {
             .await
             .map_err(|e| map_err(e.into()))?;
         let runs = store
-            .host_runs(
-                &host.id,
-                &[
-                    switchyard_protocol::hosts::RunState::Queued,
-                    switchyard_protocol::hosts::RunState::Dispatched,
-                    switchyard_protocol::hosts::RunState::Accepted,
-                    switchyard_protocol::hosts::RunState::Running,
-                    switchyard_protocol::hosts::RunState::AwaitingApproval,
-                ],
-            )
+            .host_runs(&host.id, &switchyard_core::hosts::LIVE)
             .await
             .map_err(|e| map_err(e.into()))?;
         Ok(json!({
