@@ -142,6 +142,27 @@ pub enum EnqueueOutcome {
     Duplicate,
     /// The channel's pending cap is reached; the caller must refuse (retryably).
     Full,
+    /// The channel does not exist (any more); nothing stored. Batches only: the single
+    /// `enqueue_outbox` answers NotFound instead.
+    UnknownChannel,
+}
+
+/// One message for [`crate::store::Store::enqueue_outbox_batch`], with its channel's pending
+/// cap and the horizon of its de-duplication record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Enqueue {
+    pub record: OutboxRecord,
+    pub cap: u32,
+    pub dedupe_until: i64,
+}
+
+/// Where a channel's route points and whether it has pending messages (the delivery sweep).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteState {
+    pub channel_id: String,
+    pub route_socket: Option<String>,
+    /// Highest `seq` of a pending, unexpired message; None when nothing is pending.
+    pub max_pending_seq: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -195,8 +195,12 @@ pub enum HostError {
     FileNotFound,
     #[error("file too large")]
     TooLarge,
+    /// The channel's pending messages reached their cap (HTTP 429, retry later).
     #[error("channel queue is full")]
     Full,
+    /// The pod's commit backlog is full (HTTP 503, retry later, maybe on another pod).
+    #[error("server overloaded")]
+    Overloaded,
     #[error("invalid message: {0}")]
     Invalid(String),
     #[error(transparent)]
@@ -206,7 +210,7 @@ pub enum HostError {
 impl HostError {
     /// True when the caller should ask its sender to retry later (nothing was accepted).
     pub fn retryable(&self) -> bool {
-        matches!(self, Self::Full | Self::Backend(_))
+        matches!(self, Self::Full | Self::Overloaded | Self::Backend(_))
     }
 }
 

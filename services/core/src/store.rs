@@ -140,6 +140,10 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
         now: i64,
         limit: u32,
     ) -> BackendResult<Vec<OutboxRecord>>;
+    /// Group commit: every item with the rules of `enqueue_outbox`, all in one transaction,
+    /// outcomes in input order. A missing channel is `UnknownChannel` for its items only; a
+    /// repeated `(channel, message_id)` within the batch is a `Duplicate` of the first.
+    async fn enqueue_outbox_batch(&self, items: &[Enqueue]) -> BackendResult<Vec<EnqueueOutcome>>;
     async fn count_pending(&self, channel_id: &str) -> BackendResult<u64>;
     async fn record_attempt(
         &self,
@@ -149,6 +153,11 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     ) -> BackendResult<()>;
     /// Terminal success: the message leaves the outbox.
     async fn ack_outbox(&self, channel_id: &str, message_id: &str) -> BackendResult<bool>;
+    /// Terminal success of many `(channel, message_id)` at once; returns how many left.
+    async fn ack_outbox_batch(&self, done: &[(String, String)]) -> BackendResult<u64>;
+    /// For each existing channel of `ids` (any order): its route socket and its highest
+    /// pending, unexpired seq. The delivery sweep's one query per socket.
+    async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>>;
     /// Terminal failure: kept as failed with its reason until purged.
     async fn fail_outbox(
         &self,
@@ -194,4 +203,97 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     // -- provider key/value (cursors, small state) --
     async fn kv_get(&self, namespace: &str, key: &str) -> BackendResult<Option<String>>;
     async fn kv_put(&self, namespace: &str, key: &str, value: &str) -> BackendResult<()>;
+}
+
+/// What the store holds for a batch of [`Enqueue`] items, read inside the batch's
+/// transaction: the channels that exist, the `(channel, message_id)` pairs already seen or
+/// still in the outbox, and the pending count per channel.
+#[derive(Debug, Default)]
+pub struct BatchFacts {
+    pub channels: std::collections::HashSet<String>,
+    pub seen: std::collections::HashSet<(String, String)>,
+    pub pending: std::collections::HashMap<String, i64>,
+}
+
+/// The outcome of each item of a batch, in input order, with the rules of
+/// [`Store::enqueue_outbox`]; a repeat within the batch is a duplicate of the first, and
+/// items stored earlier in the batch count toward their channel's cap. Shared by every
+/// backend so the rules exist once.
+pub fn plan_enqueue_batch(items: &[Enqueue], facts: &BatchFacts) -> Vec<EnqueueOutcome> {
+    let mut seen_here = std::collections::HashSet::new();
+    let mut pending = facts.pending.clone();
+    items
+        .iter()
+        .map(|it| {
+            let r = &it.record;
+            if !facts.channels.contains(&r.channel_id) {
+                return EnqueueOutcome::UnknownChannel;
+            }
+            let key = (r.channel_id.clone(), r.message_id.clone());
+            if facts.seen.contains(&key) || seen_here.contains(&key) {
+                return EnqueueOutcome::Duplicate;
+            }
+            let n = pending.entry(r.channel_id.clone()).or_insert(0);
+            if *n >= i64::from(it.cap) {
+                return EnqueueOutcome::Full;
+            }
+            *n += 1;
+            seen_here.insert(key);
+            EnqueueOutcome::Stored
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(ch: &str, m: &str, cap: u32) -> Enqueue {
+        Enqueue {
+            record: OutboxRecord {
+                seq: 0,
+                channel_id: ch.into(),
+                message_id: m.into(),
+                payload: serde_json::json!({}),
+                created_at: 1,
+                expires_at: 2,
+                attempts: 0,
+                state: OutboxState::Pending,
+                last_error: None,
+            },
+            cap,
+            dedupe_until: 3,
+        }
+    }
+
+    #[test]
+    fn batch_rules() {
+        let mut facts = BatchFacts::default();
+        facts.channels.insert("a".into());
+        facts.channels.insert("b".into());
+        facts.seen.insert(("a".into(), "old".into()));
+        facts.pending.insert("b".into(), 1);
+        let items = [
+            item("a", "m1", 10),
+            item("a", "m1", 10),
+            item("a", "old", 10),
+            item("x", "m1", 10),
+            item("b", "m1", 2),
+            item("b", "m2", 2),
+            item("a", "m2", 10),
+        ];
+        use EnqueueOutcome::*;
+        assert_eq!(
+            plan_enqueue_batch(&items, &facts),
+            vec![
+                Stored,
+                Duplicate,
+                Duplicate,
+                UnknownChannel,
+                Stored,
+                Full,
+                Stored
+            ]
+        );
+    }
 }

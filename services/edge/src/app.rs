@@ -15,7 +15,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use switchyard_core::bus::{Bus, LocalBus};
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
-use switchyard_core::engine::{Connector, Hub, Janitor};
+use switchyard_core::engine::{Connector, Hub, Janitor, OutboxCommitter, OutflowLimits};
 use switchyard_core::ephemeral::{Ephemeral, MemoryEphemeral};
 use switchyard_core::files::{FileStore, LocalFileStore};
 use switchyard_core::hosts::Hosts;
@@ -225,13 +225,14 @@ pub async fn admin_hosts(cfg: &Config) -> anyhow::Result<Arc<Hosts>> {
     prepare_schema(cfg, b.store.as_ref()).await?;
     let (signing, encryption) = keys(cfg)?;
     let hub = Arc::new(Hub {
-        store: b.store,
+        store: b.store.clone(),
         bus: b.bus,
         ephemeral: b.ephemeral,
         files: b.files,
         cipher: Cipher::from_base64(&encryption).context("encryption keys")?,
         signer: UrlSigner::new(signing).context("signing keys")?,
         config: cfg.engine(),
+        committer: OutboxCommitter::start(b.store.clone(), cfg.commit_limits()),
         pod_id: format!("cli-{}", random_secret(3)),
         public_base_url: cfg
             .public_base_url
@@ -381,6 +382,7 @@ pub async fn run(
         cipher: Cipher::from_base64(&encryption).context("encryption keys")?,
         signer: UrlSigner::new(signing.clone()).context("signing keys")?,
         config: cfg.engine(),
+        committer: OutboxCommitter::start(b.store.clone(), cfg.commit_limits()),
         pod_id: pod.clone(),
         public_base_url,
     });
@@ -428,8 +430,14 @@ pub async fn run(
         max_frame_bytes: cfg.limits.max_frame_bytes,
         tools_per_socket: cfg.limits.tools_per_socket,
         channel_queue: cfg.limits.channel_queue,
-        ack_timeout: cfg.delivery.ack_timeout.0,
-        window: cfg.delivery.window,
+        opens_per_socket: cfg.limits.opens_per_socket,
+        send_queue: cfg.limits.socket_send_queue,
+        ws_read_buffer: cfg.limits.ws_read_buffer_bytes,
+        delivery: OutflowLimits {
+            window: cfg.delivery.window,
+            ack_timeout: cfg.delivery.ack_timeout.0,
+            retry_pause: cfg.delivery.retry_pause.0,
+        },
         sweep_interval: cfg.delivery.sweep_interval.0,
         drain_timeout: cfg.drain_timeout.0,
     };

@@ -157,6 +157,10 @@ pub struct DeliveryConfig {
     pub window: u32,
     pub dedupe_window: Dur,
     pub sweep_interval: Dur,
+    pub retry_pause: Dur,
+    pub committers: usize,
+    pub commit_batch: usize,
+    pub commit_backlog: usize,
 }
 
 impl Default for DeliveryConfig {
@@ -169,6 +173,10 @@ impl Default for DeliveryConfig {
             window: e.delivery_window,
             dedupe_window: Dur(e.dedupe_window),
             sweep_interval: Dur(Duration::from_secs(5)),
+            retry_pause: Dur(Duration::from_secs(2)),
+            committers: 0,
+            commit_batch: 256,
+            commit_backlog: 4096,
         }
     }
 }
@@ -183,6 +191,8 @@ pub struct LimitsConfig {
     pub tool_timeout: Dur,
     pub socket_send_queue: usize,
     pub channel_queue: usize,
+    pub ws_read_buffer_bytes: usize,
+    pub opens_per_socket: usize,
 }
 
 impl Default for LimitsConfig {
@@ -196,6 +206,8 @@ impl Default for LimitsConfig {
             tool_timeout: Dur(e.tool_timeout),
             socket_send_queue: 512,
             channel_queue: 64,
+            ws_read_buffer_bytes: 4096,
+            opens_per_socket: 32,
         }
     }
 }
@@ -527,6 +539,20 @@ impl Config {
             .filter_map(|e| e.expose().split_once('='))
             .map(|(n, t)| (n.trim().to_owned(), t.trim().to_owned()))
             .collect()
+    }
+
+    /// Group commit sizes: one committer on SQLite (one writer), four on Postgres.
+    pub fn commit_limits(&self) -> switchyard_core::engine::CommitLimits {
+        let committers = match self.delivery.committers {
+            0 if self.is_clustered() => 4,
+            0 => 1,
+            n => n,
+        };
+        switchyard_core::engine::CommitLimits {
+            committers,
+            max_batch: self.delivery.commit_batch.max(1),
+            max_queued: self.delivery.commit_backlog.max(1),
+        }
     }
 
     pub fn engine(&self) -> EngineConfig {

@@ -18,7 +18,6 @@ use switchyard_core::engine::{Connector, DownloadAuth, DownloadCheck, Fault};
 use switchyard_core::provider::ProviderHost;
 use switchyard_protocol::{ErrorCode, PROTOCOL_VERSION, SUBPROTOCOL};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -183,12 +182,16 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
         .protocols([SUBPROTOCOL])
         .max_message_size(max)
         .max_frame_size(max)
+        // Sized for idle sockets: tungstenite's default 128 KiB read buffer per socket
+        // dominated memory. The buffer still grows for a large frame while it is read.
+        .read_buffer_size(s.limits.ws_read_buffer)
+        .write_buffer_size(0)
         .on_upgrade(move |socket| sessions.track_future(serve_socket(s, tenant, socket)))
 }
 
 async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
-    let (mut sink, mut stream) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Outgoing>(512);
+    let (mut sink, stream) = socket.split();
+    let (out_tx, mut out_rx) = mpsc::channel::<Outgoing>(s.limits.send_queue);
     let writer = tokio::spawn(async move {
         while let Some(o) = out_rx.recv().await {
             let r = match o {
@@ -208,20 +211,19 @@ async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
         }
         let _ = sink.close().await;
     });
-    let (in_tx, in_rx) = mpsc::channel::<Incoming>(64);
-    let reader = tokio::spawn(async move {
-        while let Some(Ok(msg)) = stream.next().await {
-            let item = match msg {
-                Message::Text(t) => Incoming::Text(t.to_string()),
-                Message::Binary(_) => Incoming::Binary,
-                Message::Close(_) => break,
-                Message::Ping(_) | Message::Pong(_) => continue,
-            };
-            if in_tx.send(item).await.is_err() {
-                break;
-            }
-        }
-    });
+    // The session reads the socket itself: no reader task and no second queue per socket.
+    let inbound = stream
+        .take_while(|m| {
+            std::future::ready(matches!(m, Ok(msg) if !matches!(msg, Message::Close(_))))
+        })
+        .filter_map(|m| {
+            std::future::ready(match m {
+                Ok(Message::Text(t)) => Some(Incoming::Text(t.to_string())),
+                Ok(Message::Binary(_)) => Some(Incoming::Binary),
+                _ => None,
+            })
+        })
+        .boxed();
     let deps = SessionDeps {
         conn: s.conn.clone(),
         doorbells: s.doorbells.clone(),
@@ -229,8 +231,7 @@ async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
         drain: s.drain.clone(),
     };
     let session = Session::new(deps, tenant, out_tx);
-    session.run(ReceiverStream::new(in_rx)).await;
-    reader.abort();
+    session.run(inbound).await;
     let _ = writer.await;
 }
 

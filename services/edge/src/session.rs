@@ -1,23 +1,27 @@
-//! One xAgent data plane. Frames become typed packets in one place ([`Incoming`]); the
-//! session state machine owns the hello state, the channels routed to this socket and their
-//! delivery windows. Slow work (auth, tools, target deliveries) runs in tracked tasks off
-//! the read loop and answers through the bounded send queue.
+//! One xAgent data plane: a frame loop. Frames become typed packets in one place
+//! ([`Incoming`] -> `packet::parse`), answers leave as typed [`Outbound`] packets through the
+//! bounded send queue, and delivery (windows, acks, timers, sweeps) belongs to the core's
+//! [`Outflow`]. Slow work (channel opens, auth, tools, target deliveries) runs in tracked
+//! tasks off the loop.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::{Stream, StreamExt};
-use serde_json::{Value, json};
+use futures::{FutureExt, Stream, StreamExt};
 use switchyard_core::bus::Doorbell;
-use switchyard_core::engine::{Connector, DeliveryKind, Fault, SessionIdent};
+use switchyard_core::engine::{
+    AckOutcome, Connector, Fault, Outflow, OutflowLimits, SessionIdent, retryable, tool_call_key,
+};
 use switchyard_core::ids::{new_id, now_ms};
 use switchyard_core::model::ChannelRecord;
 use switchyard_core::provider::ProgressSink;
-use switchyard_protocol::im::{AckStatus, ChatAckPayload};
+use switchyard_protocol::im::ChatAckPayload;
+use switchyard_protocol::outbound::{AuthAck, Correlation, Outbound, kind_label};
 use switchyard_protocol::packet::{self, Inbound, PacketError, RequestMeta};
-use switchyard_protocol::{Envelope, ErrorCode, PROTOCOL_VERSION};
+use switchyard_protocol::{Descriptor, Envelope, ErrorCode};
 use tokio::sync::{Semaphore, broadcast, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -43,13 +47,24 @@ pub const CLOSE_RECONNECT: u16 = 1012;
 /// Close code for a deregistered connector_id; reconnecting yields a new one.
 pub const CLOSE_CONNECTOR_GONE: u16 = 4001;
 
+/// Frames taken in one round before the round's acks are written and deliveries read.
+const FRAMES_PER_ROUND: usize = 64;
+/// Doorbells taken in one round.
+const BELLS_PER_ROUND: usize = 256;
+
 #[derive(Debug, Clone)]
 pub struct SessionLimits {
     pub max_frame_bytes: usize,
     pub tools_per_socket: usize,
+    /// `channel.open`s served at once on one socket (a reconnect after failover reopens
+    /// many channels; they overlap up to this bound, the rest wait their turn).
+    pub opens_per_socket: usize,
     pub channel_queue: usize,
-    pub ack_timeout: Duration,
-    pub window: u32,
+    /// Packets queued for the socket writer.
+    pub send_queue: usize,
+    /// Initial WebSocket read buffer per socket.
+    pub ws_read_buffer: usize,
+    pub delivery: OutflowLimits,
     pub sweep_interval: Duration,
     pub drain_timeout: Duration,
 }
@@ -62,19 +77,6 @@ pub struct SessionDeps {
     pub drain: CancellationToken,
 }
 
-struct Inflight {
-    message_id: String,
-    packet_id: String,
-    due: Instant,
-}
-
-struct Route {
-    ch: ChannelRecord,
-    /// Highest outbox seq handed out on this socket.
-    cursor: i64,
-    inflight: Vec<Inflight>,
-}
-
 /// Work for a channel's serial worker (xAgent -> target, in arrival order).
 enum ChannelWork {
     Message(RequestMeta, switchyard_protocol::im::ChatMessagePayload),
@@ -82,15 +84,24 @@ enum ChannelWork {
     Activity(switchyard_protocol::im::ActivityPayload),
 }
 
+/// A `channel.open` finished off the loop.
+struct Opened {
+    meta: RequestMeta,
+    result: Result<(ChannelRecord, Descriptor), Fault>,
+}
+
 pub struct Session {
     deps: SessionDeps,
     tenant_id: String,
     socket_id: String,
     ident: Option<SessionIdent>,
-    routes: HashMap<String, Route>,
+    flow: Outflow,
     workers: HashMap<String, mpsc::Sender<ChannelWork>>,
     out: mpsc::Sender<Outgoing>,
     tools: Arc<Semaphore>,
+    opens: Arc<Semaphore>,
+    /// Created with the first `channel.open`: an idle socket carries no queue for it.
+    opened: Option<(mpsc::Sender<Box<Opened>>, mpsc::Receiver<Box<Opened>>)>,
     tasks: TaskTracker,
     bells: Option<Subscription>,
     draining: bool,
@@ -101,63 +112,56 @@ async fn send(out: &mpsc::Sender<Outgoing>, env: Envelope) {
     let _ = out.send(Outgoing::Packet(Box::new(env))).await;
 }
 
-fn packet(kind: &str) -> Envelope {
-    Envelope::new(new_id("pkt"), kind, now_ms())
+/// An answer to `meta` (on its channel unless the packet names another).
+fn answer(meta: &RequestMeta, o: Outbound) -> Envelope {
+    o.into_envelope(new_id("pkt"), now_ms(), Correlation::answer(meta))
 }
 
-/// An answer to a request: echoes `request_id`, points `reply_to` at the request.
-fn answer(meta: &RequestMeta, kind: &str, channel: Option<&str>) -> Envelope {
-    let mut e = packet(kind).with_channel(channel);
-    e.request_id = meta.request_id.clone();
-    if !meta.packet_id.is_empty() {
-        e.reply_to = Some(meta.packet_id.clone());
-    }
-    e
+fn answer_on(meta: &RequestMeta, channel: &str, o: Outbound) -> Envelope {
+    o.into_envelope(
+        new_id("pkt"),
+        now_ms(),
+        Correlation::answer(meta).on_channel(channel),
+    )
 }
 
-fn error_packet(meta: &RequestMeta, fault: &Fault) -> Envelope {
-    answer(meta, "error", meta.connector_channel_id.as_deref())
-        .with_error(fault.code, fault.message.clone())
+fn error_packet(meta: &RequestMeta, fault: Fault) -> Envelope {
+    answer(
+        meta,
+        Outbound::Error {
+            code: fault.code,
+            message: fault.message,
+        },
+    )
 }
 
-fn known_kind(kind: &str) -> &'static str {
-    const KNOWN: [&str; 16] = [
-        "connector.hello",
-        "channel.open",
-        "channel.close",
-        "auth.start",
-        "auth.status",
-        "auth.cancel",
-        "auth.logout",
-        "connection.descriptor.get",
-        "tool.invoke",
-        "chat.message",
-        "chat.message.delta",
-        "chat.message.ack",
-        "chat.activity",
-        "ping",
-        "pong",
-        "error",
-    ];
-    KNOWN
-        .iter()
-        .find(|k| **k == kind)
-        .copied()
-        .unwrap_or("other")
+/// A rejected `chat.message.ack`, retryable by the one rule.
+fn rejected_ack(meta: &RequestMeta, channel: &str, message_id: &str, f: &Fault) -> Envelope {
+    let ack = ChatAckPayload::rejected(message_id, f.code.as_str(), &f.message, retryable(f.code));
+    answer_on(meta, channel, Outbound::ChatAck(ack))
+}
+
+fn fault_pair(f: Fault) -> (ErrorCode, String) {
+    (f.code, f.message)
 }
 
 impl Session {
     pub fn new(deps: SessionDeps, tenant_id: String, out: mpsc::Sender<Outgoing>) -> Self {
         let tools = Arc::new(Semaphore::new(deps.limits.tools_per_socket));
+        let opens = Arc::new(Semaphore::new(deps.limits.opens_per_socket.max(1)));
+        let socket_id = new_id("sock");
+        let flow = Outflow::new(deps.conn.clone(), &socket_id, deps.limits.delivery.clone());
         Self {
             deps,
             tenant_id,
-            socket_id: new_id("sock"),
+            socket_id,
             ident: None,
-            routes: HashMap::new(),
+            flow,
             workers: HashMap::new(),
             out,
             tools,
+            opens,
+            opened: None,
             tasks: TaskTracker::new(),
             bells: None,
             draining: false,
@@ -169,53 +173,76 @@ impl Session {
         let span = tracing::info_span!("socket", socket_id = %self.socket_id, tenant = %self.tenant_id, card = %self.deps.conn.card_id());
         async {
             metrics::gauge!("switchyard_sockets").increment(1.0);
-            let mut tick = tokio::time::interval(Duration::from_millis(250));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut last_sweep = Instant::now();
+            let sweep_every = self.deps.limits.sweep_interval;
+            // Spread the sweeps of many sockets over the interval instead of aligning them.
+            let mut next_sweep = Instant::now() + sweep_every.mul_f64(0.5 + rand::random::<f64>() * 0.5);
             let drain = self.deps.drain.clone();
-            let mut drain_deadline: Option<tokio::time::Instant> = None;
+            let mut drain_deadline: Option<Instant> = None;
+            let mut peer_gone = false;
             loop {
                 // A drained socket closes once its work is done and every delivery it made
                 // is acked (or timed out): closing earlier would make the next pod redeliver
                 // messages that xAgent already accepted.
-                if self.draining && self.tasks.is_empty() && self.routes.values().all(|r| r.inflight.is_empty()) {
+                if self.draining && self.tasks.is_empty() && self.flow.is_settled() {
                     break;
                 }
+                let wake_at = self
+                    .flow
+                    .next_due()
+                    .map_or(next_sweep, |d| Instant::from_std(d).min(next_sweep));
                 tokio::select! {
-                    // The tick comes last: an ack waiting in the queue must be seen before
-                    // its message counts as timed out, or a busy pod redelivers what xAgent
+                    // Timers come last: an ack waiting in the queue must be seen before its
+                    // message counts as timed out, or a busy pod redelivers what xAgent
                     // already accepted (and gets busier). Doorbells come before frames so a
-                    // stream of acks on some channels never holds up another channel's news;
-                    // a doorbell batch costs no query while windows are full.
+                    // stream of acks on some channels never holds up another channel's news.
                     biased;
                     _ = drain.cancelled(), if !self.draining => {
                         tracing::info!("draining socket");
                         self.draining = true;
+                        self.flow.drain();
                         // Workers finish what they hold, then end with their queues.
                         self.workers.clear();
                         self.tasks.close();
-                        drain_deadline = Some(tokio::time::Instant::now() + self.deps.limits.drain_timeout);
+                        drain_deadline = Some(Instant::now() + self.deps.limits.drain_timeout);
                     }
-                    _ = async { tokio::time::sleep_until(drain_deadline.unwrap_or_else(tokio::time::Instant::now)).await }, if drain_deadline.is_some() => {
+                    _ = async { tokio::time::sleep_until(drain_deadline.unwrap_or_else(Instant::now)).await }, if drain_deadline.is_some() => {
                         tracing::warn!(in_flight = self.tasks.len(), "drain deadline reached with work in flight");
                         break;
                     }
-                    bell = recv_bell(&mut self.bells) => self.on_bell(bell).await,
+                    opened = recv_opened(&mut self.opened) => self.on_opened(opened).await,
+                    bell = recv_bell(&mut self.bells) => self.on_bells(bell).await,
                     frame = inbound.next() => match frame {
-                        Some(f) => self.on_frame(f).await,
-                        None => {
-                            self.finish().await;
-                            metrics::gauge!("switchyard_sockets").decrement(1.0);
-                            return;
+                        Some(f) => {
+                            self.on_frame(f).await;
+                            // Take what else has arrived, so the round's acks are written
+                            // together and each channel is read once.
+                            for _ in 1..FRAMES_PER_ROUND {
+                                match inbound.next().now_or_never() {
+                                    Some(Some(f)) => self.on_frame(f).await,
+                                    Some(None) => {
+                                        peer_gone = true;
+                                        break;
+                                    }
+                                    None => break,
+                                }
+                            }
                         }
+                        None => peer_gone = true,
                     },
-                    _ = tick.tick() => {
-                        let sweep = last_sweep.elapsed() >= self.deps.limits.sweep_interval;
-                        if sweep {
-                            last_sweep = Instant::now();
+                    _ = tokio::time::sleep_until(wake_at) => {
+                        let now = Instant::now();
+                        self.flow.on_tick(now.into_std()).await;
+                        if now >= next_sweep {
+                            next_sweep = now + sweep_every;
+                            self.sweep().await;
                         }
-                        self.on_tick(sweep).await;
                     }
+                }
+                self.flush().await;
+                if peer_gone {
+                    self.finish().await;
+                    metrics::gauge!("switchyard_sockets").decrement(1.0);
+                    return;
                 }
             }
             // Drained: ask xAgent to reconnect (to another pod).
@@ -227,11 +254,32 @@ impl Session {
         .await
     }
 
+    /// Writes the round's acks and sends what became deliverable.
+    async fn flush(&mut self) {
+        for env in self.flow.flush().await {
+            if self
+                .out
+                .send(Outgoing::Packet(Box::new(env)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    async fn sweep(&mut self) {
+        self.flow.sweep().await;
+        let flow = &self.flow;
+        self.workers.retain(|id, _| flow.is_routed(id));
+    }
+
     async fn finish(&mut self) {
+        // Acks already received are written before the routes go.
+        let _ = self.flow.flush().await;
         self.workers.clear();
         if let Some(ident) = &self.ident {
-            let routed: Vec<String> = self.routes.keys().cloned().collect();
-            self.deps.conn.goodbye(ident, &routed).await;
+            self.deps.conn.goodbye(ident, &self.flow.routed()).await;
         }
         self.bells = None;
     }
@@ -243,7 +291,7 @@ impl Session {
                     ErrorCode::UnsupportedFrame,
                     "only text frames carry packets",
                 );
-                send(&self.out, error_packet(&RequestMeta::default(), &fault)).await;
+                send(&self.out, error_packet(&RequestMeta::default(), fault)).await;
                 return;
             }
             Incoming::Text(t) => t,
@@ -253,7 +301,7 @@ impl Session {
                 ErrorCode::PacketTooLarge,
                 format!("frame exceeds {} bytes", self.deps.limits.max_frame_bytes),
             );
-            send(&self.out, error_packet(&RequestMeta::default(), &fault)).await;
+            send(&self.out, error_packet(&RequestMeta::default(), fault)).await;
             return;
         }
         match packet::parse(&text) {
@@ -264,10 +312,10 @@ impl Session {
             }) => {
                 metrics::counter!("switchyard_packets_rejected_total", "code" => code.as_str())
                     .increment(1);
-                send(&self.out, error_packet(&meta, &Fault::new(code, message))).await;
+                send(&self.out, error_packet(&meta, Fault::new(code, message))).await;
             }
             Ok((meta, pkt)) => {
-                metrics::counter!("switchyard_packets_total", "type" => known_kind(&meta.kind))
+                metrics::counter!("switchyard_packets_total", "type" => kind_label(&meta.kind))
                     .increment(1);
                 let span = tracing::debug_span!("packet", kind = %meta.kind, request_id = ?meta.request_id, channel = ?meta.connector_channel_id);
                 self.on_packet(meta, pkt).instrument(span).await;
@@ -284,7 +332,7 @@ impl Session {
                         ErrorCode::HelloRequired,
                         "connector.hello must complete first",
                     );
-                    send(&self.out, error_packet(&meta, &f)).await;
+                    send(&self.out, error_packet(&meta, f)).await;
                 }
             }
             return;
@@ -295,39 +343,34 @@ impl Session {
                     ErrorCode::InvalidPacket,
                     "connector.hello already completed on this socket",
                 );
-                send(&self.out, error_packet(&meta, &f)).await;
+                send(&self.out, error_packet(&meta, f)).await;
             }
-            Inbound::Ping => {
-                send(
-                    &self.out,
-                    answer(&meta, "pong", meta.connector_channel_id.as_deref()),
-                )
-                .await;
-            }
+            Inbound::Ping => send(&self.out, answer(&meta, Outbound::Pong)).await,
             Inbound::Pong => {}
             Inbound::Error { code, .. } => {
                 tracing::info!(code = %code, "xAgent reported an error");
             }
-            Inbound::ChannelOpen => self.on_open(&ident, meta).await,
+            Inbound::ChannelOpen => self.on_open(ident, meta),
             other => {
-                // Ownership first, before anything else happens with this packet.
-                let ch = match self
+                let chid = meta.connector_channel_id.clone().unwrap_or_default();
+                if self.flow.is_routed(&chid) {
+                    // Ownership was checked when the channel opened on this socket.
+                    return self.on_channel_packet(&ident, meta, chid, other).await;
+                }
+                // Not routed here: the ownership answer first, then "open it first".
+                let f = match self
                     .deps
                     .conn
                     .owned_channel(&ident, meta.connector_channel_id.as_deref())
                     .await
                 {
-                    Ok(ch) => ch,
-                    Err(f) => return self.reply_fault(&meta, &other, f).await,
-                };
-                if !self.routes.contains_key(&ch.id) {
-                    let f = Fault::new(
+                    Ok(_) => Fault::new(
                         ErrorCode::ChannelNotOpen,
                         "channel.open must complete on this socket first",
-                    );
-                    return self.reply_fault(&meta, &other, f).await;
-                }
-                self.on_channel_packet(&ident, meta, ch, other).await;
+                    ),
+                    Err(f) => f,
+                };
+                self.reply_fault(&meta, &other, f).await;
             }
         }
     }
@@ -335,28 +378,20 @@ impl Session {
     /// Ownership/route failures of a chat.message are answered with a rejected ack as well,
     /// so xAgent's sender state resolves; everything else gets an `error` packet.
     async fn reply_fault(&self, meta: &RequestMeta, pkt: &Inbound, f: Fault) {
-        send(&self.out, error_packet(meta, &f)).await;
         if let Inbound::ChatMessage(m) = pkt {
-            let retryable = matches!(f.code, ErrorCode::ChannelNotOpen | ErrorCode::Unavailable);
-            let ack =
-                ChatAckPayload::rejected(&m.message_id, f.code.as_str(), &f.message, retryable);
-            send(
-                &self.out,
-                answer(
-                    meta,
-                    "chat.message.ack",
-                    meta.connector_channel_id.as_deref(),
-                )
-                .with_payload(json!(ack)),
-            )
-            .await;
+            let chid = meta.connector_channel_id.as_deref().unwrap_or_default();
+            let ack = rejected_ack(meta, chid, &m.message_id, &f);
+            send(&self.out, error_packet(meta, f)).await;
+            send(&self.out, ack).await;
+        } else {
+            send(&self.out, error_packet(meta, f)).await;
         }
     }
 
     async fn on_hello(&mut self, meta: RequestMeta, h: switchyard_protocol::packet::HelloPayload) {
         if self.draining {
             let f = Fault::new(ErrorCode::Draining, "server draining; reconnect");
-            return send(&self.out, error_packet(&meta, &f)).await;
+            return send(&self.out, error_packet(&meta, f)).await;
         }
         let ok = match self
             .deps
@@ -365,7 +400,7 @@ impl Session {
             .await
         {
             Ok(ok) => ok,
-            Err(f) => return send(&self.out, error_packet(&meta, &f)).await,
+            Err(f) => return send(&self.out, error_packet(&meta, f)).await,
         };
         match self.deps.doorbells.subscribe(&ok.ident.connector_id).await {
             Ok(sub) => self.bells = Some(sub),
@@ -373,51 +408,54 @@ impl Session {
                 tracing::warn!(error = %e, "bus subscription failed; relying on the periodic sweep");
             }
         }
-        let payload = json!({
-            "connector_card_id": h.connector_card_id,
-            "connector_id": ok.ident.connector_id,
-            "protocol_version": PROTOCOL_VERSION,
-        });
         tracing::info!(connector_id = %ok.ident.connector_id, reissued = ok.reissued, "hello accepted");
+        let ack = Outbound::HelloAck {
+            connector_card_id: h.connector_card_id,
+            connector_id: ok.ident.connector_id.clone(),
+        };
         self.ident = Some(ok.ident);
-        send(
-            &self.out,
-            answer(&meta, "connector.hello.ack", None).with_payload(payload),
-        )
-        .await;
+        send(&self.out, answer(&meta, ack)).await;
     }
 
-    async fn on_open(&mut self, ident: &SessionIdent, meta: RequestMeta) {
+    /// `channel.open` runs off the loop, up to `opens_per_socket` at once; its answer comes
+    /// back through [`Session::on_opened`], which routes the channel.
+    fn on_open(&mut self, ident: SessionIdent, meta: RequestMeta) {
         if self.draining {
             let f = Fault::new(ErrorCode::Draining, "server draining; reconnect");
-            return send(&self.out, error_packet(&meta, &f)).await;
+            let out = self.out.clone();
+            self.spawn(async move { send(&out, error_packet(&meta, f)).await });
+            return;
         }
-        match self
-            .deps
-            .conn
-            .open_channel(ident, meta.connector_channel_id.as_deref())
-            .await
-        {
-            Err(f) => send(&self.out, error_packet(&meta, &f)).await,
+        let tx = self
+            .opened
+            .get_or_insert_with(|| mpsc::channel(self.deps.limits.opens_per_socket.max(1)))
+            .0
+            .clone();
+        let conn = self.deps.conn.clone();
+        let opens = self.opens.clone();
+        self.spawn(async move {
+            let Ok(_permit) = opens.acquire_owned().await else {
+                return;
+            };
+            let result = conn
+                .open_channel(&ident, meta.connector_channel_id.as_deref())
+                .await;
+            let _ = tx.send(Box::new(Opened { meta, result })).await;
+        });
+    }
+
+    async fn on_opened(&mut self, opened: Box<Opened>) {
+        let Opened { meta, result } = *opened;
+        match result {
+            Err(f) => send(&self.out, error_packet(&meta, f)).await,
             Ok((ch, descriptor)) => {
                 let id = ch.id.clone();
-                let payload =
-                    json!({"connector_channel_id": id, "connection_descriptor": descriptor});
-                send(
-                    &self.out,
-                    answer(&meta, "channel.open.ack", Some(&id)).with_payload(payload),
-                )
-                .await;
+                let ack = Outbound::ChannelOpenAck {
+                    descriptor: Box::new(descriptor),
+                };
+                send(&self.out, answer_on(&meta, &id, ack)).await;
                 // A reopen restarts delivery from the oldest unfinished message.
-                self.routes.insert(
-                    id.clone(),
-                    Route {
-                        ch,
-                        cursor: 0,
-                        inflight: Vec::new(),
-                    },
-                );
-                self.pump(&id).await;
+                self.flow.open(ch);
             }
         }
     }
@@ -426,68 +464,101 @@ impl Session {
         &mut self,
         ident: &SessionIdent,
         meta: RequestMeta,
+        chid: String,
+        pkt: Inbound,
+    ) {
+        let conn = self.deps.conn.clone();
+        let out = self.out.clone();
+        match pkt {
+            Inbound::ChatAck(p) => {
+                let outcome = self.flow.on_ack(&chid, meta.reply_to.as_deref(), &p).await;
+                match outcome {
+                    AckOutcome::Recorded => {}
+                    AckOutcome::NotInFlight => {
+                        tracing::debug!(message_id = %p.message_id, "ack for a message not in flight on this socket");
+                    }
+                    AckOutcome::Mismatch => {
+                        let f = Fault::new(
+                            ErrorCode::InvalidPacket,
+                            "ack message_id does not match the acknowledged packet",
+                        );
+                        send(&out, error_packet(&meta, f)).await;
+                    }
+                }
+            }
+            Inbound::ChannelClose => {
+                let r = match self.flow.channel(&chid) {
+                    Some(ch) => conn.close_channel(ident, ch).await,
+                    None => Ok(()),
+                };
+                self.flow.close(&chid);
+                self.workers.remove(&chid);
+                let ack = match r {
+                    Ok(()) => answer_on(&meta, &chid, Outbound::ChannelCloseAck),
+                    Err(f) => error_packet(&meta, f),
+                };
+                send(&out, ack).await;
+            }
+            Inbound::ChatMessage(p) => {
+                self.enqueue_work(&chid, ChannelWork::Message(meta, p))
+                    .await
+            }
+            Inbound::ChatDelta(p) => self.enqueue_work(&chid, ChannelWork::Delta(meta, p)).await,
+            Inbound::ChatActivity(p) => self.enqueue_work(&chid, ChannelWork::Activity(p)).await,
+            // Everything else works with the channel as stored now (status, binding).
+            other => {
+                let ch = match conn.owned_channel(ident, Some(&chid)).await {
+                    Ok(ch) => ch,
+                    Err(f) => return send(&out, error_packet(&meta, f)).await,
+                };
+                self.on_fresh_channel_packet(meta, ch, other).await;
+            }
+        }
+    }
+
+    async fn on_fresh_channel_packet(
+        &mut self,
+        meta: RequestMeta,
         ch: ChannelRecord,
         pkt: Inbound,
     ) {
         let conn = self.deps.conn.clone();
         let out = self.out.clone();
         let chid = ch.id.clone();
+        let auth = |kind: AuthAck, r: Result<serde_json::Value, Fault>| {
+            Outbound::Auth(kind, r.map_err(fault_pair))
+        };
         match pkt {
-            Inbound::ChannelClose => {
-                let r = conn.close_channel(ident, &ch).await;
-                self.routes.remove(&chid);
-                self.workers.remove(&chid);
-                match r {
-                    Ok(()) => {
-                        send(
-                            &out,
-                            answer(&meta, "channel.close.ack", Some(&chid))
-                                .with_payload(json!({"status": "ok"})),
-                        )
-                        .await
-                    }
-                    Err(f) => send(&out, error_packet(&meta, &f)).await,
-                }
-            }
             Inbound::DescriptorGet => {
-                let payload = json!({"connection_descriptor": conn.descriptor(&ch)});
-                send(
-                    &out,
-                    answer(&meta, "connection.descriptor.get.ack", Some(&chid))
-                        .with_payload(payload),
-                )
-                .await;
+                let ack = Outbound::DescriptorGetAck {
+                    descriptor: Box::new(conn.descriptor(&ch)),
+                };
+                send(&out, answer_on(&meta, &chid, ack)).await;
             }
-            Inbound::AuthStart(p) => {
-                self.spawn(async move {
-                    let r = conn.auth_start(&ch, &p).await;
-                    send(&out, ack_or_error(&meta, "auth.start.ack", &chid, r)).await;
-                });
-            }
-            Inbound::AuthStatus(p) => {
-                self.spawn(async move {
-                    let r = conn.auth_status(&ch, &p).await;
-                    send(&out, ack_or_error(&meta, "auth.status.ack", &chid, r)).await;
-                });
-            }
-            Inbound::AuthCancel(p) => {
-                self.spawn(async move {
-                    let r = conn.auth_cancel(&ch, &p).await;
-                    send(&out, ack_or_error(&meta, "auth.cancel.ack", &chid, r)).await;
-                });
-            }
-            Inbound::AuthLogout => {
-                self.spawn(async move {
-                    let r = conn.auth_logout(&ch).await;
-                    send(&out, ack_or_error(&meta, "auth.logout.ack", &chid, r)).await;
-                });
-            }
+            Inbound::AuthStart(p) => self.spawn(async move {
+                let r = conn.auth_start(&ch, &p).await;
+                send(&out, answer_on(&meta, &chid, auth(AuthAck::Start, r))).await;
+            }),
+            Inbound::AuthStatus(p) => self.spawn(async move {
+                let r = conn.auth_status(&ch, &p).await;
+                send(&out, answer_on(&meta, &chid, auth(AuthAck::Status, r))).await;
+            }),
+            Inbound::AuthCancel(p) => self.spawn(async move {
+                let r = conn.auth_cancel(&ch, &p).await;
+                send(&out, answer_on(&meta, &chid, auth(AuthAck::Cancel, r))).await;
+            }),
+            Inbound::AuthLogout => self.spawn(async move {
+                let r = conn.auth_logout(&ch).await;
+                send(&out, answer_on(&meta, &chid, auth(AuthAck::Logout, r))).await;
+            }),
             Inbound::ToolInvoke(p) => self.on_tool(meta, ch, p).await,
-            Inbound::ChatMessage(p) => self.enqueue_work(&ch, ChannelWork::Message(meta, p)).await,
-            Inbound::ChatDelta(p) => self.enqueue_work(&ch, ChannelWork::Delta(meta, p)).await,
-            Inbound::ChatActivity(p) => self.enqueue_work(&ch, ChannelWork::Activity(p)).await,
-            Inbound::ChatAck(p) => self.on_ack(meta, &chid, p).await,
-            Inbound::Hello(_)
+            // Routed before reaching here, or not channel packets at all.
+            Inbound::ChatAck(_)
+            | Inbound::ChannelClose
+            | Inbound::ChatMessage(_)
+            | Inbound::ChatDelta(_)
+            | Inbound::ChatActivity(_)
+            | Inbound::Hello(_)
             | Inbound::ChannelOpen
             | Inbound::Ping
             | Inbound::Pong
@@ -506,31 +577,28 @@ impl Session {
         p: switchyard_protocol::packet::ToolInvokePayload,
     ) {
         let chid = ch.id.clone();
-        let tool_ack = |meta: &RequestMeta| {
-            answer(meta, "tool.invoke.ack", Some(&chid)).with_payload(json!({"tool_id": p.tool_id}))
+        let refuse = |code: ErrorCode, why: &str| {
+            let ack = Outbound::ToolAck {
+                tool_id: p.tool_id.clone(),
+                result: Err((code, why.to_owned())),
+            };
+            answer_on(&meta, &chid, ack)
         };
         if self.draining {
-            let e = tool_ack(&meta).with_error(
+            let e = refuse(
                 ErrorCode::Draining,
                 "server draining; retry on the reconnected socket",
             );
             return send(&self.out, e).await;
         }
         let Ok(permit) = self.tools.clone().try_acquire_owned() else {
-            let e = tool_ack(&meta).with_error(
+            let e = refuse(
                 ErrorCode::Busy,
                 "too many concurrent tool calls on this socket; retry",
             );
             return send(&self.out, e).await;
         };
-        // Idempotency key: context.tool_call_id, else request_id, else the packet id.
-        let key = p
-            .context
-            .tool_call_id
-            .clone()
-            .filter(|k| !k.is_empty())
-            .or_else(|| meta.request_id.clone().filter(|k| !k.is_empty()))
-            .unwrap_or_else(|| meta.packet_id.clone());
+        let key = tool_call_key(&p, &meta);
         let conn = self.deps.conn.clone();
         let out = self.out.clone();
         self.spawn(async move {
@@ -544,19 +612,16 @@ impl Session {
             let r = conn
                 .invoke_tool(&ch, &p.tool_id, &p.arguments, &key, &progress)
                 .await;
-            let base = answer(&meta, "tool.invoke.ack", Some(&ch.id));
-            let env = match r {
-                Ok(result) => base.with_payload(json!({"tool_id": p.tool_id, "result": result})),
-                Err(f) => base
-                    .with_payload(json!({"tool_id": p.tool_id}))
-                    .with_error(f.code, f.message),
+            let ack = Outbound::ToolAck {
+                tool_id: p.tool_id,
+                result: r.map_err(fault_pair),
             };
-            send(&out, env).await;
+            send(&out, answer_on(&meta, &ch.id, ack)).await;
         });
     }
 
-    async fn enqueue_work(&mut self, ch: &ChannelRecord, work: ChannelWork) {
-        let tx = match self.workers.get(&ch.id) {
+    async fn enqueue_work(&mut self, chid: &str, work: ChannelWork) {
+        let tx = match self.workers.get(chid) {
             Some(tx) if !tx.is_closed() => Some(tx.clone()),
             // A draining socket starts no new worker (it would keep the drain waiting); the
             // work is refused retryably and xAgent sends it again on its next socket.
@@ -565,9 +630,8 @@ impl Session {
                 let (tx, rx) = mpsc::channel(self.deps.limits.channel_queue);
                 let conn = self.deps.conn.clone();
                 let out = self.out.clone();
-                let chid = ch.id.clone();
-                self.spawn(channel_worker(conn, chid, rx, out));
-                self.workers.insert(ch.id.clone(), tx.clone());
+                self.spawn(channel_worker(conn, chid.to_owned(), rx, out));
+                self.workers.insert(chid.to_owned(), tx.clone());
                 Some(tx)
             }
         };
@@ -580,169 +644,68 @@ impl Session {
                 }
             },
         };
-        if let Some(work) = refused {
-            let (code, why) = if self.draining {
-                (
-                    ErrorCode::Draining,
-                    "server draining; send it again after reconnecting",
-                )
-            } else {
-                (ErrorCode::Busy, "channel queue is full; retry later")
-            };
-            match work {
-                ChannelWork::Message(meta, p) => {
-                    let ack = ChatAckPayload::rejected(&p.message_id, code.as_str(), why, true);
-                    send(
-                        &self.out,
-                        answer(&meta, "chat.message.ack", Some(&ch.id)).with_payload(json!(ack)),
-                    )
-                    .await;
-                }
-                ChannelWork::Delta(meta, _) => {
-                    let f = Fault::new(code, why);
-                    send(&self.out, error_packet(&meta, &f)).await;
-                }
-                // Activity is a best-effort snapshot: dropping one is harmless.
-                ChannelWork::Activity(_) => {}
+        let Some(work) = refused else {
+            return;
+        };
+        let f = if self.draining {
+            Fault::new(
+                ErrorCode::Draining,
+                "server draining; send it again after reconnecting",
+            )
+        } else {
+            Fault::new(ErrorCode::Busy, "channel queue is full; retry later")
+        };
+        match work {
+            ChannelWork::Message(meta, p) => {
+                send(&self.out, rejected_ack(&meta, chid, &p.message_id, &f)).await
             }
+            ChannelWork::Delta(meta, _) => send(&self.out, error_packet(&meta, f)).await,
+            // Activity is a best-effort snapshot: dropping one is harmless.
+            ChannelWork::Activity(_) => {}
         }
     }
 
-    async fn on_ack(&mut self, meta: RequestMeta, chid: &str, p: ChatAckPayload) {
-        let Some(route) = self.routes.get_mut(chid) else {
-            return;
-        };
-        let reply_to = meta.reply_to.clone().unwrap_or_default();
-        let idx = route
-            .inflight
-            .iter()
-            .position(|i| i.packet_id == reply_to)
-            .or_else(|| {
-                route
-                    .inflight
-                    .iter()
-                    .position(|i| i.message_id == p.message_id)
-            });
-        let Some(idx) = idx else {
-            tracing::debug!(message_id = %p.message_id, "ack for a message not in flight on this socket");
-            return;
-        };
-        if route.inflight[idx].message_id != p.message_id {
-            let f = Fault::new(
-                ErrorCode::InvalidPacket,
-                "ack message_id does not match the acknowledged packet",
-            );
-            return send(&self.out, error_packet(&meta, &f)).await;
-        }
-        let conn = self.deps.conn.clone();
-        let r = match (p.status, p.retryable) {
-            (AckStatus::Accepted | AckStatus::Duplicate, _) => {
-                route.inflight.remove(idx);
-                conn.delivered(chid, &p.message_id).await
-            }
-            (AckStatus::Rejected, Some(false)) => {
-                route.inflight.remove(idx);
-                let reason = format!(
-                    "{}: {}",
-                    p.code.as_deref().unwrap_or(""),
-                    p.message.as_deref().unwrap_or("")
-                );
-                conn.rejected(chid, &p.message_id, &reason).await
-            }
-            (AckStatus::Rejected, _) => {
-                // Retry after a pause; the whole window restarts from the oldest pending.
-                route.inflight[idx].due = Instant::now() + Duration::from_secs(2);
-                conn.retry_later(chid, &p.message_id, p.code.as_deref().unwrap_or("rejected"))
-                    .await;
-                Ok(())
-            }
-        };
-        if let Err(f) = r {
-            tracing::warn!(code = %f.code, "recording an ack failed; the message stays pending");
-        }
-        self.pump(chid).await;
-    }
-
-    async fn on_bell(&mut self, bell: Option<Doorbell>) {
-        let mut next = bell;
-        loop {
-            let Some(bell) = next.take() else {
+    /// Handles a doorbell and whatever else is already queued behind it, in order.
+    async fn on_bells(&mut self, first: Option<Doorbell>) {
+        let mut next = Some(first);
+        for _ in 0..BELLS_PER_ROUND {
+            match next.take() {
+                None => return,
                 // Lagged or bus gone: resync everything from the store.
-                let ids: Vec<String> = self.routes.keys().cloned().collect();
-                for id in ids {
-                    self.pump(&id).await;
-                }
-                return;
-            };
-            if let Doorbell::Outbox { channel_id } = bell {
-                // Under load doorbells queue up faster than one pump each is served, and a
-                // pump reads everything pending: take the queued Outbox bells along and pump
-                // each channel once. Another kind of bell ends the batch and is handled after
-                // it, so ChannelTaken and Descriptor keep their order.
-                let mut due = vec![channel_id];
-                let mut after = None;
-                if let Some(sub) = self.bells.as_mut() {
-                    while due.len() < 256 {
-                        match sub.rx.try_recv() {
-                            Ok(Doorbell::Outbox { channel_id }) => {
-                                if !due.contains(&channel_id) {
-                                    due.push(channel_id);
-                                }
-                            }
-                            Ok(other) => {
-                                after = Some(Some(other));
-                                break;
-                            }
-                            Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                                after = Some(None);
-                                break;
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                }
-                for ch in due {
-                    if self.routes.contains_key(&ch) {
-                        self.pump(&ch).await;
-                    }
-                }
-                match after {
-                    Some(b) => {
-                        next = b;
-                        continue;
-                    }
-                    None => return,
-                }
+                Some(None) => self.flow.wake_all(),
+                Some(Some(bell)) => self.on_bell(bell).await,
             }
-            self.on_other_bell(bell).await;
-            return;
+            next = match self.bells.as_mut().map(|s| s.rx.try_recv()) {
+                Some(Ok(b)) => Some(Some(b)),
+                Some(Err(broadcast::error::TryRecvError::Lagged(_))) => Some(None),
+                _ => None,
+            };
         }
     }
 
-    async fn on_other_bell(&mut self, bell: Doorbell) {
+    async fn on_bell(&mut self, bell: Doorbell) {
         match bell {
-            Doorbell::Outbox { channel_id } => {
-                if self.routes.contains_key(&channel_id) {
-                    self.pump(&channel_id).await;
-                }
-            }
+            Doorbell::Outbox { channel_id } => self.flow.wake(&channel_id),
             Doorbell::Descriptor { channel_id } => {
-                if !self.routes.contains_key(&channel_id) {
+                if !self.flow.is_routed(&channel_id) {
                     return;
                 }
                 match self.deps.conn.hub.store.get_channel(&channel_id).await {
                     Ok(Some(ch)) => {
-                        let d = self.deps.conn.descriptor(&ch);
-                        if let Some(r) = self.routes.get_mut(&channel_id) {
-                            r.ch = ch;
-                        }
-                        let env = packet("connection.descriptor.push")
-                            .with_channel(Some(&channel_id))
-                            .with_payload(json!({"connection_descriptor": d}));
+                        let push = Outbound::DescriptorPush {
+                            descriptor: Box::new(self.deps.conn.descriptor(&ch)),
+                        };
+                        self.flow.refresh(ch);
+                        let env = push.into_envelope(
+                            new_id("pkt"),
+                            now_ms(),
+                            Correlation::push(&channel_id),
+                        );
                         send(&self.out, env).await;
                     }
                     Ok(None) => {
-                        self.routes.remove(&channel_id);
+                        self.flow.close(&channel_id);
+                        self.workers.remove(&channel_id);
                     }
                     Err(e) => tracing::warn!(error = %e, "descriptor refresh failed"),
                 }
@@ -751,7 +714,7 @@ impl Session {
                 channel_id,
                 socket_id,
             } => {
-                if socket_id != self.socket_id && self.routes.remove(&channel_id).is_some() {
+                if socket_id != self.socket_id && self.flow.close(&channel_id) {
                     tracing::info!(channel = %channel_id, "channel opened on another socket; route moved");
                     self.workers.remove(&channel_id);
                 }
@@ -764,111 +727,6 @@ impl Session {
                         "connector_id deregistered; reconnect".into(),
                     ))
                     .await;
-            }
-        }
-    }
-
-    async fn on_tick(&mut self, sweep: bool) {
-        let now = Instant::now();
-        let ids: Vec<String> = self.routes.keys().cloned().collect();
-        for id in ids {
-            let Some(route) = self.routes.get_mut(&id) else {
-                continue;
-            };
-            let overdue: Vec<String> = route
-                .inflight
-                .iter()
-                .filter(|i| i.due <= now)
-                .map(|i| i.message_id.clone())
-                .collect();
-            if !overdue.is_empty() {
-                // Redeliver every unfinished message of the channel in order, same ids.
-                route.inflight.clear();
-                route.cursor = 0;
-                for m in &overdue {
-                    self.deps.conn.retry_later(&id, m, "ack timeout").await;
-                }
-                self.pump(&id).await;
-            } else if sweep {
-                // A lost ChannelTaken doorbell must not leave two sockets delivering one
-                // channel: the sweep re-reads who owns the route.
-                match self.deps.conn.hub.store.get_channel(&id).await {
-                    Ok(Some(ch)) if ch.route_socket.as_deref() != Some(self.socket_id.as_str()) => {
-                        tracing::info!(channel = %id, "route owned by another socket; dropping it here");
-                        self.routes.remove(&id);
-                        self.workers.remove(&id);
-                        continue;
-                    }
-                    Ok(None) => {
-                        self.routes.remove(&id);
-                        self.workers.remove(&id);
-                        continue;
-                    }
-                    _ => {}
-                }
-                self.pump(&id).await;
-            }
-        }
-    }
-
-    /// Sends pending messages of a channel up to its window.
-    async fn pump(&mut self, chid: &str) {
-        // A draining socket hands out nothing new; the next socket delivers it.
-        if self.draining {
-            return;
-        }
-        let window = self.deps.limits.window as usize;
-        let ack_timeout = self.deps.limits.ack_timeout;
-        let Some(route) = self.routes.get_mut(chid) else {
-            return;
-        };
-        let kind = self.deps.conn.delivery_kind(&route.ch.profiles);
-        let room = window.saturating_sub(route.inflight.len());
-        if room == 0 || kind == DeliveryKind::None {
-            return;
-        }
-        let batch = match self
-            .deps
-            .conn
-            .pending(chid, &route.ch.profiles, route.cursor, room as u32)
-            .await
-        {
-            Ok(b) => b,
-            Err(f) => {
-                tracing::warn!(code = %f.code, "reading pending messages failed; retried on the next sweep");
-                return;
-            }
-        };
-        let mut pushed = Vec::new();
-        for d in batch {
-            let env = packet(d.kind)
-                .with_channel(Some(chid))
-                .with_payload(d.payload);
-            let packet_id = env.packet_id.clone();
-            if self
-                .out
-                .send(Outgoing::Packet(Box::new(env)))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            route.cursor = route.cursor.max(d.seq);
-            match kind {
-                DeliveryKind::ChatMessage => {
-                    route.inflight.push(Inflight {
-                        message_id: d.message_id,
-                        packet_id,
-                        due: Instant::now() + ack_timeout,
-                    });
-                }
-                // message.push has no business ack: the socket write is the delivery.
-                _ => pushed.push(d.message_id),
-            }
-        }
-        for m in pushed {
-            if let Err(f) = self.deps.conn.delivered(chid, &m).await {
-                tracing::warn!(code = %f.code, "recording a message.push delivery failed");
             }
         }
     }
@@ -888,16 +746,16 @@ async fn recv_bell(bells: &mut Option<Subscription>) -> Option<Doorbell> {
     }
 }
 
-fn ack_or_error(
-    meta: &RequestMeta,
-    kind: &str,
-    channel: &str,
-    r: Result<Value, Fault>,
-) -> Envelope {
-    let base = answer(meta, kind, Some(channel));
-    match r {
-        Ok(payload) => base.with_payload(payload),
-        Err(f) => base.with_error(f.code, f.message),
+async fn recv_opened(
+    opened: &mut Option<(mpsc::Sender<Box<Opened>>, mpsc::Receiver<Box<Opened>>)>,
+) -> Box<Opened> {
+    match opened {
+        // The session holds a sender, so the queue never reports closed.
+        Some((_, rx)) => match rx.recv().await {
+            Some(o) => o,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -916,48 +774,21 @@ async fn channel_worker(
             Err(e) => {
                 tracing::warn!(error = %e, "store unavailable in channel worker");
                 if let ChannelWork::Message(meta, p) = work {
-                    let ack = ChatAckPayload::rejected(
-                        &p.message_id,
-                        ErrorCode::Unavailable.as_str(),
-                        "store unavailable; retry later",
-                        true,
-                    );
-                    send(
-                        &out,
-                        answer(&meta, "chat.message.ack", Some(&chid)).with_payload(json!(ack)),
-                    )
-                    .await;
+                    let f = Fault::new(ErrorCode::Unavailable, "store unavailable; retry later");
+                    send(&out, rejected_ack(&meta, &chid, &p.message_id, &f)).await;
                 }
                 continue;
             }
         };
         match work {
             ChannelWork::Message(meta, p) => match conn.receive_message(&ch, &p).await {
-                Ok(Some(ack)) => {
-                    send(
-                        &out,
-                        answer(&meta, "chat.message.ack", Some(&chid)).with_payload(json!(ack)),
-                    )
-                    .await
-                }
+                Ok(Some(ack)) => send(&out, answer_on(&meta, &chid, Outbound::ChatAck(ack))).await,
                 Ok(None) => {}
-                Err(f) => {
-                    let ack = ChatAckPayload::rejected(
-                        &p.message_id,
-                        f.code.as_str(),
-                        &f.message,
-                        f.code == ErrorCode::Unavailable,
-                    );
-                    send(
-                        &out,
-                        answer(&meta, "chat.message.ack", Some(&chid)).with_payload(json!(ack)),
-                    )
-                    .await;
-                }
+                Err(f) => send(&out, rejected_ack(&meta, &chid, &p.message_id, &f)).await,
             },
             ChannelWork::Delta(meta, p) => {
                 if let Err(f) = conn.receive_delta(&ch, &p).await {
-                    send(&out, error_packet(&meta, &f)).await;
+                    send(&out, error_packet(&meta, f)).await;
                 }
             }
             ChannelWork::Activity(p) => conn.receive_activity(&ch, &p).await,
@@ -975,14 +806,15 @@ struct Progress {
 
 impl ProgressSink for Progress {
     fn progress(&self, status: &str, message: &str, progress: Option<f64>) {
-        let mut payload = json!({"tool_id": self.tool_id, "status": status, "message": message});
-        if let Some(p) = progress {
-            payload["progress"] = json!(p.clamp(0.0, 1.0));
-        }
-        let mut env = packet("tool.progress.push")
-            .with_channel(Some(&self.channel))
-            .with_payload(payload);
-        env.request_id = self.request_id.clone();
+        let push = Outbound::ToolProgress {
+            tool_id: self.tool_id.clone(),
+            status: status.to_owned(),
+            message: message.to_owned(),
+            progress,
+        };
+        let mut c = Correlation::push(&self.channel);
+        c.request_id = self.request_id.clone();
+        let env = push.into_envelope(new_id("pkt"), now_ms(), c);
         // Progress is informational: drop it rather than block the tool when the queue is full.
         let _ = self.out.try_send(Outgoing::Packet(Box::new(env)));
     }

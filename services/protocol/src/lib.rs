@@ -9,6 +9,7 @@ pub mod envelope;
 pub mod error;
 pub mod hosts;
 pub mod im;
+pub mod outbound;
 pub mod packet;
 pub mod profile;
 
@@ -16,6 +17,7 @@ pub use card::{AuthField, AuthFlow, AuthFlowType, BuildInfo, Card, CardTool};
 pub use descriptor::{ConnectionStatus, Descriptor, ToolState, ToolStatus};
 pub use envelope::{Envelope, ErrorBody};
 pub use error::ErrorCode;
+pub use outbound::{Correlation, Outbound};
 pub use packet::{Inbound, PacketError, RequestMeta};
 
 /// Protocol version this implementation speaks and declares.

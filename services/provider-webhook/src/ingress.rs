@@ -42,16 +42,21 @@ pub(crate) fn router(state: IngressState) -> Router {
         .with_state(state)
 }
 
-/// A JSON error answer `{"error": code, "message"?: text}`; 503 carries `Retry-After`.
+/// A JSON error answer `{"error": code, "message"?: text}`; 503 and 429 carry `Retry-After`.
 pub(crate) fn error(status: StatusCode, code: &str, message: Option<&str>) -> Response {
     let body = match message {
         Some(m) => json!({"error": code, "message": m}),
         None => json!({"error": code}),
     };
     let mut resp = (status, axum::Json(body)).into_response();
-    if status == StatusCode::SERVICE_UNAVAILABLE {
+    let retry_after = match status {
+        StatusCode::SERVICE_UNAVAILABLE => Some("5"),
+        StatusCode::TOO_MANY_REQUESTS => Some("1"),
+        _ => None,
+    };
+    if let Some(secs) = retry_after {
         resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
     }
     resp
 }
@@ -59,10 +64,17 @@ pub(crate) fn error(status: StatusCode, code: &str, message: Option<&str>) -> Re
 /// The one mapping from a host refusal to an HTTP answer. Backend details are logged only.
 pub(crate) fn host_error(e: HostError) -> Response {
     match e {
+        // Backpressure: the channel's backlog is at its cap; this sender slows down.
         HostError::Full => error(
-            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::TOO_MANY_REQUESTS,
             "busy",
             Some("the channel queue is full; retry later"),
+        ),
+        // Backpressure: the pod's commit backlog is full; any pod may take the retry.
+        HostError::Overloaded => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            Some("the server is saturated; retry later"),
         ),
         HostError::Backend(e) => {
             tracing::warn!(error = %e, "webhook ingress backend failure");

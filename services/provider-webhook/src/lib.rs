@@ -195,7 +195,7 @@ impl Provider for WebhookProvider {
                 let text = str_arg(call.arguments, "text")?;
                 // Only the metadata and signed URL are sent: the endpoint fetches the bytes.
                 let (file, _bytes) = self.host()?.open_file(channel_id, file_ref).await.map_err(|e| match e {
-                    HostError::Full | HostError::Backend(_) => {
+                    HostError::Full | HostError::Overloaded | HostError::Backend(_) => {
                         tracing::warn!(connector_channel_id = channel_id, error = %e, "file lookup failed");
                         ProviderError::new(ProviderErrorKind::Transient, ErrorCode::Unavailable.as_str(), "file storage is unavailable")
                     }

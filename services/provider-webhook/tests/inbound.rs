@@ -300,14 +300,28 @@ async fn multipart_without_message_part_is_400() {
 }
 
 #[tokio::test]
-async fn full_queue_is_503_with_retry_after() {
+async fn full_channel_queue_is_429_with_retry_after() {
     let t = setup().await;
     t.host.full.store(true, Ordering::SeqCst);
     let (status, v) = t
         .post_json(CHANNEL, &json!({"message_id": "m1", "text": "hi"}))
         .await;
+    assert_eq!(status, 429);
+    assert_eq!(v["error"], "busy");
+    assert_eq!(v["retry_after"], "1");
+}
+
+#[tokio::test]
+async fn saturated_pod_is_503_with_retry_after() {
+    let t = setup().await;
+    t.host.overloaded.store(true, Ordering::SeqCst);
+    let (status, v) = t
+        .post_json(CHANNEL, &json!({"message_id": "m1", "text": "hi"}))
+        .await;
     assert_eq!(status, 503);
+    assert_eq!(v["error"], "overloaded");
     assert_eq!(v["retry_after"], "5");
+    assert!(t.host.inbound().is_empty());
 }
 
 #[tokio::test]

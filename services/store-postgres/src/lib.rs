@@ -16,7 +16,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row, Transaction};
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
-use switchyard_core::store::Store;
+use switchyard_core::store::{BatchFacts, Store, plan_enqueue_batch};
 use switchyard_protocol::ConnectionStatus;
 
 mod hosts;
@@ -1212,6 +1212,161 @@ impl Store for PostgresStore {
         .await
         .map_err(db("pending outbox"))?;
         all(rows, outbox)
+    }
+
+    async fn enqueue_outbox_batch(&self, items: &[Enqueue]) -> BackendResult<Vec<EnqueueOutcome>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = items
+            .iter()
+            .map(|i| i.record.created_at)
+            .min()
+            .unwrap_or_default();
+        let channels: Vec<String> = items.iter().map(|i| i.record.channel_id.clone()).collect();
+        let messages: Vec<String> = items.iter().map(|i| i.record.message_id.clone()).collect();
+        let mut tx = self.begin().await?;
+        let mut facts = BatchFacts::default();
+        // Channel rows are locked in id order (so concurrent batches cannot deadlock): that
+        // makes the dedupe check, the cap check and the seq assignment one step per channel.
+        let rows =
+            sqlx::query("SELECT id FROM channels WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
+                .bind(&channels)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db("lock channels"))?;
+        for r in &rows {
+            facts.channels.insert(get(r, "id")?);
+        }
+        // A message still in the outbox is a duplicate even when its seen-record expired
+        // earlier (a dedupe window shorter than the message's lifetime).
+        let rows = sqlx::query(
+            "SELECT s.channel_id, s.message_id FROM unnest($1::text[], $2::text[]) AS i(channel_id, message_id) \
+               JOIN inbound_seen s ON s.channel_id = i.channel_id AND s.message_id = i.message_id \
+              WHERE s.expires_at > $3 \
+             UNION \
+             SELECT o.channel_id, o.message_id FROM unnest($1::text[], $2::text[]) AS i(channel_id, message_id) \
+               JOIN outbox o ON o.channel_id = i.channel_id AND o.message_id = i.message_id",
+        )
+        .bind(&channels)
+        .bind(&messages)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db("check seen"))?;
+        for r in &rows {
+            facts
+                .seen
+                .insert((get(r, "channel_id")?, get(r, "message_id")?));
+        }
+        // Expired messages awaiting the purge do not hold the channel's capacity.
+        let rows = sqlx::query(
+            "SELECT channel_id, COUNT(*) AS n FROM outbox \
+              WHERE channel_id = ANY($1) AND state = 'pending' AND expires_at > $2 \
+              GROUP BY channel_id",
+        )
+        .bind(&channels)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db("count pending"))?;
+        for r in &rows {
+            facts.pending.insert(get(r, "channel_id")?, get(r, "n")?);
+        }
+        let outcomes = plan_enqueue_batch(items, &facts);
+        let stored: Vec<&Enqueue> = items
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| **o == EnqueueOutcome::Stored)
+            .map(|(i, _)| i)
+            .collect();
+        if !stored.is_empty() {
+            let mut ch = Vec::with_capacity(stored.len());
+            let mut msg = Vec::with_capacity(stored.len());
+            let mut payload = Vec::with_capacity(stored.len());
+            let mut created = Vec::with_capacity(stored.len());
+            let mut expires = Vec::with_capacity(stored.len());
+            let mut seen_until = Vec::with_capacity(stored.len());
+            for it in &stored {
+                ch.push(it.record.channel_id.clone());
+                msg.push(it.record.message_id.clone());
+                payload.push(json_text(&it.record.payload)?);
+                created.push(it.record.created_at);
+                expires.push(it.record.expires_at);
+                seen_until.push(it.dedupe_until);
+            }
+            // Rows are inserted in input order, so seq follows arrival within a channel.
+            sqlx::query(
+                "INSERT INTO outbox (channel_id, message_id, payload, created_at, expires_at, attempts, state) \
+                 SELECT channel_id, message_id, payload, created_at, expires_at, 0, 'pending' \
+                   FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[]) \
+                        WITH ORDINALITY AS i(channel_id, message_id, payload, created_at, expires_at, n) \
+                  ORDER BY n",
+            )
+            .bind(&ch)
+            .bind(&msg)
+            .bind(&payload)
+            .bind(&created)
+            .bind(&expires)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("insert outbox"))?;
+            sqlx::query(
+                "INSERT INTO inbound_seen (channel_id, message_id, expires_at) \
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::int8[]) \
+                 ON CONFLICT (channel_id, message_id) DO UPDATE SET expires_at = excluded.expires_at",
+            )
+            .bind(&ch)
+            .bind(&msg)
+            .bind(&seen_until)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("record seen"))?;
+        }
+        tx.commit().await.map_err(db("commit"))?;
+        Ok(outcomes)
+    }
+
+    async fn ack_outbox_batch(&self, done: &[(String, String)]) -> BackendResult<u64> {
+        if done.is_empty() {
+            return Ok(0);
+        }
+        let (ch, msg): (Vec<String>, Vec<String>) = done.iter().cloned().unzip();
+        let gone = sqlx::query(
+            "DELETE FROM outbox o USING unnest($1::text[], $2::text[]) AS d(channel_id, message_id) \
+              WHERE o.channel_id = d.channel_id AND o.message_id = d.message_id",
+        )
+        .bind(&ch)
+        .bind(&msg)
+        .execute(&self.pool)
+        .await
+        .map_err(db("ack outbox batch"))?;
+        Ok(gone.rows_affected())
+    }
+
+    async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(5000) {
+            let rows = sqlx::query(
+                "SELECT c.id, c.route_socket, \
+                        (SELECT MAX(o.seq) FROM outbox o \
+                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2) AS max_seq \
+                   FROM channels c WHERE c.id = ANY($1)",
+            )
+            .bind(chunk)
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db("route states"))?;
+            for r in &rows {
+                out.push(RouteState {
+                    channel_id: get(r, "id")?,
+                    route_socket: get(r, "route_socket")?,
+                    max_pending_seq: get(r, "max_seq")?,
+                });
+            }
+        }
+        Ok(out)
     }
 
     async fn count_pending(&self, channel_id: &str) -> BackendResult<u64> {

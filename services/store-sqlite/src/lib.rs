@@ -16,7 +16,7 @@ use sqlx::sqlite::{
 use sqlx::{Executor, Row, Sqlite, Transaction};
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
-use switchyard_core::store::Store;
+use switchyard_core::store::{BatchFacts, Store, plan_enqueue_batch};
 use switchyard_protocol::ConnectionStatus;
 
 mod hosts;
@@ -1143,6 +1143,145 @@ impl Store for SqliteStore {
         .await
         .map_err(db("pending outbox"))?;
         all(rows, outbox)
+    }
+
+    async fn enqueue_outbox_batch(&self, items: &[Enqueue]) -> BackendResult<Vec<EnqueueOutcome>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = items
+            .iter()
+            .map(|i| i.record.created_at)
+            .min()
+            .unwrap_or_default();
+        let channels: Vec<&str> = items.iter().map(|i| i.record.channel_id.as_str()).collect();
+        let pairs: Vec<(&str, &str)> = items
+            .iter()
+            .map(|i| (i.record.channel_id.as_str(), i.record.message_id.as_str()))
+            .collect();
+        let channels = json_text(&channels)?;
+        let pairs = json_text(&pairs)?;
+        let mut tx = self.write().await?;
+        let mut facts = BatchFacts::default();
+        let rows =
+            sqlx::query("SELECT id FROM channels WHERE id IN (SELECT value FROM json_each($1))")
+                .bind(&channels)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db("find channels"))?;
+        for r in &rows {
+            facts.channels.insert(get(r, "id")?);
+        }
+        // A message still in the outbox is a duplicate even when its seen-record expired
+        // earlier (a dedupe window shorter than the message's lifetime).
+        let rows = sqlx::query(
+            "SELECT s.channel_id, s.message_id FROM json_each($1) j \
+               JOIN inbound_seen s ON s.channel_id = json_extract(j.value, '$[0]') \
+                                  AND s.message_id = json_extract(j.value, '$[1]') \
+              WHERE s.expires_at > $2 \
+             UNION \
+             SELECT o.channel_id, o.message_id FROM json_each($1) j \
+               JOIN outbox o ON o.channel_id = json_extract(j.value, '$[0]') \
+                            AND o.message_id = json_extract(j.value, '$[1]')",
+        )
+        .bind(&pairs)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db("check seen"))?;
+        for r in &rows {
+            facts
+                .seen
+                .insert((get(r, "channel_id")?, get(r, "message_id")?));
+        }
+        // Expired messages awaiting the purge do not hold the channel's capacity.
+        let rows = sqlx::query(
+            "SELECT channel_id, COUNT(*) AS n FROM outbox \
+              WHERE channel_id IN (SELECT value FROM json_each($1)) AND state = 'pending' AND expires_at > $2 \
+              GROUP BY channel_id",
+        )
+        .bind(&channels)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db("count pending"))?;
+        for r in &rows {
+            facts.pending.insert(get(r, "channel_id")?, get(r, "n")?);
+        }
+        let outcomes = plan_enqueue_batch(items, &facts);
+        for (it, outcome) in items.iter().zip(&outcomes) {
+            if *outcome != EnqueueOutcome::Stored {
+                continue;
+            }
+            let rec = &it.record;
+            sqlx::query(
+                "INSERT INTO outbox (channel_id, message_id, payload, created_at, expires_at, attempts, state) \
+                 VALUES ($1, $2, $3, $4, $5, 0, 'pending')",
+            )
+            .bind(&rec.channel_id)
+            .bind(&rec.message_id)
+            .bind(json_text(&rec.payload)?)
+            .bind(rec.created_at)
+            .bind(rec.expires_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("insert outbox"))?;
+            sqlx::query(
+                "INSERT INTO inbound_seen (channel_id, message_id, expires_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (channel_id, message_id) DO UPDATE SET expires_at = excluded.expires_at",
+            )
+            .bind(&rec.channel_id)
+            .bind(&rec.message_id)
+            .bind(it.dedupe_until)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("record seen"))?;
+        }
+        tx.commit().await.map_err(db("commit"))?;
+        Ok(outcomes)
+    }
+
+    async fn ack_outbox_batch(&self, done: &[(String, String)]) -> BackendResult<u64> {
+        if done.is_empty() {
+            return Ok(0);
+        }
+        let pairs = json_text(&done)?;
+        let mut tx = self.write().await?;
+        let gone = sqlx::query(
+            "DELETE FROM outbox WHERE (channel_id, message_id) IN \
+             (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each($1))",
+        )
+        .bind(&pairs)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("ack outbox batch"))?;
+        tx.commit().await.map_err(db("commit"))?;
+        Ok(gone.rows_affected())
+    }
+
+    async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(1000) {
+            let rows = sqlx::query(
+                "SELECT c.id, c.route_socket, \
+                        (SELECT MAX(o.seq) FROM outbox o \
+                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2) AS max_seq \
+                   FROM channels c WHERE c.id IN (SELECT value FROM json_each($1))",
+            )
+            .bind(json_text(&chunk)?)
+            .bind(now)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db("route states"))?;
+            for r in &rows {
+                out.push(RouteState {
+                    channel_id: get(r, "id")?,
+                    route_socket: get(r, "route_socket")?,
+                    max_pending_seq: get(r, "max_seq")?,
+                });
+            }
+        }
+        Ok(out)
     }
 
     async fn count_pending(&self, channel_id: &str) -> BackendResult<u64> {

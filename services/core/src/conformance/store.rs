@@ -59,6 +59,10 @@ pub async fn run_all(store: Arc<dyn Store>) {
     kv(s).await;
     last_socket_race(&store).await;
     enqueue_is_atomic(&store).await;
+    enqueue_batch_rules(s).await;
+    enqueue_batch_is_atomic(&store).await;
+    ack_batch(s).await;
+    route_states(s).await;
     claim_is_atomic(&store).await;
     // Every Store is a HostStore too: its suite runs on the migrated store.
     super::hosts::run_all(store).await;
@@ -2135,4 +2139,184 @@ async fn claim_is_atomic(store: &Arc<dyn Store>) {
         winners, 1,
         "one concurrent claimant owns the work: {claims:?}"
     );
+}
+
+fn item(m: OutboxRecord, cap: u32) -> Enqueue {
+    let dedupe_until = m.created_at + 2 * HOUR;
+    Enqueue {
+        record: m,
+        cap,
+        dedupe_until,
+    }
+}
+
+/// A batch follows the single-message rules item by item, in one transaction.
+async fn enqueue_batch_rules(s: &dyn Store) {
+    let ch = channel(s).await;
+    let full = channel(s).await;
+    let now = now_ms();
+    let (old, _) = enqueue(s, &ch.id, 100).await;
+    let (_, _) = enqueue(s, &full.id, 100).await;
+    let a = message(&ch.id, now, now + HOUR);
+    let b = message(&ch.id, now, now + HOUR);
+    let f1 = message(&full.id, now, now + HOUR);
+    let f2 = message(&full.id, now, now + HOUR);
+    let missing = message("cch_missing", now, now + HOUR);
+    let out = s
+        .enqueue_outbox_batch(&[
+            item(a.clone(), 100),
+            item(old.clone(), 100),
+            item(missing, 100),
+            item(f1.clone(), 2),
+            item(b.clone(), 100),
+            item(a.clone(), 100),
+            item(f2, 2),
+        ])
+        .await
+        .expect("enqueue batch");
+    use EnqueueOutcome::*;
+    assert_eq!(
+        out,
+        [
+            Stored,
+            Duplicate,
+            UnknownChannel,
+            Stored,
+            Stored,
+            Duplicate,
+            Full
+        ]
+    );
+    assert_eq!(
+        pending_ids(s, &ch.id, now).await,
+        [
+            old.message_id.clone(),
+            a.message_id.clone(),
+            b.message_id.clone()
+        ],
+        "batch rows follow the batch order"
+    );
+    assert_eq!(s.count_pending(&full.id).await.expect("count"), 2);
+    // The seen-record is written: after the ack the message is still a duplicate.
+    assert!(s.ack_outbox(&ch.id, &a.message_id).await.expect("ack"));
+    let again = s
+        .enqueue_outbox_batch(&[item(a.clone(), 100)])
+        .await
+        .expect("enqueue batch");
+    assert_eq!(again, [Duplicate]);
+    assert_eq!(s.enqueue_outbox_batch(&[]).await.expect("empty"), []);
+}
+
+/// Concurrent batches on the same channels: each message stored once, the cap holds, and
+/// seq order within a channel is commit order.
+async fn enqueue_batch_is_atomic(store: &Arc<dyn Store>) {
+    let s = &**store;
+    let a = channel(s).await;
+    let b = channel(s).await;
+    let now = now_ms();
+    let shared: Arc<Vec<OutboxRecord>> =
+        Arc::new((0..20).map(|_| message(&a.id, now, now + HOUR)).collect());
+    let b_id = Arc::new(b.id.clone());
+    let outcomes = concurrently(store, 6, |st, i| {
+        let shared = shared.clone();
+        let b_id = b_id.clone();
+        async move {
+            // Every task sends the same 20 messages to A (in a rotated order) and 5 new ones
+            // to B, whose cap is 12.
+            let mut items: Vec<Enqueue> = shared
+                .iter()
+                .cycle()
+                .skip(i * 3)
+                .take(shared.len())
+                .map(|m| item(m.clone(), 100))
+                .collect();
+            items.extend((0..5).map(|_| item(message(&b_id, now, now + HOUR), 12)));
+            st.enqueue_outbox_batch(&items)
+                .await
+                .expect("enqueue batch")
+        }
+    })
+    .await;
+    let all: Vec<EnqueueOutcome> = outcomes.into_iter().flatten().collect();
+    let stored = all.iter().filter(|o| **o == EnqueueOutcome::Stored).count();
+    assert_eq!(stored, 20 + 12, "each shared message once, B up to its cap");
+    assert_eq!(s.count_pending(&a.id).await.expect("count"), 20);
+    assert_eq!(s.count_pending(&b.id).await.expect("count"), 12);
+    for ch in [&a.id, &b.id] {
+        let recs = s.pending_outbox(ch, 0, now, 100).await.expect("pending");
+        assert!(recs.windows(2).all(|w| w[0].seq < w[1].seq));
+    }
+}
+
+async fn ack_batch(s: &dyn Store) {
+    let a = channel(s).await;
+    let b = channel(s).await;
+    let (m1, _) = enqueue(s, &a.id, 100).await;
+    let (m2, _) = enqueue(s, &a.id, 100).await;
+    let (m3, _) = enqueue(s, &b.id, 100).await;
+    let gone = s
+        .ack_outbox_batch(&[
+            (a.id.clone(), m1.message_id.clone()),
+            (b.id.clone(), m3.message_id.clone()),
+            // Another channel's message id: nothing.
+            (b.id.clone(), m2.message_id.clone()),
+            (a.id.clone(), "msg_unknown".into()),
+        ])
+        .await
+        .expect("ack batch");
+    assert_eq!(gone, 2);
+    let now = now_ms();
+    assert_eq!(pending_ids(s, &a.id, now).await, [m2.message_id.clone()]);
+    assert!(pending_ids(s, &b.id, now).await.is_empty());
+    assert_eq!(s.ack_outbox_batch(&[]).await.expect("empty"), 0);
+}
+
+async fn route_states(s: &dyn Store) {
+    let c = connector(s).await;
+    let idle = channel_of(s, &c).await;
+    let busy = channel_of(s, &c).await;
+    let now = now_ms();
+    s.set_channel_route(&busy.id, Some("sock_x"), &[], now)
+        .await
+        .expect("route");
+    let (_, _) = enqueue(s, &busy.id, 100).await;
+    let (last, _) = enqueue(s, &busy.id, 100).await;
+    let last_seq = s
+        .pending_outbox(&busy.id, 0, now, 100)
+        .await
+        .expect("pending")
+        .into_iter()
+        .find(|r| r.message_id == last.message_id)
+        .expect("stored")
+        .seq;
+    let mut states = s
+        .route_states(
+            &[idle.id.clone(), busy.id.clone(), "cch_missing".into()],
+            now,
+        )
+        .await
+        .expect("route states");
+    states.sort_by(|x, y| x.channel_id.cmp(&y.channel_id));
+    let mut expected = vec![
+        RouteState {
+            channel_id: idle.id.clone(),
+            route_socket: None,
+            max_pending_seq: None,
+        },
+        RouteState {
+            channel_id: busy.id.clone(),
+            route_socket: Some("sock_x".into()),
+            max_pending_seq: Some(last_seq),
+        },
+    ];
+    expected.sort_by(|x, y| x.channel_id.cmp(&y.channel_id));
+    assert_eq!(states, expected);
+    // Expired messages do not count as pending.
+    let later = now + 2 * HOUR;
+    let states = s
+        .route_states(std::slice::from_ref(&busy.id), later)
+        .await
+        .expect("route states");
+    assert_eq!(states[0].max_pending_seq, None);
+    assert!(s.route_states(&[], now).await.expect("empty").is_empty());
 }

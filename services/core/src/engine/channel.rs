@@ -214,6 +214,12 @@ impl Connector {
                 Err(f) => return Err(f),
             },
         };
+        // Another socket delivers this channel only if its route points elsewhere; a new
+        // channel or one routed nowhere needs no notice (no bell storm on failover).
+        let taken_from_another = existing
+            .as_ref()
+            .and_then(|c| c.route_socket.as_deref())
+            .is_some_and(|s| s != ident.socket_id);
         let mut ch = match existing {
             Some(ch) => ch,
             None => {
@@ -241,15 +247,18 @@ impl Connector {
             .await?;
         ch.route_socket = Some(ident.socket_id.clone());
         ch.profiles = profiles;
-        // Any other socket of this connector that had the channel stops delivering it.
-        self.ring(
-            &ident.connector_id,
-            Doorbell::ChannelTaken {
-                channel_id: ch.id.clone(),
-                socket_id: ident.socket_id.clone(),
-            },
-        )
-        .await;
+        // Any other socket of this connector that had the channel stops delivering it (a
+        // lost notice is caught by that socket's route sweep).
+        if taken_from_another {
+            self.ring(
+                &ident.connector_id,
+                Doorbell::ChannelTaken {
+                    channel_id: ch.id.clone(),
+                    socket_id: ident.socket_id.clone(),
+                },
+            )
+            .await;
+        }
         let d = self.descriptor(&ch);
         Ok((ch, d))
     }

@@ -3,12 +3,13 @@
 
 use serde_json::{Value, json};
 use switchyard_protocol::im::{ChatMessagePayload, MessagePushPayload};
+use switchyard_protocol::outbound::Outbound;
 use switchyard_protocol::profile::{self, IM_V1};
 
-use super::{Connector, Fault, ms};
+use super::{Connector, Fault, Overloaded, ms};
 use crate::bus::Doorbell;
 use crate::ids::now_ms;
-use crate::model::{ChannelRecord, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
+use crate::model::{ChannelRecord, Enqueue, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
 use crate::provider::{HostError, InboundMessage, InboundOutcome};
 
 /// Key of the target sender's id stored beside an outbox payload.
@@ -31,8 +32,7 @@ pub enum DeliveryKind {
 pub struct Delivery {
     pub seq: i64,
     pub message_id: String,
-    pub kind: &'static str,
-    pub payload: Value,
+    pub packet: Outbound,
 }
 
 impl Connector {
@@ -79,15 +79,24 @@ impl Connector {
             state: OutboxState::Pending,
             last_error: None,
         };
-        let outcome = self
-            .hub
-            .store
-            .enqueue_outbox(&rec, cfg.outbox_cap, now + ms(cfg.dedupe_window))
-            .await?;
+        let item = Enqueue {
+            record: rec,
+            cap: cfg.outbox_cap,
+            dedupe_until: now + ms(cfg.dedupe_window),
+        };
+        let outcome = match self.hub.committer.enqueue(item).await {
+            Ok(r) => r?,
+            Err(Overloaded) => {
+                metrics::counter!("switchyard_ingress_refused_total", "reason" => "pod_backlog")
+                    .increment(1);
+                return Err(HostError::Overloaded);
+            }
+        };
         let label = match outcome {
             EnqueueOutcome::Stored => "stored",
             EnqueueOutcome::Duplicate => "duplicate",
             EnqueueOutcome::Full => "full",
+            EnqueueOutcome::UnknownChannel => "unknown_channel",
         };
         metrics::counter!("switchyard_inbound_messages_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
         match outcome {
@@ -102,7 +111,12 @@ impl Connector {
                 Ok(InboundOutcome::Stored)
             }
             EnqueueOutcome::Duplicate => Ok(InboundOutcome::Duplicate),
-            EnqueueOutcome::Full => Err(HostError::Full),
+            EnqueueOutcome::Full => {
+                metrics::counter!("switchyard_ingress_refused_total", "reason" => "channel_full")
+                    .increment(1);
+                Err(HostError::Full)
+            }
+            EnqueueOutcome::UnknownChannel => Err(HostError::UnknownChannel),
         }
     }
 
@@ -148,8 +162,9 @@ impl Connector {
         for f in &mut p.files {
             f.download_url = Some(self.relative_download_url(&f.file_ref, f.expires_at));
         }
-        let (kind, payload) = match kind {
-            DeliveryKind::ChatMessage => ("chat.message", json!(p)),
+        let message_id = p.message_id.clone();
+        let packet = match kind {
+            DeliveryKind::ChatMessage => Outbound::ChatMessage(Box::new(p)),
             DeliveryKind::MessagePush => {
                 let target = self.provider.card().primary_target();
                 let reply_tool = self
@@ -173,25 +188,33 @@ impl Connector {
                     },
                     text: raw.clone(),
                     raw_text: raw,
-                    files: p.files.clone(),
+                    files: p.files,
                     reply: reply_tool.map(|t| json!({"required": false, "tool_id": t})),
                 };
-                ("message.push", json!(push))
+                Outbound::MessagePush(Box::new(push))
             }
             DeliveryKind::None => return None,
         };
         Some(Delivery {
             seq: rec.seq,
-            message_id: p.message_id,
-            kind,
-            payload,
+            message_id,
+            packet,
         })
     }
 
     /// xAgent accepted (or already had) the message: it leaves the outbox.
     pub async fn delivered(&self, ch_id: &str, message_id: &str) -> Result<(), Fault> {
-        self.hub.store.ack_outbox(ch_id, message_id).await?;
-        metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "delivered").increment(1);
+        self.delivered_batch(&[(ch_id.to_owned(), message_id.to_owned())])
+            .await
+    }
+
+    /// Many deliveries at once (one statement): `(channel, message_id)` pairs.
+    pub async fn delivered_batch(&self, done: &[(String, String)]) -> Result<(), Fault> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        self.hub.store.ack_outbox_batch(done).await?;
+        metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "delivered").increment(done.len() as u64);
         Ok(())
     }
 

@@ -5,10 +5,12 @@
 mod auth;
 mod channel;
 mod chat;
+mod commit;
 mod delivery;
 mod files;
 mod host;
 mod janitor;
+mod outflow;
 mod tools;
 
 use std::sync::Arc;
@@ -24,9 +26,12 @@ use crate::provider::Provider;
 use crate::store::Store;
 
 pub use channel::{HelloOk, SessionIdent};
+pub use commit::{CommitLimits, OutboxCommitter, Overloaded};
 pub use delivery::{Delivery, DeliveryKind};
 pub use files::{DownloadAuth, DownloadCheck, UploadedFile, clean_filename, file_type_of};
 pub use janitor::{Janitor, JanitorReport};
+pub use outflow::{AckOutcome, AckVerdict, Outflow, OutflowLimits, retryable};
+pub use tools::tool_call_key;
 
 /// Every duration and bound of the state machines. Defaults are production values; tests
 /// shrink them so hour-long rules run in seconds.
@@ -94,6 +99,8 @@ pub struct Hub {
     pub pod_id: String,
     /// Absolute base (scheme://host[:port]) used where a URL must be absolute.
     pub public_base_url: String,
+    /// Group commit of inbound messages into the outbox.
+    pub committer: OutboxCommitter,
 }
 
 impl std::fmt::Debug for Hub {

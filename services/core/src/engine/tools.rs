@@ -192,3 +192,17 @@ pub(crate) fn canonical(v: &Value) -> String {
         other => other.to_string(),
     }
 }
+
+/// The idempotency key of a tool call: `context.tool_call_id`, else the envelope's
+/// `request_id`, else its `packet_id`.
+pub fn tool_call_key(
+    p: &switchyard_protocol::packet::ToolInvokePayload,
+    meta: &switchyard_protocol::packet::RequestMeta,
+) -> String {
+    p.context
+        .tool_call_id
+        .clone()
+        .filter(|k| !k.is_empty())
+        .or_else(|| meta.request_id.clone().filter(|k| !k.is_empty()))
+        .unwrap_or_else(|| meta.packet_id.clone())
+}

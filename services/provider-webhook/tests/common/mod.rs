@@ -61,6 +61,7 @@ pub struct FakeHost {
     pub steps: Mutex<Vec<(String, AuthStep)>>,
     pub statuses: Mutex<Vec<(String, ConnectionStatus)>>,
     pub full: AtomicBool,
+    pub overloaded: AtomicBool,
     next_file: AtomicU64,
     eph: Arc<MemoryEphemeral>,
 }
@@ -76,6 +77,7 @@ impl FakeHost {
             steps: Mutex::default(),
             statuses: Mutex::default(),
             full: AtomicBool::new(false),
+            overloaded: AtomicBool::new(false),
             next_file: AtomicU64::new(1),
             eph: Arc::new(MemoryEphemeral::default()),
         })
@@ -154,6 +156,9 @@ impl ProviderHost for FakeHost {
     ) -> Result<InboundOutcome, HostError> {
         if self.full.load(Ordering::SeqCst) {
             return Err(HostError::Full);
+        }
+        if self.overloaded.load(Ordering::SeqCst) {
+            return Err(HostError::Overloaded);
         }
         let mut inbound = self.inbound.lock().unwrap();
         if inbound

@@ -1,0 +1,403 @@
+//! The delivery machine of one xAgent socket: Connector -> xAgent messages of the channels
+//! routed to that socket, from the durable outbox to the socket and back to the outbox when
+//! xAgent acknowledges.
+//!
+//! It is driven by events and owns no I/O of its own besides the store calls of the
+//! [`Connector`]: the session feeds it acks ([`Outflow::on_ack`]), doorbells
+//! ([`Outflow::wake`]), timer ticks ([`Outflow::on_tick`]) and sweeps ([`Outflow::sweep`]),
+//! then calls [`Outflow::flush`], which writes the acks of the whole round in one batch and
+//! reads what became deliverable, returning the packets to send in order.
+//!
+//! Per channel: at most `window` messages are in flight, handed out in `seq` order after a
+//! cursor. An accepted or duplicate ack removes the message (batched); a rejection marked
+//! `retryable: false` fails it for good; any other rejection retries it after a pause; an ack
+//! timeout restarts the channel from its oldest unfinished message with the same ids.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use switchyard_protocol::im::{AckStatus, ChatAckPayload};
+use switchyard_protocol::outbound::Correlation;
+use switchyard_protocol::{Envelope, ErrorCode};
+
+use super::{Connector, DeliveryKind};
+use crate::ids::{new_id, now_ms};
+use crate::model::ChannelRecord;
+
+/// Bounds and timings of delivery.
+#[derive(Debug, Clone)]
+pub struct OutflowLimits {
+    /// Unacked messages in flight per channel.
+    pub window: u32,
+    /// Wait for `chat.message.ack` before redelivering.
+    pub ack_timeout: Duration,
+    /// Pause before a retryable rejection is delivered again.
+    pub retry_pause: Duration,
+}
+
+impl Default for OutflowLimits {
+    fn default() -> Self {
+        Self {
+            window: 16,
+            ack_timeout: Duration::from_secs(30),
+            retry_pause: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What xAgent's ack means for the message. The one place that decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AckVerdict {
+    /// Accepted or duplicate: the message leaves the outbox.
+    Delivered,
+    /// Rejected with `retryable: false`: failed for good, reason kept for operators.
+    Failed(String),
+    /// Rejected and retryable (or silent about it): delivered again after a pause.
+    Retry(String),
+}
+
+impl AckVerdict {
+    pub fn of(p: &ChatAckPayload) -> Self {
+        match (p.status, p.retryable) {
+            (AckStatus::Accepted | AckStatus::Duplicate, _) => Self::Delivered,
+            (AckStatus::Rejected, Some(false)) => Self::Failed(format!(
+                "{}: {}",
+                p.code.as_deref().unwrap_or(""),
+                p.message.as_deref().unwrap_or("")
+            )),
+            (AckStatus::Rejected, _) => {
+                Self::Retry(p.code.clone().unwrap_or_else(|| "rejected".into()))
+            }
+        }
+    }
+}
+
+/// Whether a refusal this server sends (a rejected ack, a tool error) may succeed when
+/// xAgent sends the same thing again later. The one list of retryable codes.
+pub fn retryable(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::Unavailable | ErrorCode::ChannelNotOpen | ErrorCode::Busy | ErrorCode::Draining
+    )
+}
+
+/// The answer to an ack, for the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// Recorded (possibly in the next batch).
+    Recorded,
+    /// No such message in flight on this socket (late, or after a redelivery reset).
+    NotInFlight,
+    /// `reply_to` names a packet that carried another `message_id`.
+    Mismatch,
+}
+
+struct Inflight {
+    message_id: String,
+    packet_id: String,
+    due: Instant,
+}
+
+struct Route {
+    ch: ChannelRecord,
+    kind: DeliveryKind,
+    /// Highest outbox seq handed out on this socket.
+    cursor: i64,
+    inflight: VecDeque<Inflight>,
+}
+
+/// One socket's delivery state: its routes, their windows, and the acks not yet written.
+pub struct Outflow {
+    conn: Connector,
+    limits: OutflowLimits,
+    socket_id: String,
+    routes: HashMap<String, Route>,
+    /// (channel, message_id) acked by xAgent (or pushed without an ack) whose outbox rows
+    /// are deleted together at the next flush.
+    done: Vec<(String, String)>,
+    /// Channels to read at the next flush, in the order they became due.
+    due: Vec<String>,
+    due_set: HashSet<String>,
+    draining: bool,
+}
+
+impl Outflow {
+    pub fn new(conn: Connector, socket_id: &str, limits: OutflowLimits) -> Self {
+        Self {
+            conn,
+            limits,
+            socket_id: socket_id.to_owned(),
+            routes: HashMap::new(),
+            done: Vec::new(),
+            due: Vec::new(),
+            due_set: HashSet::new(),
+            draining: false,
+        }
+    }
+
+    /// A channel opened (or reopened) on this socket: delivery starts from its oldest
+    /// unfinished message.
+    pub fn open(&mut self, ch: ChannelRecord) {
+        let kind = self.conn.delivery_kind(&ch.profiles);
+        let id = ch.id.clone();
+        self.routes.insert(
+            id.clone(),
+            Route {
+                ch,
+                kind,
+                cursor: 0,
+                inflight: VecDeque::new(),
+            },
+        );
+        self.wake(&id);
+    }
+
+    /// The route goes (closed, taken by another socket, or deleted). What was in flight
+    /// stays pending in the outbox for whoever routes the channel next.
+    pub fn close(&mut self, channel_id: &str) -> bool {
+        self.routes.remove(channel_id).is_some()
+    }
+
+    /// The channel as it was opened (or last refreshed) on this socket; `None` when it is
+    /// not routed here. A routed channel was checked for ownership when it was opened.
+    pub fn channel(&self, channel_id: &str) -> Option<&ChannelRecord> {
+        self.routes.get(channel_id).map(|r| &r.ch)
+    }
+
+    /// A newer copy of a routed channel (after a Descriptor doorbell).
+    pub fn refresh(&mut self, ch: ChannelRecord) {
+        if let Some(r) = self.routes.get_mut(&ch.id) {
+            r.kind = self.conn.delivery_kind(&ch.profiles);
+            r.ch = ch;
+        }
+    }
+
+    pub fn routed(&self) -> Vec<String> {
+        self.routes.keys().cloned().collect()
+    }
+
+    pub fn is_routed(&self, channel_id: &str) -> bool {
+        self.routes.contains_key(channel_id)
+    }
+
+    /// Nothing in flight and nothing left to write.
+    pub fn is_settled(&self) -> bool {
+        self.done.is_empty() && self.routes.values().all(|r| r.inflight.is_empty())
+    }
+
+    /// A draining socket hands out nothing new; acks are still recorded.
+    pub fn drain(&mut self) {
+        self.draining = true;
+    }
+
+    /// New messages may be pending for a channel (a doorbell, a freed slot).
+    pub fn wake(&mut self, channel_id: &str) {
+        if self.routes.contains_key(channel_id) && self.due_set.insert(channel_id.to_owned()) {
+            self.due.push(channel_id.to_owned());
+        }
+    }
+
+    /// Every route may have news (a lagged or lost doorbell stream).
+    pub fn wake_all(&mut self) {
+        let ids: Vec<String> = self.routes.keys().cloned().collect();
+        for id in ids {
+            self.wake(&id);
+        }
+    }
+
+    /// xAgent's `chat.message.ack` for a routed channel.
+    pub async fn on_ack(
+        &mut self,
+        channel_id: &str,
+        reply_to: Option<&str>,
+        p: &ChatAckPayload,
+    ) -> AckOutcome {
+        let Some(route) = self.routes.get_mut(channel_id) else {
+            return AckOutcome::NotInFlight;
+        };
+        let by_packet = reply_to
+            .filter(|r| !r.is_empty())
+            .and_then(|r| route.inflight.iter().position(|i| i.packet_id == r));
+        let idx = by_packet.or_else(|| {
+            route
+                .inflight
+                .iter()
+                .position(|i| i.message_id == p.message_id)
+        });
+        let Some(idx) = idx else {
+            return AckOutcome::NotInFlight;
+        };
+        if route.inflight[idx].message_id != p.message_id {
+            return AckOutcome::Mismatch;
+        }
+        match AckVerdict::of(p) {
+            AckVerdict::Delivered => {
+                route.inflight.remove(idx);
+                self.done
+                    .push((channel_id.to_owned(), p.message_id.clone()));
+                self.wake(channel_id);
+            }
+            AckVerdict::Failed(reason) => {
+                route.inflight.remove(idx);
+                if let Err(f) = self.conn.rejected(channel_id, &p.message_id, &reason).await {
+                    tracing::warn!(code = %f.code, "recording a rejection failed; the message stays pending");
+                }
+                self.wake(channel_id);
+            }
+            AckVerdict::Retry(code) => {
+                // The whole window restarts from the oldest pending once the pause is over.
+                route.inflight[idx].due = Instant::now() + self.limits.retry_pause;
+                self.conn
+                    .retry_later(channel_id, &p.message_id, &code)
+                    .await;
+            }
+        }
+        AckOutcome::Recorded
+    }
+
+    /// Timer: a channel with an overdue message redelivers every unfinished message in
+    /// order, with the same ids.
+    pub async fn on_tick(&mut self, now: Instant) {
+        let mut overdue_channels = Vec::new();
+        for (id, route) in &mut self.routes {
+            let overdue: Vec<String> = route
+                .inflight
+                .iter()
+                .filter(|i| i.due <= now)
+                .map(|i| i.message_id.clone())
+                .collect();
+            if overdue.is_empty() {
+                continue;
+            }
+            route.inflight.clear();
+            route.cursor = 0;
+            overdue_channels.push((id.clone(), overdue));
+        }
+        for (id, overdue) in overdue_channels {
+            for m in &overdue {
+                self.conn.retry_later(&id, m, "ack timeout").await;
+            }
+            self.wake(&id);
+        }
+    }
+
+    /// When the next in-flight message times out, if any.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.routes
+            .values()
+            .filter_map(|r| r.inflight.iter().map(|i| i.due).min())
+            .min()
+    }
+
+    /// The safety sweep for lost doorbells, one store query for the whole route table:
+    /// routes now owned by another socket (or deleted) go; channels with pending messages
+    /// beyond their cursor are read at the next flush.
+    pub async fn sweep(&mut self) {
+        if self.routes.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = self.routes.keys().cloned().collect();
+        let states = match self.conn.hub.store.route_states(&ids, now_ms()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "route sweep failed; retried on the next sweep");
+                return;
+            }
+        };
+        let mut seen = HashSet::with_capacity(states.len());
+        for s in states {
+            seen.insert(s.channel_id.clone());
+            if s.route_socket.as_deref() != Some(self.socket_id.as_str()) {
+                tracing::info!(channel = %s.channel_id, "route owned by another socket; dropping it here");
+                self.routes.remove(&s.channel_id);
+                continue;
+            }
+            let behind = self
+                .routes
+                .get(&s.channel_id)
+                .is_some_and(|r| s.max_pending_seq.is_some_and(|m| m > r.cursor));
+            if behind {
+                self.wake(&s.channel_id);
+            }
+        }
+        self.routes.retain(|id, _| seen.contains(id));
+    }
+
+    /// Writes the round's acks in one batch, then reads every due channel up to its window.
+    /// Returns the packets to send, in order.
+    pub async fn flush(&mut self) -> Vec<Envelope> {
+        self.write_done().await;
+        let mut out = Vec::new();
+        let due = std::mem::take(&mut self.due);
+        self.due_set.clear();
+        for id in due {
+            self.pump(&id, &mut out).await;
+        }
+        // message.push deliveries of this round are recorded now rather than next round.
+        self.write_done().await;
+        out
+    }
+
+    async fn write_done(&mut self) {
+        if self.done.is_empty() {
+            return;
+        }
+        match self.conn.delivered_batch(&self.done).await {
+            Ok(()) => self.done.clear(),
+            Err(f) => {
+                // Kept and written at the next flush; pump skips them meanwhile.
+                tracing::warn!(code = %f.code, count = self.done.len(), "recording acks failed; retried at the next flush");
+            }
+        }
+    }
+
+    async fn pump(&mut self, channel_id: &str, out: &mut Vec<Envelope>) {
+        if self.draining {
+            return;
+        }
+        let window = self.limits.window as usize;
+        let Some(route) = self.routes.get_mut(channel_id) else {
+            return;
+        };
+        let room = window.saturating_sub(route.inflight.len());
+        if room == 0 || route.kind == DeliveryKind::None {
+            return;
+        }
+        let batch = match self
+            .conn
+            .pending(channel_id, &route.ch.profiles, route.cursor, room as u32)
+            .await
+        {
+            Ok(b) => b,
+            Err(f) => {
+                tracing::warn!(code = %f.code, "reading pending messages failed; retried on the next sweep");
+                return;
+            }
+        };
+        for d in batch {
+            route.cursor = route.cursor.max(d.seq);
+            // An ack whose write failed must not be delivered again after a reset.
+            if self
+                .done
+                .iter()
+                .any(|(c, m)| c == channel_id && *m == d.message_id)
+            {
+                continue;
+            }
+            let packet_id = new_id("pkt");
+            let env =
+                d.packet
+                    .into_envelope(packet_id.clone(), now_ms(), Correlation::push(channel_id));
+            out.push(env);
+            match route.kind {
+                DeliveryKind::ChatMessage => route.inflight.push_back(Inflight {
+                    message_id: d.message_id,
+                    packet_id,
+                    due: Instant::now() + self.limits.ack_timeout,
+                }),
+                // message.push has no business ack: handing it to the socket is the delivery.
+                _ => self.done.push((channel_id.to_owned(), d.message_id)),
+            }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! The delivery machine ([`Outflow`]) and the group commit ([`OutboxCommitter`]) over an
+//! in-memory SQLite store and the in-process bus: no sockets, no HTTP. Each test drives the
+//! machine with the events a session would feed it and checks what it would send and what
+//! the store holds afterwards.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use switchyard_core::bus::LocalBus;
+use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
+use switchyard_core::engine::{
+    AckOutcome, CommitLimits, Connector, EngineConfig, Hub, OutboxCommitter, Outflow,
+    OutflowLimits, SessionIdent,
+};
+use switchyard_core::ephemeral::MemoryEphemeral;
+use switchyard_core::files::LocalFileStore;
+use switchyard_core::ids::now_ms;
+use switchyard_core::model::{ChannelRecord, Enqueue, EnqueueOutcome, OutboxRecord, OutboxState};
+use switchyard_core::store::Store;
+use switchyard_protocol::BuildInfo;
+use switchyard_protocol::Envelope;
+use switchyard_protocol::im::ChatAckPayload;
+use switchyard_protocol::packet::HelloPayload;
+use switchyard_store_sqlite::SqliteStore;
+
+struct Kit {
+    conn: Connector,
+    store: Arc<dyn Store>,
+    _dir: tempfile::TempDir,
+}
+
+async fn kit() -> Kit {
+    kit_with(CommitLimits::default()).await
+}
+
+async fn kit_with(commit: CommitLimits) -> Kit {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    store.migrate().await.unwrap();
+    let store: Arc<dyn Store> = Arc::new(store);
+    let hub = Arc::new(Hub {
+        store: store.clone(),
+        bus: Arc::new(LocalBus::new()),
+        ephemeral: Arc::new(MemoryEphemeral::new(10_000)),
+        files: Arc::new(LocalFileStore::new(dir.path()).unwrap()),
+        cipher: Cipher::from_base64(&[Secret::new(Cipher::generate_key())]).unwrap(),
+        signer: UrlSigner::new(vec![Secret::new("test-signing-secret-0123456789")]).unwrap(),
+        config: EngineConfig::default(),
+        pod_id: "pod-test".into(),
+        public_base_url: "http://127.0.0.1:1".into(),
+        committer: OutboxCommitter::start(store.clone(), commit),
+    });
+    let build = BuildInfo {
+        version: "0".into(),
+        git_tag: "t".into(),
+        git_rev: "r".into(),
+        build_time: "b".into(),
+    };
+    let provider = Arc::new(switchyard_provider_webhook::WebhookProvider::new(
+        switchyard_provider_webhook::WebhookConfig::new(build, true),
+    ));
+    let conn = Connector::new(hub, provider);
+    Kit {
+        conn,
+        store,
+        _dir: dir,
+    }
+}
+
+impl Kit {
+    /// hello + channel.open for a fresh tenant, with the given profiles.
+    async fn channel(&self, socket: &str, profile: &str) -> (SessionIdent, ChannelRecord) {
+        let (tenant, _) = switchyard_core::engine::create_tenant(self.store.as_ref(), "t")
+            .await
+            .unwrap();
+        let hello = HelloPayload {
+            connector_card_id: self.conn.card_id().to_owned(),
+            connector_id: None,
+            protocol_version: Some("3.0".into()),
+            supported_profiles: Some(vec![profile.into()]),
+        };
+        let ok = self.conn.hello(&tenant.id, socket, &hello).await.unwrap();
+        let (ch, _) = self.conn.open_channel(&ok.ident, None).await.unwrap();
+        (ok.ident, ch)
+    }
+
+    async fn put(&self, ch: &str, ids: &[&str]) {
+        let now = now_ms();
+        let items: Vec<Enqueue> = ids
+            .iter()
+            .map(|id| Enqueue {
+                record: OutboxRecord {
+                    seq: 0,
+                    channel_id: ch.into(),
+                    message_id: (*id).into(),
+                    payload: json!({"message_id": id, "text": format!("text {id}")}),
+                    created_at: now,
+                    expires_at: now + 3_600_000,
+                    attempts: 0,
+                    state: OutboxState::Pending,
+                    last_error: None,
+                },
+                cap: 1000,
+                dedupe_until: now + 3_600_000,
+            })
+            .collect();
+        let out = self.store.enqueue_outbox_batch(&items).await.unwrap();
+        assert!(out.iter().all(|o| *o == EnqueueOutcome::Stored), "{out:?}");
+    }
+
+    async fn pending(&self, ch: &str) -> Vec<String> {
+        self.store
+            .pending_outbox(ch, 0, now_ms(), 10_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.message_id)
+            .collect()
+    }
+}
+
+fn limits() -> OutflowLimits {
+    OutflowLimits {
+        window: 4,
+        ack_timeout: Duration::from_millis(200),
+        retry_pause: Duration::from_millis(100),
+    }
+}
+
+fn ids(packets: &[Envelope]) -> Vec<String> {
+    packets
+        .iter()
+        .map(|e| {
+            e.payload.as_ref().unwrap()["message_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+fn ack(id: &str) -> ChatAckPayload {
+    ChatAckPayload::accepted(id)
+}
+
+#[tokio::test]
+async fn window_bounds_what_is_in_flight_and_acks_open_it() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    k.put(&ch.id, &["m1", "m2", "m3", "m4", "m5", "m6"]).await;
+    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
+    flow.open(ch.clone());
+    let first = flow.flush().await;
+    assert_eq!(ids(&first), ["m1", "m2", "m3", "m4"]);
+    assert!(first.iter().all(|e| e.kind == "chat.message"));
+    assert!(
+        first
+            .iter()
+            .all(|e| e.connector_channel_id.as_deref() == Some(ch.id.as_str()))
+    );
+    // Nothing more while the window is full.
+    flow.wake(&ch.id);
+    assert!(flow.flush().await.is_empty());
+    // Two acks in one round: one batched write, two slots.
+    let r1 = first[0].packet_id.clone();
+    assert_eq!(
+        flow.on_ack(&ch.id, Some(&r1), &ack("m1")).await,
+        AckOutcome::Recorded
+    );
+    assert_eq!(
+        flow.on_ack(&ch.id, None, &ack("m2")).await,
+        AckOutcome::Recorded
+    );
+    let next = flow.flush().await;
+    assert_eq!(ids(&next), ["m5", "m6"]);
+    assert_eq!(k.pending(&ch.id).await, ["m3", "m4", "m5", "m6"]);
+    assert!(!flow.is_settled());
+}
+
+#[tokio::test]
+async fn an_acked_message_is_never_delivered_again() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    k.put(&ch.id, &["m1", "m2"]).await;
+    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
+    flow.open(ch.clone());
+    let sent = flow.flush().await;
+    assert_eq!(ids(&sent), ["m1", "m2"]);
+    flow.on_ack(&ch.id, None, &ack("m1")).await;
+    flow.on_ack(&ch.id, None, &ChatAckPayload::duplicate("m2"))
+        .await;
+    assert!(flow.flush().await.is_empty());
+    assert!(flow.is_settled());
+    assert!(k.pending(&ch.id).await.is_empty());
+    // A reopen (a reconnect) starts from the oldest unfinished message: there is none.
+    flow.open(ch.clone());
+    assert!(flow.flush().await.is_empty());
+    // A late second ack is harmless.
+    assert_eq!(
+        flow.on_ack(&ch.id, None, &ack("m1")).await,
+        AckOutcome::NotInFlight
+    );
+}
+
+#[tokio::test]
+async fn a_timeout_redelivers_the_unfinished_ones_in_order_with_the_same_ids() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    k.put(&ch.id, &["m1", "m2", "m3"]).await;
+    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
+    flow.open(ch.clone());
+    let sent = flow.flush().await;
+    flow.on_ack(&ch.id, None, &ack("m2")).await;
+    assert!(flow.flush().await.is_empty());
+    let due = flow.next_due().expect("messages in flight have a deadline");
+    // Before the deadline nothing happens.
+    flow.on_tick(Instant::now()).await;
+    assert!(flow.flush().await.is_empty());
+    flow.on_tick(due + Duration::from_millis(1)).await;
+    let again = flow.flush().await;
+    assert_eq!(ids(&again), ["m1", "m3"]);
+    // New packets, same message ids: acks must name the new packet or the message.
+    assert_ne!(again[0].packet_id, sent[0].packet_id);
+    assert_eq!(
+        flow.on_ack(&ch.id, Some(&sent[0].packet_id), &ack("m1"))
+            .await,
+        AckOutcome::Recorded,
+        "an ack naming the old packet still matches by message_id"
+    );
+    assert!(flow.flush().await.is_empty());
+    let attempts: Vec<i32> = k
+        .store
+        .pending_outbox(&ch.id, 0, now_ms(), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.attempts)
+        .collect();
+    assert_eq!(
+        attempts,
+        [1],
+        "m3's timeout is recorded; m1 is gone after its ack"
+    );
+}
+
+#[tokio::test]
+async fn rejections_retry_or_fail_by_the_one_rule() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    k.put(&ch.id, &["m1", "m2"]).await;
+    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
+    flow.open(ch.clone());
+    flow.flush().await;
+    let final_no = ChatAckPayload::rejected("m1", "bad", "no", false);
+    let later = ChatAckPayload::rejected("m2", "busy", "later", true);
+    assert_eq!(
+        flow.on_ack(&ch.id, None, &final_no).await,
+        AckOutcome::Recorded
+    );
+    assert_eq!(
+        flow.on_ack(&ch.id, None, &later).await,
+        AckOutcome::Recorded
+    );
+    assert!(flow.flush().await.is_empty());
+    // m1 failed for good; m2 waits for the retry pause, then comes again.
+    assert_eq!(k.pending(&ch.id).await, ["m2"]);
+    let due = flow.next_due().unwrap();
+    assert!(due <= Instant::now() + Duration::from_millis(100));
+    flow.on_tick(due + Duration::from_millis(1)).await;
+    assert_eq!(ids(&flow.flush().await), ["m2"]);
+}
+
+#[tokio::test]
+async fn an_ack_naming_another_message_is_refused() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    k.put(&ch.id, &["m1", "m2"]).await;
+    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
+    flow.open(ch.clone());
+    let sent = flow.flush().await;
+    let outcome = flow
+        .on_ack(&ch.id, Some(&sent[0].packet_id), &ack("m2"))
+        .await;
+    assert_eq!(outcome, AckOutcome::Mismatch);
+    assert_eq!(k.pending(&ch.id).await, ["m1", "m2"]);
+}
+
+#[tokio::test]
+async fn the_sweep_finds_lost_doorbells_and_routes_taken_elsewhere() {
+    let k = kit().await;
+    let (ident, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
+    flow.open(ch.clone());
+    assert!(flow.flush().await.is_empty());
+    // A message arrives but its doorbell is lost: the sweep notices it.
+    k.put(&ch.id, &["m1"]).await;
+    assert!(flow.flush().await.is_empty());
+    flow.sweep().await;
+    assert_eq!(ids(&flow.flush().await), ["m1"]);
+    // Nothing new beyond the cursor: the sweep reads nothing more.
+    flow.sweep().await;
+    assert!(flow.flush().await.is_empty());
+    // Another socket takes the channel; the ChannelTaken notice is lost too.
+    let other = SessionIdent {
+        socket_id: "sock_b".into(),
+        ..ident
+    };
+    k.conn.open_channel(&other, Some(&ch.id)).await.unwrap();
+    flow.sweep().await;
+    assert!(!flow.is_routed(&ch.id));
+}
+
+#[tokio::test]
+async fn message_push_is_delivered_once_without_an_ack() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v1").await;
+    k.put(&ch.id, &["m1", "m2"]).await;
+    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
+    flow.open(ch.clone());
+    let sent = flow.flush().await;
+    assert_eq!(sent.len(), 2);
+    assert!(sent.iter().all(|e| e.kind == "message.push"));
+    assert!(flow.is_settled());
+    assert!(k.pending(&ch.id).await.is_empty());
+}
+
+#[tokio::test]
+async fn group_commit_stores_each_message_once_and_in_order() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    let committer = &k.conn.hub.committer;
+    let mut calls = Vec::new();
+    // 200 distinct messages, each sent twice, all at once.
+    for round in 0..2 {
+        for i in 0..200 {
+            let now = now_ms();
+            let item = Enqueue {
+                record: OutboxRecord {
+                    seq: 0,
+                    channel_id: ch.id.clone(),
+                    message_id: format!("m{i:03}"),
+                    payload: json!({"message_id": format!("m{i:03}"), "text": "x"}),
+                    created_at: now,
+                    expires_at: now + 60_000,
+                    attempts: 0,
+                    state: OutboxState::Pending,
+                    last_error: None,
+                },
+                cap: 1000,
+                dedupe_until: now + 60_000,
+            };
+            let _ = round;
+            calls.push(committer.enqueue(item));
+        }
+    }
+    let outcomes: Vec<EnqueueOutcome> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.expect("queue not full").expect("stored"))
+        .collect();
+    let stored = outcomes
+        .iter()
+        .filter(|o| **o == EnqueueOutcome::Stored)
+        .count();
+    let dup = outcomes
+        .iter()
+        .filter(|o| **o == EnqueueOutcome::Duplicate)
+        .count();
+    assert_eq!((stored, dup), (200, 200));
+    let pending = k.pending(&ch.id).await;
+    let expected: Vec<String> = (0..200).map(|i| format!("m{i:03}")).collect();
+    assert_eq!(pending, expected, "seq order follows submission order");
+}
+
+#[tokio::test]
+async fn a_full_commit_queue_refuses_at_once_and_stores_nothing_it_refused() {
+    let k = kit_with(CommitLimits {
+        committers: 1,
+        max_batch: 4,
+        max_queued: 8,
+    })
+    .await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    let committer = &k.conn.hub.committer;
+    let now = now_ms();
+    let calls: Vec<_> = (0..300)
+        .map(|i| {
+            committer.enqueue(Enqueue {
+                record: OutboxRecord {
+                    seq: 0,
+                    channel_id: ch.id.clone(),
+                    message_id: format!("m{i}"),
+                    payload: json!({"message_id": format!("m{i}"), "text": "x"}),
+                    created_at: now,
+                    expires_at: now + 60_000,
+                    attempts: 0,
+                    state: OutboxState::Pending,
+                    last_error: None,
+                },
+                cap: 1000,
+                dedupe_until: now + 60_000,
+            })
+        })
+        .collect();
+    let results = futures::future::join_all(calls).await;
+    let accepted: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| matches!(r, Ok(Ok(EnqueueOutcome::Stored))))
+        .map(|(i, _)| format!("m{i}"))
+        .collect();
+    let refused = results.iter().filter(|r| r.is_err()).count();
+    assert!(refused > 0, "a queue of 8 cannot take 300 at once");
+    assert_eq!(accepted.len() + refused, 300);
+    let mut pending = k.pending(&ch.id).await;
+    pending.sort();
+    let mut accepted_sorted = accepted.clone();
+    accepted_sorted.sort();
+    assert_eq!(
+        pending, accepted_sorted,
+        "exactly what was answered Stored is stored"
+    );
+    assert_eq!(committer.queued(), 0);
+}
+
+#[tokio::test]
+async fn batch_outcomes_for_a_missing_channel_and_a_full_one() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    let now = now_ms();
+    let item = |c: &str, m: &str, cap: u32| Enqueue {
+        record: OutboxRecord {
+            seq: 0,
+            channel_id: c.into(),
+            message_id: m.into(),
+            payload: json!({"message_id": m}),
+            created_at: now,
+            expires_at: now + 60_000,
+            attempts: 0,
+            state: OutboxState::Pending,
+            last_error: None,
+        },
+        cap,
+        dedupe_until: now + 60_000,
+    };
+    let out = k
+        .store
+        .enqueue_outbox_batch(&[
+            item(&ch.id, "a", 2),
+            item("cch_missing", "a", 2),
+            item(&ch.id, "b", 2),
+            item(&ch.id, "c", 2),
+            item(&ch.id, "a", 2),
+        ])
+        .await
+        .unwrap();
+    use EnqueueOutcome::*;
+    assert_eq!(out, [Stored, UnknownChannel, Stored, Full, Duplicate]);
+    let gone = k
+        .store
+        .ack_outbox_batch(&[(ch.id.clone(), "a".into()), (ch.id.clone(), "zz".into())])
+        .await
+        .unwrap();
+    assert_eq!(gone, 1);
+    assert_eq!(k.pending(&ch.id).await, ["b"]);
+}
