@@ -177,6 +177,13 @@ for values in "$CHART"/ci/*.yaml; do
         [[ "$k8s" == "$OLDEST" ]] && kv=$KV_OLD
         validate "$kv" "$k8s" "$manifests" "$name"
     done
+    # preStopNativeSleep is guarded by the cluster version: exec before 1.30, sleep after.
+    if grep -q '^preStopNativeSleep: true' "$values"; then
+        grep -q '^ *sleep:$' "$out/k8s-$OLDEST.yaml" &&
+            die "$name: the preStop sleep action is rendered for Kubernetes $OLDEST"
+        grep -q '^ *sleep:$' "$out/k8s-$NEWEST.yaml" ||
+            die "$name: preStopNativeSleep renders no sleep action for Kubernetes $NEWEST"
+    fi
     kinds=$(grep -h '^kind:' "$out"/k8s-*.yaml | sort -u | awk '{print $2}' | tr '\n' ' ')
     skipped=$(for k in $CUSTOM_KINDS; do grep -qx "kind: $k" "$out/k8s-$NEWEST.yaml" && echo -n "$k "; done || true)
     log "ok: $name (lint, template, validate $OLDEST + $NEWEST): ${kinds% }${skipped:+; not schema-checked (custom resources): ${skipped% }}"
