@@ -657,7 +657,10 @@ mod tests {
             jail.clear_env();
             jail.set_env("SWITCHYARD_LISTN", "0.0.0.0:1");
             let e = Config::load(None).unwrap_err().to_string();
-            assert!(e.contains("`listn`") && e.contains("SWITCHYARD_LISTN"), "{e}");
+            assert!(
+                e.contains("`listn`") && e.contains("SWITCHYARD_LISTN"),
+                "{e}"
+            );
             Ok(())
         });
         figment::Jail::expect_with(|jail| {

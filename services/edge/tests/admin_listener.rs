@@ -44,7 +44,8 @@ async fn operator_api_is_served_on_the_internal_listener_only() {
     let dir = tempfile::tempdir().unwrap();
     let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let internal = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (public_addr, internal_addr) = (public.local_addr().unwrap(), internal.local_addr().unwrap());
+    let (public_addr, internal_addr) =
+        (public.local_addr().unwrap(), internal.local_addr().unwrap());
     let cfg = Config {
         data_dir: dir.path().join("data"),
         listen: public_addr.to_string(),
@@ -59,7 +60,11 @@ async fn operator_api_is_served_on_the_internal_listener_only() {
     // Up once the public listener serves a Card.
     let mut up = false;
     for _ in 0..100 {
-        if get(public_addr, "/webhook/connector-card.json", None).await.0 == 200 {
+        if get(public_addr, "/webhook/connector-card.json", None)
+            .await
+            .0
+            == 200
+        {
             up = true;
             break;
         }
@@ -71,16 +76,25 @@ async fn operator_api_is_served_on_the_internal_listener_only() {
     // Public listener: not there at all, even with a valid operator token.
     assert_eq!(get(public_addr, path, Some(TOKEN)).await.0, 404);
     assert_eq!(
-        get(public_addr, "/admin/v1/approvals?tenant=nobody", Some(TOKEN))
-            .await
-            .0,
+        get(
+            public_addr,
+            "/admin/v1/approvals?tenant=nobody",
+            Some(TOKEN)
+        )
+        .await
+        .0,
         404
     );
     // Internal listener: served, and still behind the operator token.
     let (status, body) = get(internal_addr, path, Some(TOKEN)).await;
     assert_eq!((status, body.trim()), (200, "[]"));
     assert_eq!(get(internal_addr, path, None).await.0, 401);
-    assert_eq!(get(internal_addr, path, Some("wrong-token-0123456")).await.0, 401);
+    assert_eq!(
+        get(internal_addr, path, Some("wrong-token-0123456"))
+            .await
+            .0,
+        401
+    );
     // The metrics and probes are still there.
     assert_eq!(get(internal_addr, "/livez", None).await.0, 200);
     assert_eq!(get(internal_addr, "/metrics", None).await.0, 200);
