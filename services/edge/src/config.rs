@@ -438,8 +438,11 @@ pub enum ConfigError {
 fn unknown_key(fig: &Figment, e: figment::Error) -> ConfigError {
     for err in e.clone() {
         if let figment::error::Kind::UnknownField(field, expected) = &err.kind {
+            // figment's path ends with the unknown field itself.
             let mut path = err.path.clone();
-            path.push(field.clone());
+            if path.last() != Some(field) {
+                path.push(field.clone());
+            }
             let key = path.join(".");
             let source = match fig.find_metadata(&key) {
                 Some(m) if m.name.contains("environment") => format!(
