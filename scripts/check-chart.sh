@@ -139,12 +139,22 @@ expect_failure_naming_all "helm template" "$HELM" template sy "$CHART"
 expect_failure_naming_all "helm template --skip-schema-validation" \
     "$HELM" template sy "$CHART" --skip-schema-validation
 
+# A typo is refused, not ignored (values.schema.json: additionalProperties false).
+if out=$("$HELM" template sy "$CHART" -f "$CHART/ci/minimal-values.yaml" --set replicas=5 2>&1); then
+    die "helm template --set replicas=5 (a typo of replicaCount) succeeded"
+fi
+grep -q "'replicas' not allowed" <<<"$out" || {
+    echo "$out" >&2
+    die "helm template --set replicas=5 failed without naming the unknown key"
+}
+log "ok: an unknown value (--set replicas=5) is refused, naming it"
+
 # ---- 2. every ci/ values file lints, renders and validates ------------------------------
 validate() {
     local kv=$1 k8s=$2 manifests=$3 label=$4
     local out
     if ! out=$("$kv" --strict --kubernetes-version "$k8s.0" "$manifests" 2>&1); then
-        echo "$out" >&2
+        grep -v '^INFO ' <<<"$out" >&2 || true
         die "$label: kubernetes-validate --strict for Kubernetes $k8s"
     fi
     # Anything that is not a pass or a known custom resource's skip is an error too.
