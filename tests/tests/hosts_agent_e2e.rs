@@ -860,7 +860,7 @@ echo "answer: $answer"
     })
     .await;
     let http = reqwest::Client::new();
-    let admin = format!("{}/admin/v1/approvals", s.pod.root_url());
+    let admin = format!("{}/admin/v1/approvals", s.pod.metrics_url());
     let pending_of = |run: String| {
         let http = http.clone();
         let admin = admin.clone();

@@ -552,7 +552,16 @@ async fn approvals_are_decided_by_people_and_reach_the_host() {
     };
     assert_eq!(e.code, HostErrorCode::UnauthorizedAction);
     let http = reqwest::Client::new();
-    let admin = format!("{}/admin/v1/approvals", pod.root_url());
+    // The operator API is on the internal listener; the public one does not serve it.
+    let admin = format!("{}/admin/v1/approvals", pod.metrics_url());
+    let public_admin = http
+        .get(format!("{}/admin/v1/approvals", pod.root_url()))
+        .query(&[("tenant", pod.tenant.id.as_str())])
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public_admin.status(), 404);
     // Without the operator token: refused. The tenant's API key (what a model holds) is not enough.
     let r = http
         .get(&admin)

@@ -28,6 +28,20 @@ Names and labels.
 {{- printf "%s-hosts" (include "switchyard.fullname" . | trunc 57 | trimSuffix "-") }}
 {{- end }}
 
+{{/* The internal listener's Service: metrics, probes, /admin/v1 (room left for "-internal"). */}}
+{{- define "switchyard.internalServiceName" -}}
+{{- printf "%s-internal" (include "switchyard.fullname" . | trunc 54 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+"true" when the preStop hook may use the kubelet's sleep action: preStopNativeSleep is on and
+the cluster is 1.30 or newer (the action does not exist before, and the chart supports
+>= 1.23). Empty otherwise, and the exec form is rendered.
+*/}}
+{{- define "switchyard.nativeSleep" -}}
+{{- if and .Values.preStopNativeSleep (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) }}true{{ end }}
+{{- end }}
+
 {{/* Where hosts.ca.existingSecret is mounted (tls.crt and tls.key). */}}
 {{- define "switchyard.hostsCaDir" -}}
 /etc/switchyard/hosts-ca
@@ -291,12 +305,12 @@ Fails rendering when a hosts.* value or `operators` is not usable. Part of switc
 
 {{/*
 SWITCHYARD_PUBLIC_BASE_URL: publicBaseUrl, else the first ingress host (https when listed
-under ingress.tls).
+under ingress.tls), else the first HTTPRoute hostname (https).
 */}}
 {{- define "switchyard.publicBaseUrl" -}}
 {{- if .Values.publicBaseUrl }}
 {{- trimSuffix "/" .Values.publicBaseUrl }}
-{{- else if and .Values.ingress.enabled .Values.ingress.hosts }}
+{{- else if and .Values.ingress.enabled .Values.ingress.hosts (first .Values.ingress.hosts).host }}
 {{- $host := (first .Values.ingress.hosts).host }}
 {{- $tls := false }}
 {{- range .Values.ingress.tls }}
@@ -305,6 +319,8 @@ under ingress.tls).
 {{- end }}
 {{- end }}
 {{- printf "%s://%s" (ternary "https" "http" $tls) $host }}
+{{- else if and .Values.httpRoute.enabled .Values.httpRoute.hostnames }}
+{{- printf "https://%s" (first .Values.httpRoute.hostnames) }}
 {{- end }}
 {{- end }}
 
@@ -314,45 +330,55 @@ Included by every template that starts a Switchyard process.
 */}}
 {{- define "switchyard.validate" -}}
 {{- $v := .Values }}
+{{- /* Every missing required value, named at once (values.schema.json does the same). */}}
+{{- $missing := list }}
 {{- if $v.existingSecret }}
 {{- if or $v.database.url $v.keys.signing $v.keys.encryption $v.s3.accessKeyId $v.s3.secretAccessKey $v.s3.sessionToken }}
 {{- fail (printf "existingSecret %q is set: leave database.url, keys.*, s3.accessKeyId, s3.secretAccessKey and s3.sessionToken empty and put SWITCHYARD_DATABASE_URL, SWITCHYARD_SIGNING_KEYS, SWITCHYARD_ENCRYPTION_KEYS, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in that Secret" $v.existingSecret) }}
 {{- end }}
 {{- else }}
 {{- if not $v.database.url }}
-{{- fail "database.url is required (postgres://USER:PASSWORD@HOST:5432/DB), or existingSecret naming a Secret with SWITCHYARD_DATABASE_URL: this chart runs the clustered mode only" }}
-{{- end }}
-{{- if not (regexMatch "^postgres(ql)?://" $v.database.url) }}
-{{- fail "database.url must be a Postgres URL (postgres://...): the clustered mode does not run on SQLite" }}
+{{- $missing = append $missing "database.url (postgres://USER:PASSWORD@HOST:5432/DB; this chart runs the clustered mode only)" }}
 {{- end }}
 {{- if not $v.keys.signing }}
-{{- fail "keys.signing is required (comma-separated; generate one with `openssl rand -hex 32`), or use existingSecret: every pod must sign download URLs with the same keys" }}
+{{- $missing = append $missing "keys.signing (comma-separated; `openssl rand -hex 32`)" }}
 {{- end }}
 {{- if not $v.keys.encryption }}
-{{- fail "keys.encryption is required (comma-separated base64 32-byte keys; generate one with `openssl rand -base64 32`), or use existingSecret" }}
+{{- $missing = append $missing "keys.encryption (comma-separated base64 32-byte keys; `openssl rand -base64 32`)" }}
 {{- end }}
+{{- if not $v.s3.accessKeyId }}
+{{- $missing = append $missing "s3.accessKeyId (Switchyard reads AWS credentials from the environment only)" }}
+{{- end }}
+{{- if not $v.s3.secretAccessKey }}
+{{- $missing = append $missing "s3.secretAccessKey" }}
+{{- end }}
+{{- end }}
+{{- if not $v.nats.url }}
+{{- $missing = append $missing "nats.url (e.g. nats://nats:4222)" }}
+{{- end }}
+{{- if not $v.redis.url }}
+{{- $missing = append $missing "redis.url (e.g. redis://redis-master:6379)" }}
+{{- end }}
+{{- if not $v.s3.bucket }}
+{{- $missing = append $missing "s3.bucket" }}
+{{- end }}
+{{- $base := include "switchyard.publicBaseUrl" . }}
+{{- if not $base }}
+{{- $missing = append $missing "publicBaseUrl (e.g. https://connectors.example.com), or an ingress host or httpRoute hostname" }}
+{{- end }}
+{{- if $missing }}
+{{- fail (printf "\n%d required values are missing (the secret ones may come from existingSecret instead):\n  - %s" (len $missing) (join "\n  - " $missing)) }}
+{{- end }}
+{{- if and (not $v.existingSecret) (not (regexMatch "^postgres(ql)?://" $v.database.url)) }}
+{{- fail "database.url must be a Postgres URL (postgres://...): the clustered mode does not run on SQLite" }}
+{{- end }}
+{{- if not $v.existingSecret }}
 {{- range splitList "," $v.keys.encryption }}
 {{- $k := trim . }}
 {{- if and $k (not (regexMatch "^[A-Za-z0-9+/]{43}=$" $k)) }}
 {{- fail "keys.encryption: every key must be 32 bytes in standard base64 (44 characters ending in '='), e.g. from `openssl rand -base64 32`" }}
 {{- end }}
 {{- end }}
-{{- if not (and $v.s3.accessKeyId $v.s3.secretAccessKey) }}
-{{- fail "s3.accessKeyId and s3.secretAccessKey are required (Switchyard reads AWS credentials from the environment only), or use existingSecret with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" }}
-{{- end }}
-{{- end }}
-{{- if not $v.nats.url }}
-{{- fail "nats.url is required (e.g. nats://nats:4222): without NATS the pods cannot route work to each other" }}
-{{- end }}
-{{- if not $v.redis.url }}
-{{- fail "redis.url is required (e.g. redis://redis-master:6379): without Redis each pod keeps its own ephemeral state" }}
-{{- end }}
-{{- if not $v.s3.bucket }}
-{{- fail "s3.bucket is required: without S3 each pod keeps files on its own disk" }}
-{{- end }}
-{{- $base := include "switchyard.publicBaseUrl" . }}
-{{- if not $base }}
-{{- fail "publicBaseUrl is required (e.g. https://connectors.example.com), or enable the ingress with a host: webhook registration and download links need an absolute external URL" }}
 {{- end }}
 {{- if not (regexMatch "^https?://[^/]+" $base) }}
 {{- fail (printf "publicBaseUrl %q must be an absolute http:// or https:// URL" $base) }}
@@ -368,6 +394,9 @@ Included by every template that starts a Switchyard process.
 {{- end }}
 {{- $_ := include "switchyard.terminationGracePeriodSeconds" . }}
 {{- $_ := include "switchyard.validateHosts" . }}
+{{- if and .Values.httpRoute.enabled (not .Values.httpRoute.parentRefs) }}
+{{- fail "httpRoute.enabled needs httpRoute.parentRefs (the Gateway to attach to)" }}
+{{- end }}
 {{- end }}
 
 {{/*

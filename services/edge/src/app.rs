@@ -1,5 +1,6 @@
 //! Startup wiring: backends chosen once from config, the hub, the mounted connectors, the
-//! public and metrics listeners, background loops (presence, janitor) and the drain.
+//! public and internal (metrics, probes, operator API) listeners, background loops
+//! (presence, janitor) and the drain.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -453,7 +454,8 @@ pub async fn run(
         draining: draining.clone(),
         sessions: sessions.clone(),
     };
-    let mut app = crate::hosts::operator_router(gateway.clone());
+    // The operator API is not mounted here: it lives on the internal (metrics) listener.
+    let mut app = Router::new();
     for c in &connectors {
         let state = ConnState {
             conn: c.clone(),
@@ -497,7 +499,18 @@ pub async fn run(
         .route("/metrics", get(metrics_text))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
-        .with_state(probe);
+        .with_state(probe)
+        // The operator API (/admin/v1) is served on this internal listener only, never on
+        // the public one that ingresses expose.
+        .merge(
+            crate::hosts::operator_router(gateway.clone()).layer(
+                tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                    |req: &axum::http::Request<axum::body::Body>| {
+                        tracing::info_span!("admin", method = %req.method(), path = %req.uri().path())
+                    },
+                ),
+            ),
+        );
     let stopped = CancellationToken::new();
     let metrics_stop = stopped.clone();
     let metrics_server = tokio::spawn(async move {

@@ -107,7 +107,7 @@ impl<'de> Deserialize<'de> for SecretList {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct S3Config {
     pub endpoint: Option<String>,
     pub bucket: Option<String>,
@@ -127,7 +127,7 @@ impl Default for S3Config {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LeaseConfig {
     pub connector_grace: Dur,
     pub presence_interval: Dur,
@@ -149,7 +149,7 @@ impl Default for LeaseConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DeliveryConfig {
     pub message_ttl: Dur,
     pub outbox_cap: u32,
@@ -182,7 +182,7 @@ impl Default for DeliveryConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     pub max_frame_bytes: usize,
     pub max_upload_bytes: u64,
@@ -213,7 +213,7 @@ impl Default for LimitsConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
     pub auth_session_ttl: Dur,
     pub idempotency_ttl: Dur,
@@ -239,7 +239,7 @@ impl Default for RetentionConfig {
 
 /// Connector API v1: agent hosts and their gateway (`[hosts]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct HostsSection {
     /// The seed's timeouts table, each configurable.
     pub register_timeout: Dur,
@@ -329,7 +329,7 @@ impl HostsSection {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TelegramConfig {
     pub api_base: String,
     /// `auto` (webhook when public_base_url is https, else long polling), `webhook` or `polling`.
@@ -346,7 +346,7 @@ impl Default for TelegramConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` or `json`.
     pub format: String,
@@ -364,7 +364,7 @@ impl Default for LogConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub listen: String,
     pub metrics_listen: String,
@@ -445,6 +445,37 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// An unknown key names itself and where it came from (the file, or the variable);
+/// any other error is figment's own.
+fn unknown_key(fig: &Figment, e: figment::Error) -> ConfigError {
+    for err in e.clone() {
+        if let figment::error::Kind::UnknownField(field, expected) = &err.kind {
+            // figment's path ends with the unknown field itself.
+            let mut path = err.path.clone();
+            if path.last() != Some(field) {
+                path.push(field.clone());
+            }
+            let key = path.join(".");
+            let source = match fig.find_metadata(&key) {
+                Some(m) if m.name.contains("environment") => format!(
+                    "the environment variable SWITCHYARD_{}",
+                    path.join("__").to_ascii_uppercase()
+                ),
+                Some(m) => m
+                    .source
+                    .as_ref()
+                    .map_or_else(|| m.name.to_string(), ToString::to_string),
+                None => "the configuration".into(),
+            };
+            return ConfigError::Invalid(format!(
+                "unknown key `{key}` in {source}; known keys there: {}",
+                expected.join(", ")
+            ));
+        }
+    }
+    ConfigError::Load(Box::new(e))
+}
+
 impl Config {
     /// Defaults, then the file (if any), then `SWITCHYARD_*` environment variables.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
@@ -461,8 +492,15 @@ impl Config {
             }
             fig = fig.merge(Toml::file(f));
         }
-        fig = fig.merge(Env::prefixed("SWITCHYARD_").split("__").ignore(&["config"]));
-        let cfg: Config = fig.extract().map_err(|e| ConfigError::Load(Box::new(e)))?;
+        // Unknown keys (a typo in the file or in a SWITCHYARD_* variable) are refused, naming
+        // the key: every struct is deny_unknown_fields. SWITCHYARD_CONFIG names the file and
+        // SWITCHYARD_LOG is the log filter override, so neither is a key.
+        fig = fig.merge(
+            Env::prefixed("SWITCHYARD_")
+                .split("__")
+                .ignore(&["config", "log"]),
+        );
+        let cfg: Config = fig.extract().map_err(|e| unknown_key(&fig, e))?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -594,11 +632,87 @@ mod tests {
     }
 
     #[test]
+    // figment's Jail API fixes the closure's error type.
+    #[allow(clippy::result_large_err)]
     fn printed_default_config_is_the_default() {
+        // Parsed on its own: every key is where the structs expect it (unknown keys are
+        // refused, so a key printed under the wrong table fails here).
         let parsed: Config = Figment::from(Toml::string(DEFAULT_CONFIG_TOML))
             .extract()
             .unwrap();
         assert_eq!(parsed, Config::default());
+        // Loaded as a config file, the way `serve --config FILE` does.
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file("printed.toml", DEFAULT_CONFIG_TOML)?;
+            let c = Config::load(Some(Path::new("printed.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(c, Config::default());
+            Ok(())
+        });
+        // Every top-level key that is not a table is printed before the first table, where
+        // TOML puts it at the top level.
+        let top = DEFAULT_CONFIG_TOML.split("\n[").next().unwrap();
+        for key in [
+            "hosts_tls_listen",
+            "operator_tokens",
+            "listen",
+            "metrics_listen",
+        ] {
+            assert!(
+                top.lines().any(|l| l.starts_with(&format!("{key} ="))),
+                "{key} is printed at the top level"
+            );
+        }
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn unknown_keys_are_refused_naming_them() {
+        figment::Jail::expect_with(|jail| {
+            // Whatever SWITCHYARD_* the test runner has (scripts/test.sh exports some) would
+            // be refused as unknown keys.
+            jail.clear_env();
+            jail.set_env("SWITCHYARD_LEASE__CONECTOR_GRACE", "2h");
+            let e = Config::load(None).unwrap_err().to_string();
+            assert!(
+                e.contains("lease.conector_grace")
+                    && e.contains("SWITCHYARD_LEASE__CONECTOR_GRACE")
+                    && e.contains("connector_grace"),
+                "{e}"
+            );
+            Ok(())
+        });
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.set_env("SWITCHYARD_LISTN", "0.0.0.0:1");
+            let e = Config::load(None).unwrap_err().to_string();
+            assert!(
+                e.contains("`listn`") && e.contains("SWITCHYARD_LISTN"),
+                "{e}"
+            );
+            Ok(())
+        });
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.create_file("typo.toml", "[log]\nhosts_tls_listen = \"\"\n")?;
+            let e = Config::load(Some(Path::new("typo.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("log.hosts_tls_listen") && e.contains("typo.toml"),
+                "{e}"
+            );
+            Ok(())
+        });
+        // The file and log-filter variables are not keys.
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.set_env("SWITCHYARD_LOG", "debug");
+            jail.set_env("SWITCHYARD_LOG__LEVEL", "warn");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.log.level, "warn");
+            Ok(())
+        });
     }
 
     #[test]
@@ -606,6 +720,7 @@ mod tests {
     #[allow(clippy::result_large_err)]
     fn env_overrides_nested_keys() {
         figment::Jail::expect_with(|jail| {
+            jail.clear_env();
             jail.set_env("SWITCHYARD_LISTEN", "0.0.0.0:1234");
             jail.set_env("SWITCHYARD_LEASE__CONNECTOR_GRACE", "2s");
             jail.set_env("SWITCHYARD_S3__BUCKET", "b");

@@ -124,7 +124,7 @@ pub fn router(gw: Gateway, source: CertSource) -> Router {
         .with_state(RouteState { gw, source })
 }
 
-/// The operator API (public listener): approvals decided by people.
+/// The operator API (internal listener, next to /metrics): approvals decided by people.
 pub fn operator_router(gw: Gateway) -> Router {
     Router::new()
         .route("/admin/v1/approvals", get(approvals_list))
