@@ -291,4 +291,35 @@ mod tests {
         let other = r#"{"type":"x"}"#;
         assert_eq!(answer(other, &json!({})), other);
     }
+
+    /// The simulator talks to the bare server as to a pod: subprotocol, hello, ping.
+    #[tokio::test]
+    async fn serves_the_simulator() {
+        let server = BareServer::start(json!({"connector_id": "conn_bare"}))
+            .await
+            .unwrap();
+        let sim = Sim::new(&server.base_url, Some("k")).unwrap();
+        let conn = sim.connect().await.unwrap();
+        assert_eq!(conn.subprotocol(), Some("xagent.connector.packet.v1"));
+        let ack = conn
+            .hello("im.webhook", None, &["xagent.im.v2"])
+            .await
+            .unwrap();
+        assert_eq!(ack.kind, "connector.hello.ack");
+        assert_eq!(ack.str_at("/connector_id"), Some("conn_bare"));
+        let pong = conn.ping().await.unwrap().expect_kind("pong").unwrap();
+        assert!(pong.reply_to.is_some());
+        let (run, hello) = ping_run(
+            "bare",
+            &sim,
+            "im.webhook",
+            &["xagent.im.v2"],
+            2,
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap();
+        assert!(run.round_trips > 0 && run.failures == 0);
+        assert_eq!(hello["connector_id"], "conn_bare");
+    }
 }
