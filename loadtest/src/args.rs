@@ -120,7 +120,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub channels_per_socket: usize,
     /// Before the workload, compare `ping` round trips/s on the pod's /ws with a bare
-    /// tokio-tungstenite server in the loadtest, driven by the same client.
+    /// tokio-tungstenite server (a child process of the loadtest), driven by the same client.
     #[arg(long)]
     pub ping_compare: bool,
     /// Sockets of `--ping-compare`, each with one ping in flight.

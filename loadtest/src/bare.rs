@@ -1,4 +1,4 @@
-//! A bare tokio-tungstenite server in the loadtest process: the limit that the pods' `/ws`
+//! A bare tokio-tungstenite server (in a process of its own, [`BareProcess`]): the limit that the pods' `/ws`
 //! connect + hello rate and ping/pong round trips are compared with, driven by the very same
 //! client (`switchyard_xagent_sim::Conn`, which also schema-checks what it receives).
 //!
@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use futures::{SinkExt, StreamExt};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -84,6 +85,70 @@ fn pick_subprotocol(req: &Request, mut resp: Response) -> Result<Response, Error
         resp.headers_mut().insert(SUBPROTOCOL_HEADER, v);
     }
     Ok(resp)
+}
+
+/// First argument of the loadtest binary when it runs as the bare server's process.
+pub const CHILD_ARG: &str = "__bare-server";
+
+/// The bare server in a process of its own (this binary re-run with [`CHILD_ARG`]), so it
+/// has its own runtime and threads like a pod instead of sharing the client's. It prints its
+/// Base URL on the first line of stdout and exits when its stdin closes (this process ended)
+/// or when it is killed with the handle.
+pub struct BareProcess {
+    pub base_url: String,
+    _child: tokio::process::Child,
+}
+
+impl BareProcess {
+    pub async fn start(hello_ack: &Value) -> anyhow::Result<Self> {
+        use tokio::io::AsyncBufReadExt as _;
+        let exe = std::env::current_exe()?;
+        let mut child = tokio::process::Command::new(exe)
+            .arg(CHILD_ARG)
+            .arg(hello_ack.to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let out = child
+            .stdout
+            .take()
+            .context("no stdout of the bare server")?;
+        let mut line = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::io::BufReader::new(out).read_line(&mut line),
+        )
+        .await
+        .context("the bare server did not start within 10 s")??;
+        let base_url = line.trim().to_owned();
+        if !base_url.starts_with("http://") {
+            anyhow::bail!("the bare server printed {line:?}");
+        }
+        Ok(Self {
+            base_url,
+            _child: child,
+        })
+    }
+}
+
+/// The bare server process: serves until stdin closes.
+pub async fn child_main(hello_ack: Option<String>) {
+    use tokio::io::AsyncReadExt as _;
+    let ack = hello_ack
+        .and_then(|a| serde_json::from_str(&a).ok())
+        .unwrap_or_else(|| json!({}));
+    let server = match BareServer::start(ack).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bare server: {e:#}");
+            std::process::exit(1);
+        }
+    };
+    println!("{}", server.base_url);
+    let mut sink = Vec::new();
+    let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+    drop(server);
 }
 
 async fn serve(tcp: tokio::net::TcpStream, hello_ack: Arc<Value>, stop: CancellationToken) {
@@ -163,7 +228,7 @@ pub async fn ping_compare(
     duration: Duration,
 ) -> anyhow::Result<PingCompare> {
     let (pod, hello_ack) = ping_run("pod", pod_sim, card, profiles, sockets, duration).await?;
-    let server = BareServer::start(hello_ack).await?;
+    let server = BareProcess::start(&hello_ack).await?;
     let sim = Sim::new(&server.base_url, Some("bare"))?
         .with_frame_recording(false)
         .with_request_timeout(Duration::from_secs(30));

@@ -28,7 +28,7 @@ use serde::Serialize;
 use switchyard_xagent_sim::{Conn, EnvelopeExt, Sim};
 use tokio_util::sync::CancellationToken;
 
-use crate::bare::BareServer;
+use crate::bare::BareProcess;
 use crate::figures::{Figure, ratio};
 use crate::pods::{Fleet, Pod, proc_sample};
 use crate::scenario::Event;
@@ -187,8 +187,8 @@ pub struct IdleReport {
     /// Reconnect attempts that failed and were retried after a disruption.
     pub reconnect_retries: BTreeMap<String, u64>,
     pub recoveries: Vec<IdleRecovery>,
-    /// Sockets that ended without a disruption.
-    pub unexpected_closes: Vec<String>,
+    /// Every socket end seen while holding (judged only when there was no disruption).
+    pub socket_closes: Vec<String>,
     pub schema_violations: Vec<String>,
 }
 
@@ -277,7 +277,7 @@ impl Idle {
         hello_ack: serde_json::Value,
         n: usize,
     ) -> anyhow::Result<BareConnect> {
-        let server = BareServer::start(hello_ack).await?;
+        let server = BareProcess::start(&hello_ack).await?;
         let sim = Sim::new(&server.base_url, Some("bare"))?
             .with_frame_recording(false)
             .with_request_timeout(REQUEST_TIMEOUT);
@@ -827,11 +827,11 @@ impl IdleReport {
                 ));
             }
         }
-        if self.recoveries.is_empty() && !self.unexpected_closes.is_empty() {
+        if self.recoveries.is_empty() && !self.socket_closes.is_empty() {
             p.push(format!(
                 "{} socket(s) ended without a disruption, e.g. {:?}",
-                self.unexpected_closes.len(),
-                self.unexpected_closes.iter().take(3).collect::<Vec<_>>()
+                self.socket_closes.len(),
+                self.socket_closes.iter().take(3).collect::<Vec<_>>()
             ));
         }
         if !self.schema_violations.is_empty() {

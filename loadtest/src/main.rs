@@ -46,6 +46,11 @@ const EXIT_PROBLEMS: i32 = 3;
 
 #[tokio::main]
 async fn main() {
+    let mut argv = std::env::args().skip(1);
+    if argv.next().as_deref() == Some(bare::CHILD_ARG) {
+        bare::child_main(argv.next()).await;
+        return;
+    }
     let args = Args::parse();
     if let Err(e) = args.validate() {
         eprintln!("error: {e}");
@@ -696,10 +701,10 @@ async fn idle_load(
     let loadavg_start = Host::loadavg();
     let idle = idle::Idle::new(fleet.clone(), keys, args.idle_sockets, fd_limit);
     let hello_ack = idle.probe_hello().await.context("probe hello")?;
-    // The bare server's sockets live in this process twice (client and server side).
+    // The bare server is a process of its own (with the same limit as this one).
     let bare_n = args
         .idle_sockets
-        .min((fd_limit.saturating_sub(idle::FD_MARGIN) / 2) as usize);
+        .min(fd_limit.saturating_sub(idle::FD_MARGIN) as usize);
     println!(
         "connect + hello against a bare tokio-tungstenite server: {bare_n} sockets, {} in flight...",
         idle::CONNECT_CONCURRENCY
@@ -810,7 +815,7 @@ async fn idle_load(
         errors: idle.errors(),
         reconnect_retries: idle.retries(),
         recoveries: idle.recoveries(&event_list),
-        unexpected_closes: idle.closes(),
+        socket_closes: idle.closes(),
         schema_violations: idle.violations(),
     };
     let mut figures = report.figures();
