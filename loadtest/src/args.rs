@@ -105,6 +105,31 @@ pub struct Args {
     #[arg(long)]
     pub rolling_restart: bool,
 
+    /// Before the workload, measure what the store can do in the same run: a 16-connection
+    /// single-row INSERT loop on `--postgres-url` (5 s, in the run's schema) and the SQLite
+    /// commit rate (WAL, synchronous=FULL, one row per transaction, 3 s) next to the pods'
+    /// data; the delivered inbound rate is printed as a ratio of them.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Idle-socket mode instead of the message workload: open this many xAgent sockets
+    /// (connect + hello) in 10 steps, measuring the pods' RSS per socket and the connect rate.
+    #[arg(long, default_value_t = 0)]
+    pub idle_sockets: usize,
+    /// Idle-socket mode: `channel.open`s per socket, in a second phase of 10 steps (RSS per
+    /// channel, open rate per step); 0 = sockets only.
+    #[arg(long, default_value_t = 0)]
+    pub channels_per_socket: usize,
+    /// Before the workload, compare `ping` round trips/s on the pod's /ws with a bare
+    /// tokio-tungstenite server (a child process of the loadtest), driven by the same client.
+    #[arg(long)]
+    pub ping_compare: bool,
+    /// Sockets of `--ping-compare`, each with one ping in flight.
+    #[arg(long, default_value_t = 4)]
+    pub ping_sockets: usize,
+    /// How long each side of `--ping-compare` runs.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub ping_duration: Duration,
+
     /// Machine-readable report.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -156,6 +181,22 @@ impl Args {
         }
         if self.kill_pod_at.is_some_and(|k| k >= self.duration) {
             return Err("--kill-pod-at must fall inside --duration".into());
+        }
+        if self.idle_sockets > 0 {
+            if self.hosts > 0 || self.no_chat || self.rolling_restart {
+                return Err(
+                    "--idle-sockets does not combine with --hosts, --no-chat or --rolling-restart"
+                        .into(),
+                );
+            }
+            if self.idle_sockets < self.tenants {
+                return Err("--idle-sockets must be at least --tenants".into());
+            }
+        } else if self.channels_per_socket > 0 {
+            return Err("--channels-per-socket needs --idle-sockets".into());
+        }
+        if self.ping_compare && (self.ping_sockets == 0 || self.ping_duration.is_zero()) {
+            return Err("--ping-sockets and --ping-duration must be positive".into());
         }
         if self.mode == Mode::Cluster && self.pods < 2 && self.kill_pod_at.is_some() {
             return Err("--kill-pod-at in cluster mode needs --pods 2 or more".into());
@@ -249,5 +290,38 @@ mod tests {
         assert!(zero.validate().is_err());
         let kill = Args::parse_from(["switchyard-loadtest", "--hosts", "2", "--kill-pod-at", "5s"]);
         assert!(kill.validate().is_ok());
+    }
+
+    #[test]
+    fn figure_options() {
+        let a = Args::parse_from([
+            "switchyard-loadtest",
+            "--mode",
+            "cluster",
+            "--idle-sockets",
+            "300",
+            "--channels-per-socket",
+            "300",
+            "--kill-pod-at",
+            "20s",
+            "--baseline",
+            "--ping-compare",
+        ]);
+        assert_eq!((a.idle_sockets, a.channels_per_socket), (300, 300));
+        assert!(a.baseline && a.ping_compare);
+        assert_eq!(a.ping_sockets, 4);
+        assert!(a.validate().is_ok());
+        let k0 = Args::parse_from(["switchyard-loadtest", "--idle-sockets", "10"]);
+        assert_eq!(k0.channels_per_socket, 0);
+        assert!(k0.validate().is_ok());
+        let no_sockets = Args::parse_from(["switchyard-loadtest", "--channels-per-socket", "3"]);
+        assert!(no_sockets.validate().is_err());
+        let rolling = Args::parse_from([
+            "switchyard-loadtest",
+            "--idle-sockets",
+            "10",
+            "--rolling-restart",
+        ]);
+        assert!(rolling.validate().is_err());
     }
 }

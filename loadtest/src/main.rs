@@ -5,7 +5,12 @@
 //! xAgent device channels (runs counted by `run_id`). See `loadtest/README.md`.
 
 mod args;
+mod bare;
+mod baseline;
+mod fdlimit;
+mod figures;
 mod hosts;
+mod idle;
 mod pods;
 mod probe;
 mod report;
@@ -25,6 +30,8 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{Args, Mode};
+use crate::baseline::Baselines;
+use crate::figures::Figure;
 use crate::pods::{Fleet, PodState, proc_sample};
 use crate::probe::Probes;
 use crate::report::{BackendReport, Host, PodReport, Rates, Report};
@@ -32,13 +39,18 @@ use crate::scenario::Events;
 use crate::stats::Flows;
 use crate::target::Target;
 use crate::workload::Ctx;
-use crate::xagent::Backend;
+use crate::xagent::{Backend, CARD_ID};
 
 /// Exit status when the run completed but found problems (loss, errors, bad signatures...).
 const EXIT_PROBLEMS: i32 = 3;
 
 #[tokio::main]
 async fn main() {
+    let mut argv = std::env::args().skip(1);
+    if argv.next().as_deref() == Some(bare::CHILD_ARG) {
+        bare::child_main(argv.next()).await;
+        return;
+    }
     let args = Args::parse();
     if let Err(e) = args.validate() {
         eprintln!("error: {e}");
@@ -54,6 +66,20 @@ async fn main() {
 }
 
 async fn run(args: Args) -> anyhow::Result<i32> {
+    // Before any pod starts: the pods inherit this process's limits.
+    let (fd_limit, fd_note) = fdlimit::raise();
+    println!("{fd_note}");
+    if args.idle_sockets > 0 {
+        let need = args.idle_sockets as u64 + idle::FD_MARGIN;
+        if fd_limit < need {
+            eprintln!(
+                "error: --idle-sockets {} needs at least {need} open files in the loadtest and in the pods (one per socket plus {}), but the limit is {fd_limit}; raise it in the shell first (`ulimit -n {need}`; above the hard limit `ulimit -Hn` only root can) or use fewer sockets",
+                args.idle_sockets,
+                idle::FD_MARGIN
+            );
+            return Ok(2);
+        }
+    }
     let bin = pods::find_binary(args.bin.as_deref())?;
     println!("using switchyard binary {}", bin.display());
     let (dir, temp) = match &args.work_dir {
@@ -71,7 +97,7 @@ async fn run(args: Args) -> anyhow::Result<i32> {
     println!("pod data and logs in {}", dir.display());
     let fleet = Arc::new(Fleet::prepare(&args, bin.clone(), dir.clone()).await?);
     let outcome = tokio::select! {
-        r = load(&args, fleet.clone(), &bin) => r,
+        r = load(&args, fleet.clone(), &bin, fd_limit) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
     };
     fleet.stop_all().await;
@@ -88,7 +114,12 @@ async fn run(args: Args) -> anyhow::Result<i32> {
     outcome
 }
 
-async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::Result<i32> {
+async fn load(
+    args: &Args,
+    fleet: Arc<Fleet>,
+    bin: &std::path::Path,
+    fd_limit: u64,
+) -> anyhow::Result<i32> {
     let tag = hex::encode(rand::random::<[u8; 4]>());
     let mut notes = Vec::new();
     let setup_started = Instant::now();
@@ -115,9 +146,55 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
     } else {
         None
     };
+    // --ping-compare needs a tenant's key; --no-chat has none of its own.
+    let ping_key = match (args.ping_compare, tenants.first()) {
+        (false, _) => None,
+        (true, Some((_, key))) => Some(key.clone()),
+        (true, None) => Some(
+            fleet
+                .create_tenant(&format!("loadtest-{tag}-ping"))
+                .await?
+                .1,
+        ),
+    };
+    // The store's own limits, before the pods run, so nothing competes with them.
+    let baselines = if args.baseline {
+        Some(measure_baselines(args, &fleet, &tag).await)
+    } else {
+        None
+    };
     for _ in 0..args.pod_count() {
         let pod = fleet.start_pod().await?;
         println!("{} ready at {} (pid {})", pod.name, pod.base_url, pod.pid);
+    }
+    let ping = match ping_key {
+        Some(key) => {
+            let pod = fleet.serving().first().cloned().context("no pod")?;
+            let sim =
+                switchyard_xagent_sim::Sim::new(&format!("{}/webhook", pod.base_url), Some(&key))?
+                    .with_frame_recording(false)
+                    .with_request_timeout(Duration::from_secs(30));
+            println!(
+                "ping compare: {} socket(s), {:?} against {} and then against a bare tokio-tungstenite server",
+                args.ping_sockets, args.ping_duration, pod.name
+            );
+            let r = bare::ping_compare(
+                &sim,
+                CARD_ID,
+                &["xagent.im.v2"],
+                args.ping_sockets,
+                args.ping_duration,
+            )
+            .await
+            .context("--ping-compare")?;
+            println!("{}", r.line());
+            Some(r)
+        }
+        None => None,
+    };
+    if args.idle_sockets > 0 {
+        let keys = tenants.into_iter().map(|(_, k)| k).collect();
+        return idle_load(args, fleet, bin, keys, baselines, ping, fd_limit).await;
     }
 
     let flows = Arc::new(Flows::new(Instant::now()));
@@ -434,7 +511,11 @@ async fn load(args: &Args, fleet: Arc<Fleet>, bin: &std::path::Path) -> anyhow::
         schema_violation_examples: violations.into_iter().take(20).collect(),
         notes,
         problems: Vec::new(),
+        figures: Vec::new(),
+        baselines,
+        ping_compare: ping,
     };
+    report.figures = workload_figures(&report);
     report.judge(disrupted);
     print!("{}", report.render());
     if let Some(path) = &args.json {
@@ -495,4 +576,358 @@ async fn sample_loop(
             println!("{line}  (sent/accepted/delivered; runs started/acked/finished)");
         }
     }
+}
+
+/// `--baseline`: Postgres (cluster: the run's schema; embedded: a schema of its own, if
+/// `--postgres-url` answers) and SQLite next to the pods' data. A store that cannot be
+/// measured is a note, not a failed run.
+async fn measure_baselines(args: &Args, fleet: &Fleet, tag: &str) -> Baselines {
+    let mut b = Baselines::default();
+    let (schema, own) = match fleet.pg_schema() {
+        Some(s) => (s.to_owned(), false),
+        None => (format!("loadtest_baseline_{tag}"), true),
+    };
+    println!(
+        "baseline: {} connections of single-row INSERTs on {} for {} s...",
+        baseline::PG_CONNECTIONS,
+        args.postgres_url,
+        baseline::PG_SECONDS
+    );
+    match baseline::postgres(&args.postgres_url, &schema, own).await {
+        Ok(x) => {
+            println!("{}", x.line());
+            b.postgres = Some(x);
+        }
+        Err(e) => {
+            let n = format!("Postgres baseline not measured: {e:#}");
+            println!("note: {n}");
+            b.notes.push(n);
+        }
+    }
+    let dir = fleet.dir().join("baseline-sqlite");
+    println!(
+        "baseline: SQLite WAL + synchronous=FULL commits in {} for {} s...",
+        dir.display(),
+        baseline::SQLITE_SECONDS
+    );
+    match baseline::sqlite(&dir).await {
+        Ok(x) => {
+            println!("{}", x.line());
+            b.sqlite = Some(x);
+        }
+        Err(e) => {
+            let n = format!("SQLite baseline not measured: {e:#}");
+            println!("note: {n}");
+            b.notes.push(n);
+        }
+    }
+    b
+}
+
+/// The message workload's figures: delivered inbound next to the store's baseline of the
+/// mode, and ping/pong next to the bare server.
+fn workload_figures(r: &Report) -> Vec<Figure> {
+    let mut f = Vec::new();
+    if let Some(b) = &r.baselines
+        && let Some(inbound) = r.flows.iter().find(|x| x.flow == "inbound" && x.sent > 0)
+    {
+        let store = if r.mode == "cluster" {
+            b.postgres.as_ref()
+        } else {
+            b.sqlite.as_ref()
+        };
+        if let Some(s) = store {
+            f.push(Figure::new(
+                format!("inbound delivered ({} mode, {} pod(s))", r.mode, r.pods),
+                inbound.delivered_per_s,
+                "msgs/s",
+                if s.store == "postgres" {
+                    "Postgres 16-connection single-row INSERT"
+                } else {
+                    "SQLite WAL synchronous=FULL one row per transaction"
+                },
+                s.rows_per_s,
+                "rows/s",
+                "goal >= 0.5x",
+            ));
+        }
+    }
+    f.extend(r.ping_compare.as_ref().map(ping_figure));
+    f
+}
+
+fn ping_figure(p: &bare::PingCompare) -> Figure {
+    Figure::new(
+        format!("/ws ping/pong round trips ({} socket(s))", p.pod.sockets),
+        p.pod.round_trips_per_s,
+        "round trips/s",
+        "bare tokio-tungstenite echo server, same client",
+        p.bare.round_trips_per_s,
+        "round trips/s",
+        "goal >= 0.8x",
+    )
+}
+
+/// What an idle-socket run writes as JSON.
+#[derive(serde::Serialize)]
+struct IdleRun {
+    command: String,
+    binary: String,
+    mode: String,
+    pods: usize,
+    host: Host,
+    hold_s: f64,
+    baselines: Option<Baselines>,
+    ping_compare: Option<bare::PingCompare>,
+    idle: idle::IdleReport,
+    figures: Vec<Figure>,
+    pod_resources: Vec<PodReport>,
+    loadtest_process: pods::ProcSample,
+    events: Vec<scenario::Event>,
+    problems: Vec<String>,
+}
+
+/// `--idle-sockets`: sockets, then channels, in 10 steps each; then they are held for
+/// `--duration`, with `--kill-pod-at` counted from the start of that hold.
+async fn idle_load(
+    args: &Args,
+    fleet: Arc<Fleet>,
+    bin: &std::path::Path,
+    keys: Vec<String>,
+    baselines: Option<Baselines>,
+    ping: Option<bare::PingCompare>,
+    fd_limit: u64,
+) -> anyhow::Result<i32> {
+    let loadavg_start = Host::loadavg();
+    let idle = idle::Idle::new(fleet.clone(), keys, args.idle_sockets, fd_limit);
+    let hello_ack = idle.probe_hello().await.context("probe hello")?;
+    // The bare server is a process of its own (with the same limit as this one).
+    let bare_n = args
+        .idle_sockets
+        .min(fd_limit.saturating_sub(idle::FD_MARGIN) as usize);
+    println!(
+        "connect + hello against a bare tokio-tungstenite server: {bare_n} sockets, {} in flight...",
+        idle::CONNECT_CONCURRENCY
+    );
+    let bare = idle.bare_connect(hello_ack, bare_n).await?;
+    println!(
+        "bare server: {:.0} sockets/s (p50 {:.1} p99 {:.1} ms, {} failed)",
+        bare.rate_per_s, bare.latency_ms.p50, bare.latency_ms.p99, bare.failed
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_baseline: u64 = fleet
+        .serving()
+        .iter()
+        .filter_map(|p| proc_sample(p.pid, fleet.clk_tck))
+        .map(|s| s.rss_kib)
+        .sum();
+    println!(
+        "pods' RSS before any socket: {:.1} MiB; opening {} sockets in 10 steps, {} in flight",
+        rss_baseline as f64 / 1024.0,
+        args.idle_sockets,
+        idle::CONNECT_CONCURRENCY
+    );
+    let phase1_started = Instant::now();
+    let socket_steps = idle.open_sockets(rss_baseline).await;
+    let phase1_s: f64 = socket_steps.iter().map(|s| s.seconds).sum();
+    let opened: usize = socket_steps.iter().map(|s| s.attempted - s.failed).sum();
+    let rss_sockets = socket_steps.last().map_or(rss_baseline, |s| s.rss_kib);
+    let channel_steps = if args.channels_per_socket > 0 {
+        println!(
+            "opening {} channels per socket in 10 steps, {} in flight",
+            args.channels_per_socket,
+            idle::OPEN_CONCURRENCY
+        );
+        idle.open_channels(args.channels_per_socket, rss_sockets)
+            .await
+    } else {
+        Vec::new()
+    };
+    let rss_channels = channel_steps.last().map_or(rss_sockets, |s| s.rss_kib);
+    println!(
+        "setup took {:.1}s; holding the sockets for {:?}",
+        phase1_started.elapsed().as_secs_f64(),
+        args.duration
+    );
+
+    let stop = CancellationToken::new();
+    idle.supervise(stop.clone());
+    let events = Arc::new(Events::default());
+    let start = Instant::now();
+    if let Some(at) = args.kill_pod_at {
+        tokio::spawn(scenario::kill_pod(
+            fleet.clone(),
+            args.mode,
+            start,
+            at,
+            events.clone(),
+        ));
+    }
+    let sampler_stop = CancellationToken::new();
+    let sampler = tokio::spawn({
+        let fleet = fleet.clone();
+        let stop = sampler_stop.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => fleet.sample_all(),
+                }
+            }
+        }
+    });
+    tokio::time::sleep(args.duration).await;
+    // After a disruption, the moved sockets get until the settle time to be back.
+    if args.kill_pod_at.is_some() {
+        let deadline = Instant::now() + args.settle;
+        while idle.moving() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    stop.cancel();
+    fleet.sample_all();
+    let loadtest_process = proc_sample(std::process::id(), fleet.clk_tck).unwrap_or_default();
+    sampler_stop.cancel();
+    let _ = sampler.await;
+    let event_list = events.list();
+    let (sockets_open, channels_open) = idle.counts();
+    let report = idle::IdleReport {
+        sockets: args.idle_sockets,
+        channels_per_socket: args.channels_per_socket,
+        tenants: args.tenants,
+        pods: args.pod_count(),
+        connect_concurrency: idle::CONNECT_CONCURRENCY,
+        open_concurrency: idle::OPEN_CONCURRENCY,
+        reopen_per_socket: idle::REOPEN_PER_SOCKET,
+        fd_limit: idle.fd_limit,
+        rss_baseline_kib: rss_baseline,
+        rss_sockets_kib: rss_sockets,
+        rss_channels_kib: rss_channels,
+        kib_per_socket: socket_steps.last().map_or(0.0, |s| s.kib_per_socket),
+        kib_per_channel: channel_steps.last().map_or(0.0, |s| s.kib_per_channel),
+        connect_hello_per_s: opened as f64 / phase1_s.max(1e-9),
+        bare_connect: Some(bare),
+        socket_steps,
+        channel_steps,
+        sockets_open,
+        channels_open,
+        errors: idle.errors(),
+        reconnect_retries: idle.retries(),
+        recoveries: idle.recoveries(&event_list),
+        socket_closes: idle.closes(),
+        schema_violations: idle.violations(),
+    };
+    let mut figures = report.figures();
+    figures.extend(ping.as_ref().map(ping_figure));
+    let mut pod_resources = Vec::new();
+    for p in fleet.all() {
+        let s = p.sample(fleet.clk_tck).unwrap_or_default();
+        pod_resources.push(PodReport {
+            name: p.name.clone(),
+            pid: p.pid,
+            state: p.state(),
+            rss_kib: s.rss_kib,
+            peak_rss_kib: s.peak_rss_kib,
+            cpu_seconds: s.cpu_seconds,
+            uptime_s: p.started.elapsed().as_secs_f64(),
+            log: p.log.display().to_string(),
+            metrics: Vec::new(),
+        });
+    }
+    idle.close_all().await;
+    let problems = report.problems();
+    let run = IdleRun {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        binary: bin.display().to_string(),
+        mode: match args.mode {
+            Mode::Embedded => "embedded".into(),
+            Mode::Cluster => "cluster".into(),
+        },
+        pods: args.pod_count(),
+        host: Host {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            loadavg_start,
+            loadavg_end: Host::loadavg(),
+        },
+        hold_s: args.duration.as_secs_f64(),
+        baselines,
+        ping_compare: ping,
+        idle: report,
+        figures,
+        pod_resources,
+        loadtest_process,
+        events: event_list,
+        problems,
+    };
+    print!("{}", render_idle(&run));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&run)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("json report written to {}", path.display());
+    }
+    Ok(if run.problems.is_empty() {
+        0
+    } else {
+        EXIT_PROBLEMS
+    })
+}
+
+fn render_idle(run: &IdleRun) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n== switchyard-loadtest: idle sockets, {} mode, {} pod(s), held {:.0}s",
+        run.mode, run.pods, run.hold_s
+    );
+    let _ = writeln!(s, "binary: {}", run.binary);
+    let _ = writeln!(
+        s,
+        "host: {} CPUs, load average {} at the start, {} at the end; open-file limit {}",
+        run.host.cpus, run.host.loadavg_start, run.host.loadavg_end, run.idle.fd_limit
+    );
+    s.push_str(&report::render_measures(
+        run.baselines.as_ref(),
+        run.ping_compare.as_ref(),
+    ));
+    s.push_str(&run.idle.render());
+    let _ = writeln!(
+        s,
+        "\nresources (VmRSS / VmHWM from /proc, CPU = utime+stime):"
+    );
+    for p in &run.pod_resources {
+        let _ = writeln!(
+            s,
+            "  {:<8} pid {:<7} {:<8} RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s over {:>5.1} s",
+            p.name,
+            p.pid,
+            format!("{:?}", p.state).to_lowercase(),
+            p.rss_kib as f64 / 1024.0,
+            p.peak_rss_kib as f64 / 1024.0,
+            p.cpu_seconds,
+            p.uptime_s
+        );
+    }
+    let l = &run.loadtest_process;
+    let _ = writeln!(
+        s,
+        "  loadtest                      RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s",
+        l.rss_kib as f64 / 1024.0,
+        l.peak_rss_kib as f64 / 1024.0,
+        l.cpu_seconds
+    );
+    s.push_str(&figures::render(&run.figures));
+    if run.problems.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nverdict: OK (every socket and channel open, no errors)"
+        );
+    } else {
+        let _ = writeln!(s, "\nverdict: PROBLEMS");
+        for p in &run.problems {
+            let _ = writeln!(s, "  - {p}");
+        }
+    }
+    s
 }

@@ -306,6 +306,16 @@ impl Fleet {
         Ok(fleet)
     }
 
+    /// The run's Postgres schema (cluster mode).
+    pub fn pg_schema(&self) -> Option<&str> {
+        self.shared.as_ref().map(|s| s.schema.as_str())
+    }
+
+    /// The directory of the pods' data and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Cluster mode: applies the schema (`switchyard migrate`) to the run's Postgres schema.
     pub async fn migrate(&self) -> anyhow::Result<()> {
         if self.mode == Mode::Cluster {

@@ -4,6 +4,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::bare::PingCompare;
+use crate::baseline::Baselines;
+use crate::figures::{Figure, ratio};
 use crate::hosts::HostsReport;
 use crate::pods::{PodState, ProcSample};
 use crate::probe::ProbeReport;
@@ -92,6 +95,30 @@ pub struct Report {
     pub notes: Vec<String>,
     /// Empty when nothing went wrong.
     pub problems: Vec<String>,
+    /// Each measured figure next to its limit (`--baseline`, `--ping-compare`).
+    pub figures: Vec<Figure>,
+    /// `--baseline`: what the store alone does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baselines: Option<Baselines>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ping_compare: Option<PingCompare>,
+}
+
+/// The `--baseline` and `--ping-compare` lines.
+pub fn render_measures(b: Option<&Baselines>, ping: Option<&PingCompare>) -> String {
+    let mut s = String::new();
+    if let Some(b) = b {
+        for x in b.postgres.iter().chain(b.sqlite.iter()) {
+            let _ = writeln!(s, "{}", x.line());
+        }
+        for n in &b.notes {
+            let _ = writeln!(s, "baseline: {n}");
+        }
+    }
+    if let Some(p) = ping {
+        let _ = writeln!(s, "{}", p.line());
+    }
+    s
 }
 
 impl Report {
@@ -357,6 +384,37 @@ impl Report {
                 }
             }
         }
+        if self.baselines.is_some() || self.ping_compare.is_some() {
+            s.push('\n');
+            s.push_str(&render_measures(
+                self.baselines.as_ref(),
+                self.ping_compare.as_ref(),
+            ));
+        }
+        if let Some(b) = &self.baselines
+            && let Some(inbound) = self
+                .flows
+                .iter()
+                .find(|f| f.flow == "inbound" && f.sent > 0)
+        {
+            for x in b.postgres.iter().chain(b.sqlite.iter()) {
+                let mine = (self.mode == "cluster") == (x.store == "postgres");
+                let _ = writeln!(
+                    s,
+                    "delivered/baseline = {:.3}  (inbound delivered {:.1}/s vs {} {:.0} rows/s{})",
+                    ratio(inbound.delivered_per_s, x.rows_per_s),
+                    inbound.delivered_per_s,
+                    x.store,
+                    x.rows_per_s,
+                    if mine {
+                        format!(", the store of {} mode", self.mode)
+                    } else {
+                        ", for reference only".to_owned()
+                    }
+                );
+            }
+        }
+        s.push_str(&crate::figures::render(&self.figures));
         if self.schema_violations > 0 {
             let _ = writeln!(
                 s,
