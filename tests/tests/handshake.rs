@@ -265,3 +265,21 @@ async fn concurrent_first_hellos_of_one_tenant_share_one_connector_id() {
     );
     assert_schema_clean(&sim);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_without_hello_is_closed_after_the_hello_timeout() {
+    let pod = Pod::start(PodOptions::default().with(|c| {
+        c.limits.hello_timeout = switchyard::config::Dur(std::time::Duration::from_millis(600))
+    }))
+    .await;
+    let sim = pod.sim();
+    let idle = sim.connect().await.unwrap();
+    let greeted = sim.connect().await.unwrap();
+    greeted.hello(CARD_ID, None, &[IM_V2]).await.unwrap();
+    let closed = idle.wait_closed(WAIT).await.expect("closed by the server");
+    assert_eq!(closed.0, 1008, "{closed:?}");
+    assert!(closed.1.contains("hello"), "{closed:?}");
+    // A socket that said hello stays.
+    assert!(greeted.ping().await.is_ok());
+    assert!(greeted.closed().is_none());
+}

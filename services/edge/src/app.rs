@@ -432,7 +432,12 @@ pub async fn run(
         tools_per_socket: cfg.limits.tools_per_socket,
         channel_queue: cfg.limits.channel_queue,
         opens_per_socket: cfg.limits.opens_per_socket,
-        send_queue: cfg.limits.socket_send_queue,
+        send: crate::sendq::SendLimits {
+            packets: cfg.limits.socket_send_queue,
+            bytes: cfg.limits.socket_send_queue_bytes,
+            stall: cfg.limits.socket_stall.0,
+        },
+        hello_timeout: cfg.limits.hello_timeout.0,
         ws_read_buffer: cfg.limits.ws_read_buffer_bytes,
         delivery: OutflowLimits {
             window: cfg.delivery.window,

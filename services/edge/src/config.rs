@@ -193,6 +193,9 @@ pub struct LimitsConfig {
     pub channel_queue: usize,
     pub ws_read_buffer_bytes: usize,
     pub opens_per_socket: usize,
+    pub socket_send_queue_bytes: usize,
+    pub socket_stall: Dur,
+    pub hello_timeout: Dur,
 }
 
 impl Default for LimitsConfig {
@@ -208,6 +211,9 @@ impl Default for LimitsConfig {
             channel_queue: 64,
             ws_read_buffer_bytes: 4096,
             opens_per_socket: 32,
+            socket_send_queue_bytes: 8 * 1024 * 1024,
+            socket_stall: Dur(Duration::from_secs(10)),
+            hello_timeout: Dur(Duration::from_secs(10)),
         }
     }
 }

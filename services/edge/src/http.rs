@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::doorbells::Doorbells;
-use crate::session::{Incoming, Outgoing, Session, SessionDeps, SessionLimits};
+use crate::session::{Incoming, Session, SessionDeps, SessionLimits};
 
 /// What every route of a connector needs.
 #[derive(Clone)]
@@ -191,26 +191,8 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
 
 async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
     let (mut sink, stream) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Outgoing>(s.limits.send_queue);
-    let writer = tokio::spawn(async move {
-        while let Some(o) = out_rx.recv().await {
-            let r = match o {
-                Outgoing::Packet(env) => sink.send(Message::Text(env.to_json().into())).await,
-                Outgoing::Close(code, reason) => {
-                    let frame = axum::extract::ws::CloseFrame {
-                        code,
-                        reason: reason.into(),
-                    };
-                    let _ = sink.send(Message::Close(Some(frame))).await;
-                    break;
-                }
-            };
-            if r.is_err() {
-                break;
-            }
-        }
-        let _ = sink.close().await;
-    });
+    let (out, writer_end) = crate::sendq::channel(s.limits.send);
+    let writer = tokio::spawn(writer_end.run(sink));
     // The session reads the socket itself: no reader task and no second queue per socket.
     let inbound = stream
         .take_while(|m| {
@@ -230,7 +212,7 @@ async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
         limits: s.limits.clone(),
         drain: s.drain.clone(),
     };
-    let session = Session::new(deps, tenant, out_tx);
+    let session = Session::new(deps, tenant, out);
     session.run(inbound).await;
     let _ = writer.await;
 }

@@ -8,6 +8,7 @@ pub mod config;
 mod doorbells;
 pub mod hosts;
 pub mod http;
+pub mod sendq;
 pub mod session;
 pub mod telemetry;
 

@@ -27,6 +27,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::doorbells::{Doorbells, Subscription};
+use crate::sendq::SendQueue;
 
 /// What the socket reader hands the session.
 #[derive(Debug)]
@@ -35,17 +36,12 @@ pub enum Incoming {
     Binary,
 }
 
-/// What the session hands the socket writer.
-#[derive(Debug)]
-pub enum Outgoing {
-    Packet(Box<Envelope>),
-    Close(u16, String),
-}
-
 /// Close code telling xAgent to reconnect (RFC 6455 "service restart").
 pub const CLOSE_RECONNECT: u16 = 1012;
 /// Close code for a deregistered connector_id; reconnecting yields a new one.
 pub const CLOSE_CONNECTOR_GONE: u16 = 4001;
+/// Close code for a socket that broke a rule of the data plane (no hello in time).
+pub const CLOSE_POLICY: u16 = 1008;
 
 /// Frames taken in one round before the round's acks are written and deliveries read.
 const FRAMES_PER_ROUND: usize = 64;
@@ -60,13 +56,15 @@ pub struct SessionLimits {
     /// many channels; they overlap up to this bound, the rest wait their turn).
     pub opens_per_socket: usize,
     pub channel_queue: usize,
-    /// Packets queued for the socket writer.
-    pub send_queue: usize,
+    /// Bounds of the queue to the socket writer.
+    pub send: crate::sendq::SendLimits,
     /// Initial WebSocket read buffer per socket.
     pub ws_read_buffer: usize,
     pub delivery: OutflowLimits,
     pub sweep_interval: Duration,
     pub drain_timeout: Duration,
+    /// A socket that completes no `connector.hello` within this is closed (1008).
+    pub hello_timeout: Duration,
 }
 
 pub struct SessionDeps {
@@ -97,7 +95,7 @@ pub struct Session {
     ident: Option<SessionIdent>,
     flow: Outflow,
     workers: HashMap<String, mpsc::Sender<ChannelWork>>,
-    out: mpsc::Sender<Outgoing>,
+    out: SendQueue,
     tools: Arc<Semaphore>,
     opens: Arc<Semaphore>,
     /// Created with the first `channel.open`: an idle socket carries no queue for it.
@@ -107,9 +105,10 @@ pub struct Session {
     draining: bool,
 }
 
-/// Sends a packet; a closed writer means the socket is gone, which the read loop notices.
-async fn send(out: &mpsc::Sender<Outgoing>, env: Envelope) {
-    let _ = out.send(Outgoing::Packet(Box::new(env))).await;
+/// Sends a packet; a closed or given-up writer means the socket is gone, which the loop
+/// notices.
+async fn send(out: &SendQueue, env: Envelope) {
+    out.push(env).await;
 }
 
 /// An answer to `meta` (on its channel unless the packet names another).
@@ -146,7 +145,7 @@ fn fault_pair(f: Fault) -> (ErrorCode, String) {
 }
 
 impl Session {
-    pub fn new(deps: SessionDeps, tenant_id: String, out: mpsc::Sender<Outgoing>) -> Self {
+    pub fn new(deps: SessionDeps, tenant_id: String, out: SendQueue) -> Self {
         let tools = Arc::new(Semaphore::new(deps.limits.tools_per_socket));
         let opens = Arc::new(Semaphore::new(deps.limits.opens_per_socket.max(1)));
         let socket_id = new_id("sock");
@@ -170,6 +169,8 @@ impl Session {
 
     /// Runs until the peer goes away or the drain completes.
     pub async fn run(mut self, mut inbound: impl Stream<Item = Incoming> + Unpin) {
+        // The loop's own state is what an idle socket costs: every handler future is boxed
+        // while it runs, so the loop stays small between events.
         let span = tracing::info_span!("socket", socket_id = %self.socket_id, tenant = %self.tenant_id, card = %self.deps.conn.card_id());
         async {
             metrics::gauge!("switchyard_sockets").increment(1.0);
@@ -177,6 +178,8 @@ impl Session {
             // Spread the sweeps of many sockets over the interval instead of aligning them.
             let mut next_sweep = Instant::now() + sweep_every.mul_f64(0.5 + rand::random::<f64>() * 0.5);
             let drain = self.deps.drain.clone();
+            let overflow = self.out.overflow.clone();
+            let hello_deadline = Instant::now() + self.deps.limits.hello_timeout;
             let mut drain_deadline: Option<Instant> = None;
             let mut peer_gone = false;
             loop {
@@ -205,20 +208,27 @@ impl Session {
                         self.tasks.close();
                         drain_deadline = Some(Instant::now() + self.deps.limits.drain_timeout);
                     }
+                    _ = overflow.cancelled() => peer_gone = true,
+                    _ = tokio::time::sleep_until(hello_deadline), if self.ident.is_none() => {
+                        tracing::info!("no connector.hello in time; closing");
+                        metrics::counter!("switchyard_limits_hit_total", "limit" => "hello_timeout").increment(1);
+                        self.out.close(CLOSE_POLICY, "connector.hello required first").await;
+                        peer_gone = true;
+                    }
                     _ = async { tokio::time::sleep_until(drain_deadline.unwrap_or_else(Instant::now)).await }, if drain_deadline.is_some() => {
                         tracing::warn!(in_flight = self.tasks.len(), "drain deadline reached with work in flight");
                         break;
                     }
-                    opened = recv_opened(&mut self.opened) => self.on_opened(opened).await,
-                    bell = recv_bell(&mut self.bells) => self.on_bells(bell).await,
+                    opened = recv_opened(&mut self.opened) => Box::pin(self.on_opened(opened)).await,
+                    bell = recv_bell(&mut self.bells) => Box::pin(self.on_bells(bell)).await,
                     frame = inbound.next() => match frame {
                         Some(f) => {
-                            self.on_frame(f).await;
+                            Box::pin(self.on_frame(f)).await;
                             // Take what else has arrived, so the round's acks are written
                             // together and each channel is read once.
                             for _ in 1..FRAMES_PER_ROUND {
                                 match inbound.next().now_or_never() {
-                                    Some(Some(f)) => self.on_frame(f).await,
+                                    Some(Some(f)) => Box::pin(self.on_frame(f)).await,
                                     Some(None) => {
                                         peer_gone = true;
                                         break;
@@ -231,23 +241,23 @@ impl Session {
                     },
                     _ = tokio::time::sleep_until(wake_at) => {
                         let now = Instant::now();
-                        self.flow.on_tick(now.into_std()).await;
+                        Box::pin(self.flow.on_tick(now.into_std())).await;
                         if now >= next_sweep {
                             next_sweep = now + sweep_every;
-                            self.sweep().await;
+                            Box::pin(self.sweep()).await;
                         }
                     }
                 }
-                self.flush().await;
+                Box::pin(self.flush()).await;
                 if peer_gone {
-                    self.finish().await;
+                    Box::pin(self.finish()).await;
                     metrics::gauge!("switchyard_sockets").decrement(1.0);
                     return;
                 }
             }
             // Drained: ask xAgent to reconnect (to another pod).
-            let _ = self.out.send(Outgoing::Close(CLOSE_RECONNECT, "server draining; reconnect".into())).await;
-            self.finish().await;
+            self.out.close(CLOSE_RECONNECT, "server draining; reconnect").await;
+            Box::pin(self.finish()).await;
             metrics::gauge!("switchyard_sockets").decrement(1.0);
         }
         .instrument(span)
@@ -257,12 +267,7 @@ impl Session {
     /// Writes the round's acks and sends what became deliverable.
     async fn flush(&mut self) {
         for env in self.flow.flush().await {
-            if self
-                .out
-                .send(Outgoing::Packet(Box::new(env)))
-                .await
-                .is_err()
-            {
+            if !self.out.push(env).await {
                 return;
             }
         }
@@ -720,12 +725,8 @@ impl Session {
                 }
             }
             Doorbell::ConnectorGone => {
-                let _ = self
-                    .out
-                    .send(Outgoing::Close(
-                        CLOSE_CONNECTOR_GONE,
-                        "connector_id deregistered; reconnect".into(),
-                    ))
+                self.out
+                    .close(CLOSE_CONNECTOR_GONE, "connector_id deregistered; reconnect")
                     .await;
             }
         }
@@ -764,7 +765,7 @@ async fn channel_worker(
     conn: Connector,
     chid: String,
     mut rx: mpsc::Receiver<ChannelWork>,
-    out: mpsc::Sender<Outgoing>,
+    out: SendQueue,
 ) {
     while let Some(work) = rx.recv().await {
         // Re-read the channel so status changes (logout, revocation) apply immediately.
@@ -798,7 +799,7 @@ async fn channel_worker(
 
 /// `tool.progress.push` for long tools.
 struct Progress {
-    out: mpsc::Sender<Outgoing>,
+    out: SendQueue,
     channel: String,
     tool_id: String,
     request_id: Option<String>,
@@ -816,6 +817,6 @@ impl ProgressSink for Progress {
         c.request_id = self.request_id.clone();
         let env = push.into_envelope(new_id("pkt"), now_ms(), c);
         // Progress is informational: drop it rather than block the tool when the queue is full.
-        let _ = self.out.try_send(Outgoing::Packet(Box::new(env)));
+        self.out.try_push(env);
     }
 }

@@ -138,8 +138,8 @@ pub fn parse(text: &str) -> Result<(RequestMeta, Inbound), PacketError> {
     if !raw.is_object() {
         return Err(invalid("packet must be a JSON object".into()));
     }
-    let env: Envelope =
-        serde_json::from_value(raw).map_err(|e| invalid(format!("invalid envelope: {e}")))?;
+    let env: Envelope = serde_json::from_value(raw)
+        .map_err(|e| invalid(clip(format!("invalid envelope: {e}"), MAX_ECHO)))?;
     if env.schema != PACKET_SCHEMA {
         return Err(invalid(format!("schema must be {PACKET_SCHEMA}")));
     }
@@ -166,7 +166,7 @@ pub fn parse(text: &str) -> Result<(RequestMeta, Inbound), PacketError> {
         serde_json::from_value(v).map_err(|e| PacketError {
             meta: meta.clone(),
             code: ErrorCode::InvalidPacket,
-            message: format!("invalid {kind} payload: {e}"),
+            message: clip(format!("invalid {kind} payload: {e}"), MAX_ECHO),
         })
     }
     let kind = env.kind.as_str();
@@ -182,7 +182,7 @@ pub fn parse(text: &str) -> Result<(RequestMeta, Inbound), PacketError> {
         "tool.invoke" => Inbound::ToolInvoke(decode(payload.clone(), kind, &meta)?),
         "chat.message" => {
             let p: ChatMessagePayload = decode(payload.clone(), kind, &meta)?;
-            p.validate().map_err(invalid)?;
+            p.validate().map_err(|m| invalid(clip(m, MAX_ECHO)))?;
             Inbound::ChatMessage(p)
         }
         "chat.message.delta" => {
@@ -216,7 +216,7 @@ pub fn parse(text: &str) -> Result<(RequestMeta, Inbound), PacketError> {
             return Err(PacketError {
                 meta: meta.clone(),
                 code: ErrorCode::UnsupportedPacket,
-                message: format!("unsupported packet type {other:?}"),
+                message: clip(format!("unsupported packet type {other:?}"), MAX_ECHO),
             });
         }
     };
@@ -228,9 +228,34 @@ pub fn parse(text: &str) -> Result<(RequestMeta, Inbound), PacketError> {
     Ok((meta, packet))
 }
 
-/// Best-effort metadata from a JSON value whose envelope may be invalid.
+/// Longest error message built from client input: answers never echo more than this.
+pub const MAX_ECHO: usize = 160;
+/// Longest correlation id echoed back; a longer one is not an id we answer to.
+pub const MAX_ECHO_ID: usize = 128;
+
+/// `s` cut to at most `max` bytes at a character boundary, marked when cut.
+pub fn clip(mut s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    s.push('…');
+    s
+}
+
+/// Best-effort metadata from a JSON value whose envelope may be invalid. Ids longer than
+/// [`MAX_ECHO_ID`] are dropped, so an answer never carries a large piece of the input.
 fn recover_meta(raw: &Value) -> RequestMeta {
-    let s = |k: &str| raw.get(k).and_then(Value::as_str).map(str::to_owned);
+    let s = |k: &str| {
+        raw.get(k)
+            .and_then(Value::as_str)
+            .filter(|v| v.len() <= MAX_ECHO_ID)
+            .map(str::to_owned)
+    };
     RequestMeta {
         packet_id: s("packet_id").unwrap_or_default(),
         request_id: s("request_id"),
@@ -258,6 +283,48 @@ impl ClassifyLabel for serde_json::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_never_echo_more_than_a_short_prefix() {
+        let big = "A".repeat(100_000);
+        let cases = [
+            // An unknown type of 100 KB.
+            serde_json::json!({"schema": PACKET_SCHEMA, "packet_id": "p1", "type": big}),
+            // A payload field of the wrong type holding 100 KB (serde quotes the value).
+            serde_json::json!({"schema": PACKET_SCHEMA, "packet_id": "p1", "type": "tool.invoke",
+                "payload": {"tool_id": 1, "arguments": big}}),
+            // An envelope field of the wrong type.
+            serde_json::json!({"schema": PACKET_SCHEMA, "packet_id": "p1", "type": "ping",
+                "time": big}),
+            // Correlation ids of 100 KB.
+            serde_json::json!({"schema": PACKET_SCHEMA, "packet_id": big, "request_id": big,
+                "connector_channel_id": big, "type": "nope"}),
+        ];
+        for c in cases {
+            let e = parse(&c.to_string()).expect_err("refused");
+            assert!(
+                e.message.len() <= MAX_ECHO + '…'.len_utf8(),
+                "{}",
+                e.message.len()
+            );
+            for id in [
+                Some(&e.meta.packet_id),
+                e.meta.request_id.as_ref(),
+                e.meta.connector_channel_id.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                assert!(id.len() <= MAX_ECHO_ID);
+            }
+        }
+    }
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary() {
+        assert_eq!(clip("abc".into(), 5), "abc");
+        assert_eq!(clip("ééé".into(), 3), "é…");
+    }
 
     fn pkt(kind: &str, payload: Value) -> String {
         serde_json::json!({
