@@ -11,13 +11,12 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::{SinkExt, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
 use switchyard_core::engine::{Connector, DownloadAuth, DownloadCheck, Fault};
 use switchyard_core::provider::ProviderHost;
 use switchyard_protocol::{ErrorCode, PROTOCOL_VERSION, SUBPROTOCOL};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -190,7 +189,7 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
 }
 
 async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
-    let (mut sink, stream) = socket.split();
+    let (sink, stream) = socket.split();
     let (out, writer_end) = crate::sendq::channel(s.limits.send);
     let writer = tokio::spawn(writer_end.run(sink));
     // The session reads the socket itself: no reader task and no second queue per socket.

@@ -82,6 +82,8 @@ enum ChannelWork {
     Activity(switchyard_protocol::im::ActivityPayload),
 }
 
+type OpenedQueue = (mpsc::Sender<Box<Opened>>, mpsc::Receiver<Box<Opened>>);
+
 /// A `channel.open` finished off the loop.
 struct Opened {
     meta: RequestMeta,
@@ -99,7 +101,7 @@ pub struct Session {
     tools: Arc<Semaphore>,
     opens: Arc<Semaphore>,
     /// Created with the first `channel.open`: an idle socket carries no queue for it.
-    opened: Option<(mpsc::Sender<Box<Opened>>, mpsc::Receiver<Box<Opened>>)>,
+    opened: Option<OpenedQueue>,
     tasks: TaskTracker,
     bells: Option<Subscription>,
     draining: bool,
@@ -747,9 +749,7 @@ async fn recv_bell(bells: &mut Option<Subscription>) -> Option<Doorbell> {
     }
 }
 
-async fn recv_opened(
-    opened: &mut Option<(mpsc::Sender<Box<Opened>>, mpsc::Receiver<Box<Opened>>)>,
-) -> Box<Opened> {
+async fn recv_opened(opened: &mut Option<OpenedQueue>) -> Box<Opened> {
     match opened {
         // The session holds a sender, so the queue never reports closed.
         Some((_, rx)) => match rx.recv().await {

@@ -2266,7 +2266,10 @@ async fn ack_batch(s: &dyn Store) {
         .expect("ack batch");
     assert_eq!(gone, 2);
     let now = now_ms();
-    assert_eq!(pending_ids(s, &a.id, now).await, [m2.message_id.clone()]);
+    assert_eq!(
+        pending_ids(s, &a.id, now).await,
+        std::slice::from_ref(&m2.message_id)
+    );
     assert!(pending_ids(s, &b.id, now).await.is_empty());
     assert_eq!(s.ack_outbox_batch(&[]).await.expect("empty"), 0);
 }
