@@ -306,7 +306,7 @@ impl Session {
             }
             Inbound::Pong => {}
             Inbound::Error { code, .. } => {
-                tracing::info!(code = %code, "xAgent reported an error");
+                switchyard_core::limits::client_error("xagent", &code);
             }
             Inbound::ChannelOpen => self.on_open(&ident, meta).await,
             other => {
