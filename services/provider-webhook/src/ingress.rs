@@ -187,6 +187,8 @@ pub(crate) enum ReadError {
     TooLarge,
     TimedOut,
     Aborted,
+    /// A multipart preamble or part header section longer than the parser may buffer.
+    LongHeaders,
 }
 
 impl ReadError {
@@ -207,6 +209,11 @@ impl ReadError {
                 "invalid_message",
                 Some("the body could not be read"),
             ),
+            Self::LongHeaders => error(
+                StatusCode::BAD_REQUEST,
+                "invalid_message",
+                Some("a multipart preamble or part header section is longer than 16 KiB"),
+            ),
         }
     }
 
@@ -214,6 +221,7 @@ impl ReadError {
         match self {
             Self::TooLarge => limits::hit("ingress_body_bytes"),
             Self::TimedOut => limits::hit("ingress_body_timeout"),
+            Self::LongHeaders => limits::hit("ingress_multipart_headers"),
             Self::Aborted => {}
         }
     }
@@ -261,6 +269,80 @@ pub(crate) async fn read_bounded(
     result
 }
 
+/// Longest multipart preamble or part header section. The parser buffers these whole while it
+/// looks for their end (part data streams through), so they are bounded here.
+const MAX_PART_HEADER_BYTES: usize = 16 * 1024;
+
+/// Follows a multipart body's structure just enough to bound what the parser buffers: the
+/// preamble (up to the first delimiter) and each part's headers (up to the blank line).
+struct PartScanner {
+    /// `--boundary`: ends the preamble.
+    first: Vec<u8>,
+    /// `CRLF--boundary`: ends a part's data.
+    next: Vec<u8>,
+    phase: Phase,
+    /// Bytes of the current preamble or header section so far.
+    held: usize,
+    /// The end of the previous chunk, for a delimiter split across chunks.
+    carry: Vec<u8>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Preamble,
+    Headers,
+    Data,
+}
+
+impl PartScanner {
+    fn new(boundary: &str) -> Self {
+        Self {
+            first: format!("--{boundary}").into_bytes(),
+            next: format!("\r\n--{boundary}").into_bytes(),
+            phase: Phase::Preamble,
+            held: 0,
+            carry: Vec::new(),
+        }
+    }
+
+    /// False once a preamble or header section exceeds [`MAX_PART_HEADER_BYTES`].
+    fn feed(&mut self, chunk: &[u8]) -> bool {
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(chunk);
+        let mut at = 0;
+        loop {
+            let pattern: &[u8] = match self.phase {
+                Phase::Preamble => &self.first,
+                Phase::Headers => b"\r\n\r\n",
+                Phase::Data => &self.next,
+            };
+            match memchr::memmem::find(&buf[at..], pattern) {
+                Some(i) => {
+                    at += i + pattern.len();
+                    self.phase = match self.phase {
+                        Phase::Preamble | Phase::Data => Phase::Headers,
+                        Phase::Headers => Phase::Data,
+                    };
+                    self.held = 0;
+                }
+                None => {
+                    if self.phase != Phase::Data {
+                        self.held += buf.len() - at;
+                        if self.held > MAX_PART_HEADER_BYTES {
+                            return false;
+                        }
+                    }
+                    let keep = (pattern.len() - 1).min(buf.len() - at);
+                    // The carried bytes are counted again with the next chunk.
+                    self.held = self.held.saturating_sub(keep);
+                    self.carry = buf[buf.len() - keep..].to_vec();
+                    return true;
+                }
+            }
+        }
+    }
+}
+
 /// The body of a multipart request on its way to the parser: every byte passes through the
 /// signature check, the size cap and the deadline. Shared so that what the parser leaves
 /// unread (an epilogue) is still read and signed afterwards.
@@ -273,18 +355,21 @@ struct TeeState {
     read: u64,
     max: u64,
     deadline: Pin<Box<tokio::time::Sleep>>,
+    /// None once the parser is done (what is left is only read and signed).
+    scanner: Option<PartScanner>,
     failed: Option<ReadError>,
     done: bool,
 }
 
 impl Tee {
-    fn new(body: Body, verifier: Verifier, max: u64, timeout: Duration) -> Self {
+    fn new(body: Body, boundary: &str, verifier: Verifier, max: u64, timeout: Duration) -> Self {
         Self(Arc::new(Mutex::new(TeeState {
             body: body.into_data_stream().boxed(),
             verifier: Some(verifier),
             read: 0,
             max,
             deadline: Box::pin(tokio::time::sleep(timeout)),
+            scanner: Some(PartScanner::new(boundary)),
             failed: None,
             done: false,
         })))
@@ -300,6 +385,7 @@ impl Tee {
 
     /// Reads (and signs) whatever the parser left, then checks the signature.
     async fn finish(self) -> Result<Result<(), SignatureError>, ReadError> {
+        self.state().scanner = None;
         let mut rest = self.clone();
         while let Some(chunk) = rest.next().await {
             if chunk.is_err() {
@@ -351,6 +437,10 @@ impl futures::Stream for Tee {
                 }
                 if let Some(v) = st.verifier.as_mut() {
                     v.update(&chunk);
+                }
+                if st.scanner.as_mut().is_some_and(|s| !s.feed(&chunk)) {
+                    st.failed = Some(ReadError::LongHeaders);
+                    return fail(ReadError::LongHeaders);
                 }
                 Poll::Ready(Some(Ok(chunk)))
             }
@@ -566,6 +656,7 @@ async fn receive_multipart(
         .map_err(|_| Invalid::from("multipart body without a boundary"))?;
     let tee = Tee::new(
         body,
+        &boundary,
         verifier,
         st.limits.max_multipart_bytes,
         st.limits.body_timeout,
@@ -743,4 +834,30 @@ fn validate(m: &WireMessage, file_count: usize) -> Result<(), Invalid> {
         return Err("sender.id must be non-empty".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed_all(chunks: &[&[u8]]) -> bool {
+        let mut s = PartScanner::new("b0");
+        chunks.iter().all(|c| s.feed(c))
+    }
+
+    #[test]
+    fn the_scanner_bounds_preambles_and_headers_only() {
+        let big = vec![b'x'; 64 * 1024];
+        let mut body = b"--b0\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n".to_vec();
+        body.extend_from_slice(&big);
+        body.extend_from_slice(b"\r\n--b0--\r\n");
+        assert!(feed_all(&[&body]), "part data is not limited");
+        // Delimiters split across chunks are found.
+        let pieces: Vec<&[u8]> = body.chunks(3).collect();
+        assert!(feed_all(&pieces));
+        assert!(!feed_all(&[&big]), "a preamble without a delimiter");
+        let mut headers = b"--b0\r\nX: ".to_vec();
+        headers.extend_from_slice(&big);
+        assert!(!feed_all(&[&headers]), "a header section without its end");
+    }
 }
