@@ -45,8 +45,14 @@ async fn start(bin: &Path, dir: &Path) -> (Child, u16, String) {
         .current_dir(dir)
         .env("SWITCHYARD_DATA_DIR", dir.join("data"))
         .env("SWITCHYARD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("SWITCHYARD_METRICS_LISTEN", format!("127.0.0.1:{}", free_port()))
-        .env("SWITCHYARD_HOSTS_TLS_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env(
+            "SWITCHYARD_METRICS_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
+        .env(
+            "SWITCHYARD_HOSTS_TLS_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        )
         .env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/8,::1/128")
         .env("SWITCHYARD_LOG__LEVEL", "warn")
         .stdin(Stdio::null())
@@ -135,8 +141,7 @@ async fn garbage_signature_floods_keep_the_pod_small() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(pid);
     let (json_growth, json_statuses) = flood(pid, &url, "application/json").await;
-    let (mp_growth, mp_statuses) =
-        flood(pid, &url, "multipart/form-data; boundary=zzz").await;
+    let (mp_growth, mp_statuses) = flood(pid, &url, "multipart/form-data; boundary=zzz").await;
     let after = rss_kib(pid);
     let files = walk_size(&dir.path().join("data").join("files"));
     println!(
@@ -150,8 +155,14 @@ async fn garbage_signature_floods_keep_the_pod_small() {
         dedup(&mp_statuses),
         after / 1024,
     );
-    assert!(json_growth < MAX_GROWTH_KIB, "JSON flood grew RSS by {json_growth} KiB");
-    assert!(mp_growth < MAX_GROWTH_KIB, "multipart flood grew RSS by {mp_growth} KiB");
+    assert!(
+        json_growth < MAX_GROWTH_KIB,
+        "JSON flood grew RSS by {json_growth} KiB"
+    );
+    assert!(
+        mp_growth < MAX_GROWTH_KIB,
+        "multipart flood grew RSS by {mp_growth} KiB"
+    );
     assert_eq!(files, 0, "bytes of refused requests were kept");
 }
 

@@ -730,7 +730,12 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
         "{h:?}"
     );
     assert_eq!(h["x-content-type-options"], "nosniff");
-    assert!(h["content-security-policy"].to_str().unwrap().starts_with("sandbox"));
+    assert!(
+        h["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .starts_with("sandbox")
+    );
     let got = resp.bytes().await.unwrap();
     assert_eq!(got.as_ref(), body.as_slice());
 
@@ -748,9 +753,19 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
     assert!(fetched["result"]["file_ref"].as_str().is_some());
     let resp = reqwest::get(url).await.unwrap();
     let h = resp.headers();
-    assert!(h["content-disposition"].to_str().unwrap().starts_with("attachment"));
+    assert!(
+        h["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment")
+    );
     assert_eq!(h["x-content-type-options"], "nosniff");
-    assert!(h["content-security-policy"].to_str().unwrap().starts_with("sandbox"));
+    assert!(
+        h["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .starts_with("sandbox")
+    );
     assert_eq!(resp.bytes().await.unwrap().as_ref(), body.as_slice());
 
     // Host-initiated handoff to an agent of another host.
@@ -1357,7 +1372,10 @@ async fn a_host_cannot_take_another_hosts_approval_id() {
         .unwrap()
         .expect("the second host's request was kept");
     assert_eq!(mine.run_id, run_a);
-    hosts.decide(&mine.id, None, true, "alice", None).await.unwrap();
+    hosts
+        .decide(&mine.id, None, true, "alice", None)
+        .await
+        .unwrap();
     let HostMessage::ApprovalGranted(g) = ha.expect(MessageType::ApprovalGranted).await else {
         unreachable!()
     };

@@ -232,7 +232,11 @@ mod tests {
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-            assert_eq!(mode(&dir.path().join("a/b/c")), 0o600, "objects are private");
+            assert_eq!(
+                mode(&dir.path().join("a/b/c")),
+                0o600,
+                "objects are private"
+            );
             assert_eq!(mode(&dir.path().join("a/b")), 0o700, "folders are private");
             let fresh = dir.path().join("fresh");
             LocalFileStore::new(&fresh).unwrap();

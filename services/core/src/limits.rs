@@ -68,8 +68,7 @@ impl LogGate {
     }
 }
 
-static CLIENT_ERRORS: LogGate =
-    LogGate::new(CLIENT_ERROR_LINES_PER_SEC, Duration::from_secs(1));
+static CLIENT_ERRORS: LogGate = LogGate::new(CLIENT_ERROR_LINES_PER_SEC, Duration::from_secs(1));
 
 /// Logs an error a client reported about itself (an xAgent `error` packet): the code is
 /// escaped and truncated, and the pod writes at most [`CLIENT_ERROR_LINES_PER_SEC`] such

@@ -161,21 +161,21 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
 }
 
 const INTERNAL_V4: &[(u8, u8, u8, u8, u8)] = &[
-    (0, 0, 0, 0, 8),        // "this network", 0.0.0.0
-    (10, 0, 0, 0, 8),       // private
-    (100, 64, 0, 0, 10),    // carrier-grade NAT
-    (127, 0, 0, 0, 8),      // loopback
-    (169, 254, 0, 0, 16),   // link-local, cloud metadata
-    (172, 16, 0, 0, 12),    // private
-    (192, 0, 0, 0, 24),     // IETF protocol assignments
-    (192, 0, 2, 0, 24),     // documentation
-    (192, 88, 99, 0, 24),   // 6to4 relay
-    (192, 168, 0, 0, 16),   // private
-    (198, 18, 0, 0, 15),    // benchmarking
-    (198, 51, 100, 0, 24),  // documentation
-    (203, 0, 113, 0, 24),   // documentation
-    (224, 0, 0, 0, 4),      // multicast
-    (240, 0, 0, 0, 4),      // reserved, broadcast
+    (0, 0, 0, 0, 8),       // "this network", 0.0.0.0
+    (10, 0, 0, 0, 8),      // private
+    (100, 64, 0, 0, 10),   // carrier-grade NAT
+    (127, 0, 0, 0, 8),     // loopback
+    (169, 254, 0, 0, 16),  // link-local, cloud metadata
+    (172, 16, 0, 0, 12),   // private
+    (192, 0, 0, 0, 24),    // IETF protocol assignments
+    (192, 0, 2, 0, 24),    // documentation
+    (192, 88, 99, 0, 24),  // 6to4 relay
+    (192, 168, 0, 0, 16),  // private
+    (198, 18, 0, 0, 15),   // benchmarking
+    (198, 51, 100, 0, 24), // documentation
+    (203, 0, 113, 0, 24),  // documentation
+    (224, 0, 0, 0, 4),     // multicast
+    (240, 0, 0, 0, 4),     // reserved, broadcast
 ];
 
 fn is_internal(ip: IpAddr) -> bool {
@@ -270,7 +270,10 @@ mod tests {
 
     #[test]
     fn ranges_parse() {
-        assert_eq!("10.0.0.0/8".parse::<Cidr>().unwrap().to_string(), "10.0.0.0/8");
+        assert_eq!(
+            "10.0.0.0/8".parse::<Cidr>().unwrap().to_string(),
+            "10.0.0.0/8"
+        );
         assert_eq!("::1".parse::<Cidr>().unwrap().to_string(), "::1/128");
         assert_eq!("1.2.3.4".parse::<Cidr>().unwrap().to_string(), "1.2.3.4/32");
         for bad in ["", "10.0.0.0/33", "::/129", "nope/8", "10.0.0.0/x"] {

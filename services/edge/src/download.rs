@@ -72,7 +72,10 @@ mod tests {
         let mut h = HeaderMap::new();
         attachment(&mut h, "re\"port\n.html");
         let cd = h[header::CONTENT_DISPOSITION].to_str().unwrap();
-        assert!(cd.starts_with("attachment; filename=\"report_.html\""), "{cd}");
+        assert!(
+            cd.starts_with("attachment; filename=\"report_.html\""),
+            "{cd}"
+        );
         assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
         assert_eq!(h[header::CONTENT_SECURITY_POLICY], SANDBOX_CSP);
         assert_eq!(content_type("text/csv"), "text/csv");

@@ -537,7 +537,10 @@ async fn artifact_get(
             let mut resp = Response::new(Body::from_stream(stream));
             let h = resp.headers_mut();
             // The host chose the type and the bytes: saved, never rendered in our origin.
-            h.insert(header::CONTENT_TYPE, download::content_type(&art.content_type));
+            h.insert(
+                header::CONTENT_TYPE,
+                download::content_type(&art.content_type),
+            );
             download::attachment(h, &art.name);
             h.insert(
                 header::CONTENT_LENGTH,

@@ -423,16 +423,23 @@ async fn webhook_bodies_are_read_only_after_the_secret_and_are_bounded() {
         if let Some(s) = secret {
             req = req.header("X-Telegram-Bot-Api-Secret-Token", s);
         }
-        (tx, tokio::spawn(async move { req.send().await.map(|r| r.status().as_u16()) }))
+        (
+            tx,
+            tokio::spawn(async move { req.send().await.map(|r| r.status().as_u16()) }),
+        )
     };
     // No secret: answered while the body is still coming (nothing of it is read).
     let (tx, answer) = stalled(Some("wrong".into()));
-    tx.send(Ok(bytes::Bytes::from_static(b"{\"update_id\":"))).await.unwrap();
+    tx.send(Ok(bytes::Bytes::from_static(b"{\"update_id\":")))
+        .await
+        .unwrap();
     let status = tokio::time::timeout(Duration::from_secs(5), answer).await;
     assert_eq!(status.expect("answered").unwrap().ok(), Some(401));
     // With the secret, a body that stalls is cut by the timeout.
     let (tx, answer) = stalled(Some(secret.clone()));
-    tx.send(Ok(bytes::Bytes::from_static(b"{\"update_id\":"))).await.unwrap();
+    tx.send(Ok(bytes::Bytes::from_static(b"{\"update_id\":")))
+        .await
+        .unwrap();
     let status = tokio::time::timeout(Duration::from_secs(5), answer).await;
     assert_eq!(status.expect("answered").unwrap().ok(), Some(408));
     drop(tx);

@@ -172,13 +172,24 @@ mod tests {
             "http://169.254.169.254/latest/meta-data/",
             "http://localhost:8080/x",
         ] {
-            let input = serde_json::from_value(json!({"endpoint_url": url, "signing_secret": GOOD})).unwrap();
+            let input =
+                serde_json::from_value(json!({"endpoint_url": url, "signing_secret": GOOD}))
+                    .unwrap();
             let err = Credentials::from_new_input(&input, &strict).err();
-            assert!(err.is_some_and(|m| m.contains("outbound.allow_private")), "{url}");
+            assert!(
+                err.is_some_and(|m| m.contains("outbound.allow_private")),
+                "{url}"
+            );
         }
-        let input = serde_json::from_value(json!({"endpoint_url": "http://127.0.0.1:9/x", "signing_secret": GOOD})).unwrap();
+        let input = serde_json::from_value(
+            json!({"endpoint_url": "http://127.0.0.1:9/x", "signing_secret": GOOD}),
+        )
+        .unwrap();
         assert!(Credentials::from_new_input(&input, &local).is_ok());
-        let input = serde_json::from_value(json!({"endpoint_url": "https://chat.example.com/x", "signing_secret": GOOD})).unwrap();
+        let input = serde_json::from_value(
+            json!({"endpoint_url": "https://chat.example.com/x", "signing_secret": GOOD}),
+        )
+        .unwrap();
         assert!(Credentials::from_new_input(&input, &strict).is_ok());
         // 16 characters, more bytes: counted in characters.
         assert!(Credentials::parse(Some("http://h/x"), Some("ééééééééééééééé1")).is_ok());

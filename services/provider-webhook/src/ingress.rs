@@ -20,11 +20,11 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
+use switchyard_core::ProviderHost;
 use switchyard_core::files::{ByteStream, bytes_stream};
 use switchyard_core::limits;
 use switchyard_core::netguard::OutboundPolicy;
 use switchyard_core::provider::{HostError, InboundMessage, InboundOutcome};
-use switchyard_core::ProviderHost;
 use switchyard_protocol::im::FileItem;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -84,10 +84,7 @@ impl IngressLimits {
     }
 
     fn channel_slot(self: &Arc<Self>, channel_id: &str) -> Option<ChannelSlot> {
-        let mut busy = self
-            .busy_channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut busy = self.busy_channels.lock().unwrap_or_else(|e| e.into_inner());
         let n = busy.entry(channel_id.to_owned()).or_insert(0);
         if *n >= self.per_channel {
             limits::hit("ingress_concurrency_channel");
@@ -574,8 +571,16 @@ async fn inbound(
     let content_type = header_str(header::CONTENT_TYPE.as_str()).unwrap_or("application/json");
     let mut stored: Vec<FileItem> = Vec::new();
     let result = if is_multipart(content_type) {
-        receive_multipart(&st, &channel_id, content_type, &headers, body, verifier, &mut stored)
-            .await
+        receive_multipart(
+            &st,
+            &channel_id,
+            content_type,
+            &headers,
+            body,
+            verifier,
+            &mut stored,
+        )
+        .await
     } else {
         receive_json(&st, &channel_id, &headers, body, verifier, &mut stored).await
     };
@@ -591,7 +596,11 @@ async fn inbound(
         Ok(outcome) => {
             let status = match outcome {
                 InboundOutcome::Stored => "accepted",
-                InboundOutcome::Duplicate => "duplicate",
+                InboundOutcome::Duplicate => {
+                    // The first delivery carries its own files; these would be orphans.
+                    discard(st.host.as_ref(), &channel_id, &stored).await;
+                    "duplicate"
+                }
             };
             (StatusCode::ACCEPTED, axum::Json(json!({"status": status}))).into_response()
         }
@@ -621,9 +630,14 @@ async fn receive_json(
     mut verifier: Verifier,
     stored: &mut Vec<FileItem>,
 ) -> Result<InboundMessage, Refusal> {
-    let raw = read_bounded(headers, body, st.limits.max_json_bytes, st.limits.body_timeout)
-        .await
-        .map_err(Refusal::Read)?;
+    let raw = read_bounded(
+        headers,
+        body,
+        st.limits.max_json_bytes,
+        st.limits.body_timeout,
+    )
+    .await
+    .map_err(Refusal::Read)?;
     verifier.update(&raw);
     verifier.finish().map_err(Refusal::Signature)?;
     let mut message = parse_message(&raw)?;
@@ -749,7 +763,12 @@ async fn store_pending(
         let mime = f.mime_type.or_else(|| guess_mime(&f.filename));
         let item = st
             .host
-            .store_inbound_file(channel_id, &f.filename, mime.as_deref(), bytes_stream(f.bytes))
+            .store_inbound_file(
+                channel_id,
+                &f.filename,
+                mime.as_deref(),
+                bytes_stream(f.bytes),
+            )
             .await?;
         stored.push(item);
     }
@@ -848,7 +867,8 @@ mod tests {
     #[test]
     fn the_scanner_bounds_preambles_and_headers_only() {
         let big = vec![b'x'; 64 * 1024];
-        let mut body = b"--b0\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n".to_vec();
+        let mut body =
+            b"--b0\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n".to_vec();
         body.extend_from_slice(&big);
         body.extend_from_slice(b"\r\n--b0--\r\n");
         assert!(feed_all(&[&body]), "part data is not limited");

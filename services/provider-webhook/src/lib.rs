@@ -183,13 +183,15 @@ impl Provider for WebhookProvider {
 
     async fn auth_start(&self, req: AuthRequest<'_>) -> Result<AuthStep, ProviderError> {
         match req.flow.id.as_str() {
-            FLOW_BINDING => Ok(match Credentials::from_new_input(req.input, &self.outbound) {
-                Ok(creds) => creds.into_step(),
-                Err(m) => AuthStep::Failed {
-                    code: "invalid_input".into(),
-                    message: m.into(),
+            FLOW_BINDING => Ok(
+                match Credentials::from_new_input(req.input, &self.outbound) {
+                    Ok(creds) => creds.into_step(),
+                    Err(m) => AuthStep::Failed {
+                        code: "invalid_input".into(),
+                        message: m.into(),
+                    },
                 },
-            }),
+            ),
             FLOW_PAIRING => {
                 let base = self.host()?.public_base_url();
                 pairing::start(&base, PREFIX, req.auth_session_id, self.pairing_ttl)

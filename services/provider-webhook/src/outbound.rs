@@ -74,12 +74,12 @@ impl Resolve for GuardedResolver {
         let policy = self.policy.clone();
         Box::pin(async move {
             let found = tokio::net::lookup_host((name.as_str(), 0)).await?;
-            let allowed: Vec<SocketAddr> = found
-                .filter(|a| policy.check_ip(a.ip()).is_ok())
-                .collect();
+            let allowed: Vec<SocketAddr> =
+                found.filter(|a| policy.check_ip(a.ip()).is_ok()).collect();
             if allowed.is_empty() {
-                return Err(Box::new(Refused::NoAllowedAddress)
-                    as Box<dyn std::error::Error + Send + Sync>);
+                return Err(
+                    Box::new(Refused::NoAllowedAddress) as Box<dyn std::error::Error + Send + Sync>
+                );
             }
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })

@@ -226,7 +226,13 @@ async fn pairing_accepts_the_html_form_post() {
         .unwrap();
     assert_eq!(refused.status().as_u16(), 400);
     let v: Value = refused.json().await.unwrap();
-    assert!(v["message"].as_str().unwrap().contains("outbound.allow_private"), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("outbound.allow_private"),
+        "{v}"
+    );
     let resp = t
         .http
         .post(&t.link)

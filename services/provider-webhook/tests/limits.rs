@@ -51,7 +51,13 @@ impl Ingress {
 
     /// Starts a post whose signature (over `signed_body`) is sent in the headers and whose
     /// body is whatever the test pushes afterwards.
-    fn start(&self, channel: &str, content_type: &str, signed_body: &[u8], secret: &str) -> Streaming {
+    fn start(
+        &self,
+        channel: &str,
+        content_type: &str,
+        signed_body: &[u8],
+        secret: &str,
+    ) -> Streaming {
         let ts = signing::unix_now();
         let sig = signing::sign(secret.as_bytes(), ts, signed_body);
         let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
@@ -83,7 +89,12 @@ impl Ingress {
         Streaming { tx, answer }
     }
 
-    async fn post(&self, channel: &str, body: &Value, secret: &str) -> (u16, Value, Option<String>) {
+    async fn post(
+        &self,
+        channel: &str,
+        body: &Value,
+        secret: &str,
+    ) -> (u16, Value, Option<String>) {
         let body = serde_json::to_vec(body).unwrap();
         let ts = signing::unix_now();
         let resp = self
@@ -91,7 +102,10 @@ impl Ingress {
             .post(self.url(channel))
             .header("content-type", "application/json")
             .header(TIMESTAMP_HEADER, ts.to_string())
-            .header(SIGNATURE_HEADER, signing::sign(secret.as_bytes(), ts, &body))
+            .header(
+                SIGNATURE_HEADER,
+                signing::sign(secret.as_bytes(), ts, &body),
+            )
             .body(body)
             .send()
             .await
@@ -110,7 +124,11 @@ impl Ingress {
     async fn probe_until(&self, channel: &str, want: u16) -> (Value, Option<String>) {
         for i in 0..100 {
             let (status, v, retry) = self
-                .post(channel, &json!({"message_id": format!("probe{i}"), "text": "hi"}), SECRET)
+                .post(
+                    channel,
+                    &json!({"message_id": format!("probe{i}"), "text": "hi"}),
+                    SECRET,
+                )
                 .await;
             if status == want {
                 return (v, retry);
@@ -156,13 +174,22 @@ async fn multipart_files_stream_to_the_store_and_are_discarded_when_the_signatur
         }
     })
     .await;
-    assert!(started.is_ok(), "the file part was not streamed to the store");
+    assert!(
+        started.is_ok(),
+        "the file part was not streamed to the store"
+    );
     s.tx.send(Ok(Bytes::from(chunk))).await.unwrap();
     s.tx.send(Ok(Bytes::from(tail))).await.unwrap();
     drop(s.tx);
     let (status, v, _) = s.answer.await.unwrap();
-    assert_eq!((status, v["error"].as_str()), (401, Some("invalid_signature")));
-    assert!(t.host.files.lock().unwrap().is_empty(), "the stored part was kept");
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (401, Some("invalid_signature"))
+    );
+    assert!(
+        t.host.files.lock().unwrap().is_empty(),
+        "the stored part was kept"
+    );
     assert_eq!(t.host.discarded.lock().unwrap().len(), 1);
     assert!(t.host.inbound().is_empty());
 }
@@ -173,7 +200,9 @@ async fn a_body_that_stalls_is_408() {
     cfg.inbound_body_timeout = Duration::from_millis(300);
     let t = setup(cfg).await;
     let s = t.start(CHANNEL, "application/json", b"{}", SECRET);
-    s.tx.send(Ok(Bytes::from_static(b"{\"message_id\":"))).await.unwrap();
+    s.tx.send(Ok(Bytes::from_static(b"{\"message_id\":")))
+        .await
+        .unwrap();
     let answer = tokio::time::timeout(Duration::from_secs(5), s.answer).await;
     let (status, v, _) = answer.expect("no answer while the body stalls").unwrap();
     assert_eq!((status, v["error"].as_str()), (408, Some("timeout")));
@@ -197,7 +226,11 @@ async fn requests_in_flight_are_bounded_per_channel_and_per_pod() {
     assert_eq!(retry.as_deref(), Some("1"));
     // Another channel still gets through until the pod is full.
     let (status, ..) = t
-        .post("cch_two", &json!({"message_id": "ok", "text": "hi"}), SECRET)
+        .post(
+            "cch_two",
+            &json!({"message_id": "ok", "text": "hi"}),
+            SECRET,
+        )
         .await;
     assert_eq!(status, 202);
     let third = t.start("cch_two", "application/json", b"{}", SECRET);
@@ -212,7 +245,11 @@ async fn requests_in_flight_are_bounded_per_channel_and_per_pod() {
         assert!(status == 400 || status == 401 || status == 0, "{status}");
     }
     let (status, ..) = t
-        .post(CHANNEL, &json!({"message_id": "after", "text": "hi"}), SECRET)
+        .post(
+            CHANNEL,
+            &json!({"message_id": "after", "text": "hi"}),
+            SECRET,
+        )
         .await;
     assert_eq!(status, 202);
 }

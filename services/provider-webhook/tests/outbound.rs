@@ -309,7 +309,12 @@ async fn message_tool_ids_are_stable_across_retries() {
 async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
     let host = FakeHost::new();
     let ep = Endpoint::start().await;
-    let port = ep.url.split(':').nth(2).and_then(|p| p.split('/').next()).unwrap();
+    let port = ep
+        .url
+        .split(':')
+        .nth(2)
+        .and_then(|p| p.split('/').next())
+        .unwrap();
     let mut cfg = config();
     cfg.outbound = switchyard_provider_webhook::OutboundPolicy::default();
     let p = WebhookProvider::new(cfg);
@@ -330,6 +335,8 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
     assert!(ep.received().is_empty(), "an internal endpoint was reached");
     // The operator's allowed range lets the same endpoint through.
     let binding = host.bind(CHANNEL, &ep.url);
-    deliver(&provider(&host), &binding, "out_z", "hi").await.unwrap();
+    deliver(&provider(&host), &binding, "out_z", "hi")
+        .await
+        .unwrap();
     assert_eq!(ep.received().len(), 1);
 }

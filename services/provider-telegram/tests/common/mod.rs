@@ -337,7 +337,10 @@ impl ProviderHost for FakeHost {
         file_ref: &str,
     ) -> Result<(), HostError> {
         let mut files = self.cluster.files.lock().unwrap();
-        if files.get(file_ref).is_some_and(|f| f.channel_id == channel_id) {
+        if files
+            .get(file_ref)
+            .is_some_and(|f| f.channel_id == channel_id)
+        {
             files.remove(file_ref);
         }
         Ok(())
