@@ -55,6 +55,11 @@ async fn start(bin: &Path, dir: &Path) -> (Child, u16, String) {
         )
         .env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/8,::1/128")
         .env("SWITCHYARD_LOG__LEVEL", "warn")
+        // `HOSTILE_PER_CHANNEL=24` lets every request of the flood stream at once.
+        .env(
+            "SWITCHYARD_INGRESS__MAX_CONCURRENT_PER_CHANNEL",
+            std::env::var("HOSTILE_PER_CHANNEL").unwrap_or_else(|_| "4".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -82,8 +87,16 @@ fn binary() -> PathBuf {
         .unwrap_or_else(switchyard_binary)
 }
 
+/// A well-formed multipart body: a message part and one file part of ~19.5 MiB.
+fn multipart_body() -> Vec<u8> {
+    let mut b = b"--zzz\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\n{\"message_id\":\"m\",\"text\":\"t\"}\r\n--zzz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n\r\n".to_vec();
+    b.resize(BODY_BYTES - 12, b'a');
+    b.extend_from_slice(b"\r\n--zzz--\r\n");
+    b
+}
+
 /// Floods the channel; returns the peak RSS growth (KiB) and the answers' statuses.
-async fn flood(pid: u32, url: &str, content_type: &str) -> (u64, Vec<u16>) {
+async fn flood(pid: u32, url: &str, content_type: &str, body: Vec<u8>) -> (u64, Vec<u16>) {
     let base = rss_kib(pid);
     let peak = Arc::new(AtomicU64::new(base));
     let done = Arc::new(AtomicBool::new(false));
@@ -96,7 +109,7 @@ async fn flood(pid: u32, url: &str, content_type: &str) -> (u64, Vec<u16>) {
             }
         })
     };
-    let body = bytes::Bytes::from(vec![b'a'; BODY_BYTES]);
+    let body = bytes::Bytes::from(body);
     let http = reqwest::Client::new();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -140,8 +153,15 @@ async fn garbage_signature_floods_keep_the_pod_small() {
     let url = format!("{base}/inbound/{ch}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(pid);
-    let (json_growth, json_statuses) = flood(pid, &url, "application/json").await;
-    let (mp_growth, mp_statuses) = flood(pid, &url, "multipart/form-data; boundary=zzz").await;
+    let (json_growth, json_statuses) =
+        flood(pid, &url, "application/json", vec![b'a'; BODY_BYTES]).await;
+    let (mp_growth, mp_statuses) = flood(
+        pid,
+        &url,
+        "multipart/form-data; boundary=zzz",
+        multipart_body(),
+    )
+    .await;
     let after = rss_kib(pid);
     let files = walk_size(&dir.path().join("data").join("files"));
     println!(
