@@ -58,7 +58,7 @@ async fn start(bin: &Path, dir: &Path) -> (Child, u16, String) {
         // `HOSTILE_PER_CHANNEL=24` lets every request of the flood stream at once.
         .env(
             "SWITCHYARD_INGRESS__MAX_CONCURRENT_PER_CHANNEL",
-            std::env::var("HOSTILE_PER_CHANNEL").unwrap_or_else(|_| "4".into()),
+            std::env::var("HOSTILE_PER_CHANNEL").unwrap_or_else(|_| "8".into()),
         )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

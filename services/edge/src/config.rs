@@ -164,7 +164,7 @@ impl Default for IngressConfig {
             max_json_bytes: 1024 * 1024,
             body_timeout: Dur(Duration::from_secs(30)),
             max_concurrent: 64,
-            max_concurrent_per_channel: 4,
+            max_concurrent_per_channel: 8,
             max_preauth_bytes: 64 * 1024,
         }
     }

@@ -65,7 +65,8 @@ impl IngressLimits {
         per_channel: usize,
     ) -> Self {
         Self {
-            max_json_bytes,
+            // No body is larger than the largest body.
+            max_json_bytes: max_json_bytes.min(max_multipart_bytes),
             max_multipart_bytes,
             body_timeout,
             per_channel: per_channel.max(1),

@@ -58,7 +58,7 @@ pub struct WebhookConfig {
 
 impl WebhookConfig {
     /// The defaults: 20 MiB multipart and 1 MiB JSON inbound within 30 s, 64 inbound
-    /// requests in flight per pod and 4 per channel, no internal endpoints, 10 s outbound
+    /// requests in flight per pod and 8 per channel, no internal endpoints, 10 s outbound
     /// timeout, 10 min pairing links.
     pub fn new(build: BuildInfo, api_key_required: bool) -> Self {
         Self {
@@ -68,7 +68,7 @@ impl WebhookConfig {
             max_inbound_json_bytes: 1024 * 1024,
             inbound_body_timeout: Duration::from_secs(30),
             max_inbound_concurrent: 64,
-            max_inbound_concurrent_per_channel: 4,
+            max_inbound_concurrent_per_channel: 8,
             outbound: OutboundPolicy::default(),
             request_timeout: Duration::from_secs(10),
             pairing_ttl: Duration::from_secs(600),
