@@ -1390,3 +1390,39 @@ async fn a_host_cannot_take_another_hosts_approval_id() {
         "the other host's approval stays pending"
     );
 }
+
+/// Bodies read before the caller is authenticated are capped with a clear 413 (issue 9,
+/// finding 1: every other pre-auth body).
+#[tokio::test]
+async fn bodies_read_before_authentication_are_capped() {
+    let pod = Pod::start(PodOptions::default().with(|c| {
+        c.operator_tokens =
+            serde_json::from_value(json!("alice=operator-token-0123456789")).unwrap();
+    }))
+    .await;
+    let http = reqwest::Client::new();
+    let big = vec![b' '; 100 * 1024];
+    for url in [
+        format!("{}/hosts/v1/enroll", pod.root_url()),
+        format!("{}/hosts/v1/token", pod.root_url()),
+        format!("{}/admin/v1/approvals/apr_x/grant", pod.root_url()),
+    ] {
+        let r = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 413, "{url}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "too_large", "{url}: {v}");
+    }
+    // A blank token never matches (finding 7): no header is refused, not decided.
+    let r = http
+        .post(format!("{}/admin/v1/approvals/apr_x/grant", pod.root_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}
