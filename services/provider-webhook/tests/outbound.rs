@@ -340,3 +340,27 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
         .unwrap();
     assert_eq!(ep.received().len(), 1);
 }
+
+/// A redirect is not followed: it would replay the signed body to a URL nobody checked.
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let host = FakeHost::new();
+    let target = Endpoint::start().await;
+    let location = target.url.clone();
+    let redirector = common::serve(axum::Router::new().fallback(move || {
+        let location = location.clone();
+        async move {
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, location)],
+            )
+        }
+    }))
+    .await;
+    let binding = host.bind(CHANNEL, &format!("{redirector}/hook"));
+    let e = deliver(&provider(&host), &binding, "out_r", "hi")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::Rejected, "{e:?}");
+    assert!(target.received().is_empty(), "the redirect was followed");
+}
