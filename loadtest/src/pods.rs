@@ -241,10 +241,18 @@ pub struct Fleet {
 impl Fleet {
     /// Builds the pods' environment and the run's namespaces in the shared backends.
     pub async fn prepare(args: &Args, bin: PathBuf, dir: PathBuf) -> anyhow::Result<Self> {
-        let mut env = vec![(
-            "SWITCHYARD_LOG__LEVEL".to_owned(),
-            args.pod_log_level.clone(),
-        )];
+        let mut env = vec![
+            (
+                "SWITCHYARD_LOG__LEVEL".to_owned(),
+                args.pod_log_level.clone(),
+            ),
+            // The fake chat systems listen on loopback, which tenant URLs may not reach by
+            // default.
+            (
+                "SWITCHYARD_OUTBOUND__ALLOW_PRIVATE".to_owned(),
+                "127.0.0.0/8,::1/128".to_owned(),
+            ),
+        ];
         let mut shared = None;
         let mut shared_files = true;
         if args.mode == Mode::Cluster {

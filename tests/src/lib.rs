@@ -17,7 +17,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
-use switchyard::config::{Config, Dur};
+use switchyard::config::{CidrList, Config, Dur};
 use switchyard_core::engine::create_tenant;
 use switchyard_core::ids::{now_ms, random_secret};
 use switchyard_protocol::{Card, Descriptor};
@@ -180,6 +180,11 @@ impl Default for PodOptions {
         cfg.drain_timeout = secs(10);
         // Each pod gets its own free port for the hosts mTLS listener at launch.
         cfg.hosts_tls_listen = "127.0.0.1:0".into();
+        // The fake chat systems listen on loopback, which tenant URLs may not reach by default.
+        cfg.outbound.allow_private = CidrList(vec![
+            "127.0.0.0/8".parse().expect("static range"),
+            "::1/128".parse().expect("static range"),
+        ]);
         Self { cfg }
     }
 }

@@ -338,6 +338,10 @@ async fn bad_input_fails_and_the_channel_returns_to_created() {
         json!({"endpoint_url": "not a url", "signing_secret": "0123456789abcdef-long"}),
         json!({"signing_secret": "0123456789abcdef-long"}),
         json!({"endpoint_url": "https://user:pw@chat.example.com/hook", "signing_secret": "0123456789abcdef-long"}),
+        // Internal addresses outside outbound.allow_private (the harness allows loopback only).
+        json!({"endpoint_url": "http://169.254.169.254/latest/meta-data/", "signing_secret": "0123456789abcdef-long"}),
+        json!({"endpoint_url": "http://10.0.0.1/hook", "signing_secret": "0123456789abcdef-long"}),
+        json!({"endpoint_url": "http://[fd00::1]/hook", "signing_secret": "0123456789abcdef-long"}),
     ] {
         let ack = conn
             .auth_start(&ch, FLOW_BINDING, input.clone())

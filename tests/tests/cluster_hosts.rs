@@ -943,8 +943,9 @@ async fn a_cli_decision_rings_the_pod_holding_the_host() {
         // Handled in order: once the heartbeat is answered the request is stored.
         hc.send(&host.heartbeat()).await;
         hc.expect(MessageType::HeartbeatAck).await;
+        let scoped = format!("{}:{id}", host.host_id);
         cluster
-            .cli(&["approval", "grant", &id, "--by", "alice", "--json"])
+            .cli(&["approval", "grant", &scoped, "--by", "alice", "--json"])
             .await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
         let mut got = false;

@@ -40,6 +40,8 @@ fn command(bin: &Path, dir: &Path, port: u16, metrics_port: u16) -> Command {
     cmd.current_dir(dir)
         .env("SWITCHYARD_DATA_DIR", dir.join("data"))
         .env("SWITCHYARD_LISTEN", format!("127.0.0.1:{port}"))
+        // The fake chat system listens on loopback.
+        .env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/8,::1/128")
         .env(
             "SWITCHYARD_METRICS_LISTEN",
             format!("127.0.0.1:{metrics_port}"),

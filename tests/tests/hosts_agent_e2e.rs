@@ -915,7 +915,7 @@ echo "answer: $answer"
     assert_eq!(done["state"], "completed", "{done}");
     assert_eq!(
         done["summary"],
-        format!("answer: approved {approval}"),
+        format!("answer: approved {}", host_own_id(&approval, &s.host_id)),
         "{done}"
     );
     let evs = s.events(&run).await;
@@ -949,7 +949,7 @@ echo "answer: $answer"
     );
     assert_eq!(
         done["summary"],
-        format!("answer: denied {approval}"),
+        format!("answer: denied {}", host_own_id(&approval, &s.host_id)),
         "{done}"
     );
     let evs = s.events(&run).await;
@@ -1347,4 +1347,12 @@ async fn revoked_fallback_host_agent_exits_with_a_clear_message() {
 async fn revoked_fallback_host_agent_exits_promptly() {
     let took = revocation("prompt-fallback-box", "https", Duration::from_secs(10)).await;
     assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// Operators see a host's approval ids scoped as `{host_id}:{id}`; the host knows its own id.
+fn host_own_id<'a>(operator_id: &'a str, host_id: &str) -> &'a str {
+    operator_id
+        .strip_prefix(host_id)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .expect("a host-chosen approval id is scoped to its host")
 }

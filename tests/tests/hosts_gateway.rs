@@ -587,8 +587,11 @@ async fn approvals_are_decided_by_people_and_reach_the_host() {
         "one pending at a time per run: {pending}"
     );
 
+    // The host's ids are scoped to it: operators see `{host_id}:{its id}`.
+    let one = format!("{}:apr-one", host.host_id);
+    assert_eq!(pending[0]["approval_id"], one.as_str());
     let granted: Value = http
-        .post(format!("{admin}/apr-one/grant"))
+        .post(format!("{admin}/{one}/grant"))
         .bearer_auth(token)
         .send()
         .await
@@ -607,7 +610,7 @@ async fn approvals_are_decided_by_people_and_reach_the_host() {
     );
     // Deciding twice is refused.
     let twice = http
-        .post(format!("{admin}/apr-one/deny"))
+        .post(format!("{admin}/{one}/deny"))
         .bearer_auth(token)
         .send()
         .await
@@ -623,13 +626,15 @@ async fn approvals_are_decided_by_people_and_reach_the_host() {
     }))
     .await;
     let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
+    let three = format!("{}:apr-three", host.host_id);
     eventually(Duration::from_secs(5), "approval stored", || {
         let hosts = &hosts;
-        async move { hosts.hub.store.get_approval("apr-three").await.unwrap() }
+        let three = three.clone();
+        async move { hosts.hub.store.get_approval(&three).await.unwrap() }
     })
     .await;
     hosts
-        .decide("apr-three", None, false, "bob", Some("not on a Friday"))
+        .decide(&three, None, false, "bob", Some("not on a Friday"))
         .await
         .unwrap();
     let HostMessage::ApprovalDenied(d) = hc.expect(MessageType::ApprovalDenied).await else {
@@ -638,6 +643,7 @@ async fn approvals_are_decided_by_people_and_reach_the_host() {
     assert_eq!(d.code, HostErrorCode::ApprovalDenied);
     assert_eq!(d.denied_by.as_deref(), Some("bob"));
     assert_eq!(d.reason.as_deref(), Some("not on a Friday"));
+    assert_eq!(d.approval_id, "apr-three", "the host sees its own id");
     let log = tool(&conn, &ch, "agent_run_events", json!({"run_id": run})).await;
     let kinds: Vec<&str> = log["result"]["events"]
         .as_array()
@@ -721,12 +727,25 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
     else {
         unreachable!()
     };
-    let got = reqwest::get(&down.download_url)
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let resp = reqwest::get(&down.download_url).await.unwrap();
+    // Bytes a host chose are saved by a browser, never rendered in Switchyard's origin.
+    let h = resp.headers();
+    assert_eq!(h["content-type"], "text/csv");
+    assert!(
+        h["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment; filename=\"results.csv\""),
+        "{h:?}"
+    );
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert!(
+        h["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .starts_with("sandbox")
+    );
+    let got = resp.bytes().await.unwrap();
     assert_eq!(got.as_ref(), body.as_slice());
 
     hc.send(&event(&run, 1, json!({"event": "completion", "payload": {"summary": "done", "artifacts": [up.artifact_id]}}))).await;
@@ -741,16 +760,22 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
         .as_str()
         .unwrap_or_else(|| panic!("{fetched}"));
     assert!(fetched["result"]["file_ref"].as_str().is_some());
-    assert_eq!(
-        reqwest::get(url)
-            .await
+    let resp = reqwest::get(url).await.unwrap();
+    let h = resp.headers();
+    assert!(
+        h["content-disposition"]
+            .to_str()
             .unwrap()
-            .bytes()
-            .await
-            .unwrap()
-            .as_ref(),
-        body.as_slice()
+            .starts_with("attachment")
     );
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert!(
+        h["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .starts_with("sandbox")
+    );
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), body.as_slice());
 
     // Host-initiated handoff to an agent of another host.
     let run2 =
@@ -1197,7 +1222,7 @@ async fn approval_expiry_tenant_quota_and_upload_url_lifetime() {
         hosts
             .hub
             .store
-            .get_approval("apr-expiring")
+            .get_approval(&format!("{}:apr-expiring", host.host_id))
             .await
             .unwrap()
             .unwrap()
@@ -1307,4 +1332,106 @@ async fn an_event_after_a_lost_one_is_kept_and_the_ack_waits_for_the_gap() {
         ["one", "three", "two"],
         "nothing lost, the replay of 3 dropped"
     );
+}
+
+/// Approval ids are chosen by hosts; one host using an id first must not make another host's
+/// request with the same id vanish (issue 9, finding 8).
+#[tokio::test]
+async fn a_host_cannot_take_another_hosts_approval_id() {
+    let pod = Pod::start(PodOptions::default()).await;
+    let a = enroll_host(&pod, &pod.tenant.id, "box-a").await;
+    let b = enroll_host(&pod, &pod.tenant.id, "box-b").await;
+    let (mut ha, cfg_a) = a.online(&["x"]).await;
+    let (mut hb, cfg_b) = b.online(&["y"]).await;
+    let (_sa, conn_a, ch_a) =
+        bind_device_channel(&pod, "box-a", cfg_a["pairing_code"].as_str().unwrap()).await;
+    let (_sb, conn_b, ch_b) =
+        bind_device_channel(&pod, "box-b", cfg_b["pairing_code"].as_str().unwrap()).await;
+    let start = |conn, ch| async move {
+        tool(conn, ch, "agent_run_start", json!({"goal": "g"})).await["result"]["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let run_a = start(&conn_a, &ch_a).await;
+    let _ = ha.expect(MessageType::CreateRun).await;
+    ha.send(&accepted(&run_a)).await;
+    let run_b = start(&conn_b, &ch_b).await;
+    let _ = hb.expect(MessageType::CreateRun).await;
+    hb.send(&accepted(&run_b)).await;
+
+    for (hc, host, run) in [(&mut hb, &b, &run_b), (&mut ha, &a, &run_a)] {
+        hc.send(&HostMessage::ApprovalRequest(ApprovalRequest {
+            run_id: run.clone(),
+            action: "deploy".into(),
+            risk_level: RiskLevel::High,
+            approval_id: Some("apr-shared".into()),
+        }))
+        .await;
+        // Handled in order: once the heartbeat is answered the request is stored.
+        hc.send(&host.heartbeat()).await;
+        hc.expect(MessageType::HeartbeatAck).await;
+    }
+    let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
+    let mine = hosts
+        .hub
+        .store
+        .get_approval(&format!("{}:apr-shared", a.host_id))
+        .await
+        .unwrap()
+        .expect("the second host's request was kept");
+    assert_eq!(mine.run_id, run_a);
+    hosts
+        .decide(&mine.id, None, true, "alice", None)
+        .await
+        .unwrap();
+    let HostMessage::ApprovalGranted(g) = ha.expect(MessageType::ApprovalGranted).await else {
+        unreachable!()
+    };
+    assert_eq!(
+        (g.approval_id.as_str(), g.run_id.as_deref()),
+        ("apr-shared", Some(run_a.as_str()))
+    );
+    assert!(
+        hb.recv_within(Duration::from_millis(300))
+            .await
+            .is_none_or(|m| !matches!(m, HostMessage::ApprovalGranted(_))),
+        "the other host's approval stays pending"
+    );
+}
+
+/// Bodies read before the caller is authenticated are capped with a clear 413 (issue 9,
+/// finding 1: every other pre-auth body).
+#[tokio::test]
+async fn bodies_read_before_authentication_are_capped() {
+    let pod = Pod::start(PodOptions::default().with(|c| {
+        c.operator_tokens =
+            serde_json::from_value(json!("alice=operator-token-0123456789")).unwrap();
+    }))
+    .await;
+    let http = reqwest::Client::new();
+    let big = vec![b' '; 100 * 1024];
+    for url in [
+        format!("{}/hosts/v1/enroll", pod.root_url()),
+        format!("{}/hosts/v1/token", pod.root_url()),
+        format!("{}/admin/v1/approvals/apr_x/grant", pod.root_url()),
+    ] {
+        let r = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 413, "{url}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "too_large", "{url}: {v}");
+    }
+    // A blank token never matches (finding 7): no header is refused, not decided.
+    let r = http
+        .post(format!("{}/admin/v1/approvals/apr_x/grant", pod.root_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
 }

@@ -76,7 +76,7 @@ pub struct LocalFileStore {
 impl LocalFileStore {
     pub fn new(root: impl Into<PathBuf>) -> BackendResult<Self> {
         let root = root.into();
-        std::fs::create_dir_all(&root).map_err(|e| {
+        private_dir_builder().create(&root).map_err(|e| {
             BackendError::with_source(ErrorKind::Internal, "create files folder", e)
         })?;
         Ok(Self { root })
@@ -97,6 +97,18 @@ impl LocalFileStore {
     }
 }
 
+/// Folders of the local store are the pod's own: 0700 where permissions exist.
+fn private_dir_builder() -> std::fs::DirBuilder {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b
+}
+
 fn io_err(ctx: &str, e: std::io::Error) -> BackendError {
     let kind = if e.kind() == std::io::ErrorKind::NotFound {
         ErrorKind::NotFound
@@ -111,14 +123,19 @@ impl FileStore for LocalFileStore {
     async fn put(&self, key: &str, mut body: ByteStream, max_bytes: u64) -> BackendResult<u64> {
         let path = self.path(key)?;
         if let Some(dir) = path.parent() {
-            tokio::fs::create_dir_all(dir)
+            let dir = dir.to_path_buf();
+            tokio::task::spawn_blocking(move || private_dir_builder().create(dir))
                 .await
+                .map_err(|e| BackendError::with_source(ErrorKind::Internal, "create dir", e))?
                 .map_err(|e| io_err("create dir", e))?;
         }
         let tmp = path.with_extension(format!("part-{}", crate::ids::random_secret(4)));
-        let mut f = tokio::fs::File::create(&tmp)
-            .await
-            .map_err(|e| io_err("create", e))?;
+        // Files are the pod's own too: 0600 where permissions exist.
+        let mut opts = tokio::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        opts.mode(0o600);
+        let mut f = opts.open(&tmp).await.map_err(|e| io_err("create", e))?;
         let mut n: u64 = 0;
         let result: BackendResult<()> = async {
             while let Some(chunk) = body.next().await {
@@ -211,6 +228,20 @@ mod tests {
         assert_eq!(store.stat("a/b").await.unwrap(), None);
         assert_eq!(store.stat("a/b/c/d").await.unwrap(), None);
         assert!(store.stat("../x").await.is_err(), "keys are validated");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(
+                mode(&dir.path().join("a/b/c")),
+                0o600,
+                "objects are private"
+            );
+            assert_eq!(mode(&dir.path().join("a/b")), 0o700, "folders are private");
+            let fresh = dir.path().join("fresh");
+            LocalFileStore::new(&fresh).unwrap();
+            assert_eq!(mode(&fresh), 0o700);
+        }
         assert_eq!(
             store
                 .presign(

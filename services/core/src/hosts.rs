@@ -230,6 +230,21 @@ fn ms(d: Duration) -> i64 {
     d.as_millis() as i64
 }
 
+/// The stored id of an approval the host named: scoped to the host (`{host_id}:{its id}`),
+/// so one host cannot take an id another host will use. Ids the server generates (`apr_...`)
+/// have no `:`, so no host-chosen id can collide with them either.
+fn scoped_approval_id(host_id: &str, host_chosen: &str) -> String {
+    format!("{host_id}:{}", clip(host_chosen, 128))
+}
+
+/// The id the host knows an approval by: its own, without the scope.
+fn wire_approval_id(a: &ApprovalRecord) -> String {
+    a.id.strip_prefix(a.host_id.as_str())
+        .and_then(|rest| rest.strip_prefix(':'))
+        .unwrap_or(&a.id)
+        .to_owned()
+}
+
 fn clip(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
@@ -1250,7 +1265,7 @@ impl Hosts {
             id: m
                 .approval_id
                 .as_deref()
-                .map(|s| clip(s, 128))
+                .map(|s| scoped_approval_id(&run.host_id, s))
                 .unwrap_or_else(|| new_id("apr")),
             tenant_id: run.tenant_id.clone(),
             host_id: run.host_id.clone(),
@@ -1452,12 +1467,12 @@ impl Hosts {
         {
             out.push(match a.status {
                 ApprovalStatus::Granted => HostMessage::ApprovalGranted(ApprovalGranted {
-                    approval_id: a.id.clone(),
+                    approval_id: wire_approval_id(&a),
                     approved_by: a.decided_by.clone().unwrap_or_default(),
                     run_id: Some(a.run_id.clone()),
                 }),
                 _ => HostMessage::ApprovalDenied(ApprovalDenied {
-                    approval_id: a.id.clone(),
+                    approval_id: wire_approval_id(&a),
                     code: HostErrorCode::ApprovalDenied,
                     denied_by: a.decided_by.clone(),
                     run_id: Some(a.run_id.clone()),
@@ -1472,14 +1487,23 @@ impl Hosts {
     }
 
     /// Call after `outgoing`'s messages were handed to the transport.
-    pub async fn sent(&self, msgs: &[HostMessage]) {
+    pub async fn sent(&self, session: &HostSession, msgs: &[HostMessage]) {
         for m in msgs {
-            let id = match m {
+            let wire = match m {
                 HostMessage::ApprovalGranted(a) => &a.approval_id,
                 HostMessage::ApprovalDenied(a) => &a.approval_id,
                 _ => continue,
             };
-            let _ = self.hub.store.mark_approval_delivered(id, now_ms()).await;
+            // The wire carries the host's own id (stored scoped) or a server-generated one.
+            for id in [scoped_approval_id(&session.host_id, wire), wire.clone()] {
+                match self.hub.store.get_approval(&id).await {
+                    Ok(Some(a)) if a.host_id == session.host_id => {
+                        let _ = self.hub.store.mark_approval_delivered(&id, now_ms()).await;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
         }
     }
 

@@ -11,7 +11,9 @@ pub mod files;
 pub mod hosts;
 pub mod hoststore;
 pub mod ids;
+pub mod limits;
 pub mod model;
+pub mod netguard;
 pub mod provider;
 pub mod store;
 

@@ -236,6 +236,10 @@ pub trait ProviderHost: Send + Sync + 'static {
         mime_type: Option<&str>,
         body: ByteStream,
     ) -> Result<FileItem, HostError>;
+    /// Forgets an inbound file stored for `channel_id` that no message will carry (a request
+    /// whose signature failed after its file parts were streamed in). Missing is not an error.
+    async fn discard_inbound_file(&self, channel_id: &str, file_ref: &str)
+    -> Result<(), HostError>;
     /// Opens an uploaded file of the channel.
     async fn open_file(
         &self,

@@ -56,7 +56,7 @@ pub async fn open_store(cfg: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let url = match &cfg.database_url {
         Some(u) => u.clone(),
         None => {
-            std::fs::create_dir_all(&cfg.data_dir)
+            create_private_dir(&cfg.data_dir)
                 .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
             format!("sqlite://{}", cfg.data_dir.join("switchyard.db").display())
         }
@@ -145,7 +145,7 @@ pub fn keys(cfg: &Config) -> anyhow::Result<(Vec<Secret>, Vec<Secret>)> {
             signing_keys: vec![random_secret(32)],
             encryption_keys: vec![Cipher::generate_key()],
         };
-        std::fs::create_dir_all(&cfg.data_dir)?;
+        create_private_dir(&cfg.data_dir)?;
         write_private(&path, &serde_json::to_vec_pretty(&kf)?)?;
         kf
     };
@@ -160,6 +160,18 @@ pub fn keys(cfg: &Config) -> anyhow::Result<(Vec<Secret>, Vec<Secret>)> {
         pick(&cfg.signing_keys.0, &file.signing_keys),
         pick(&cfg.encryption_keys.0, &file.encryption_keys),
     ))
+}
+
+/// The data dir holds the database, keys and files: this user's only (0700) when created.
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b.create(path)
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -195,8 +207,16 @@ pub fn pod_id(cfg: &Config) -> String {
 pub fn providers(cfg: &Config, hosts: Arc<Hosts>) -> Vec<Arc<dyn Provider>> {
     let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);
     wh.max_inbound_bytes = cfg.limits.max_inbound_bytes;
+    wh.max_inbound_json_bytes = cfg.ingress.max_json_bytes;
+    wh.inbound_body_timeout = cfg.ingress.body_timeout.0;
+    wh.max_inbound_concurrent = cfg.ingress.max_concurrent;
+    wh.max_inbound_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
+    wh.outbound = cfg.outbound.policy();
     let mut tg =
         switchyard_provider_telegram::TelegramConfig::new(build_info(), &cfg.telegram.api_base);
+    tg.max_webhook_bytes = cfg.ingress.max_json_bytes;
+    tg.webhook_body_timeout = cfg.ingress.body_timeout.0;
+    tg.max_webhook_concurrent = cfg.ingress.max_concurrent;
     // Validated at load, so an unknown value never reaches here.
     tg.mode = cfg
         .telegram
@@ -454,6 +474,7 @@ pub async fn run(
         jwt_ttl: cfg.hosts.jwt_ttl.0,
         cert_valid_days: cfg.hosts.cert_valid_days,
         max_frame_bytes: cfg.limits.max_frame_bytes,
+        max_preauth_bytes: usize::try_from(cfg.ingress.max_preauth_bytes).unwrap_or(usize::MAX),
         operators: Arc::new(cfg.operators()),
         drain: drain.clone(),
         draining: draining.clone(),

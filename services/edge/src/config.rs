@@ -9,6 +9,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use switchyard_core::crypto::Secret;
 use switchyard_core::engine::EngineConfig;
+use switchyard_core::netguard::{Cidr, OutboundPolicy};
 
 /// A duration written `500ms`, `30s`, `5m`, `1h` (or a bare number of seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +104,84 @@ impl<'de> Deserialize<'de> for SecretList {
                 .collect(),
         };
         Ok(SecretList(items))
+    }
+}
+
+/// Comma-separated address ranges (`127.0.0.0/8,::1/128`), or a TOML array of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CidrList(pub Vec<Cidr>);
+
+impl Serialize for CidrList {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let joined: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        s.serialize_str(&joined.join(","))
+    }
+}
+
+impl<'de> Deserialize<'de> for CidrList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            L(Vec<String>),
+        }
+        let items: Vec<String> = match Raw::deserialize(d)? {
+            Raw::S(s) => s.split(',').map(str::to_owned).collect(),
+            Raw::L(l) => l,
+        };
+        items
+            .iter()
+            .map(|x| x.trim())
+            .filter(|x| !x.is_empty())
+            .map(|x| x.parse::<Cidr>().map_err(serde::de::Error::custom))
+            .collect::<Result<_, _>>()
+            .map(CidrList)
+    }
+}
+
+/// What unauthenticated callers of provider ingress (webhooks) may make a pod hold
+/// (`[ingress]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IngressConfig {
+    /// Largest JSON webhook body (generic webhook, Telegram updates), held until verified.
+    pub max_json_bytes: u64,
+    /// Time allowed to receive a webhook body.
+    pub body_timeout: Dur,
+    /// Webhook requests in flight per pod and provider; more get 503 with Retry-After.
+    pub max_concurrent: usize,
+    /// Generic webhook requests in flight per channel; more get 429 with Retry-After.
+    pub max_concurrent_per_channel: usize,
+    /// Largest body of the other routes that read one before authenticating (host
+    /// enrollment and token, operator decisions).
+    pub max_preauth_bytes: u64,
+}
+
+impl Default for IngressConfig {
+    fn default() -> Self {
+        Self {
+            max_json_bytes: 1024 * 1024,
+            body_timeout: Dur(Duration::from_secs(30)),
+            max_concurrent: 64,
+            max_concurrent_per_channel: 8,
+            max_preauth_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Requests to URLs a tenant supplied (`[outbound]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OutboundConfig {
+    /// Internal address ranges (loopback, private, link-local, ...) that tenant-supplied URLs
+    /// may reach anyway; empty = none.
+    pub allow_private: CidrList,
+}
+
+impl OutboundConfig {
+    pub fn policy(&self) -> OutboundPolicy {
+        OutboundPolicy::new(self.allow_private.0.clone())
     }
 }
 
@@ -391,6 +470,8 @@ pub struct Config {
     pub drain_timeout: Dur,
     pub delivery: DeliveryConfig,
     pub limits: LimitsConfig,
+    pub ingress: IngressConfig,
+    pub outbound: OutboundConfig,
     pub retention: RetentionConfig,
     pub telegram: TelegramConfig,
     pub log: LogConfig,
@@ -430,6 +511,8 @@ impl Default for Config {
             drain_timeout: Dur(Duration::from_secs(30)),
             delivery: DeliveryConfig::default(),
             limits: LimitsConfig::default(),
+            ingress: IngressConfig::default(),
+            outbound: OutboundConfig::default(),
             retention: RetentionConfig::default(),
             telegram: TelegramConfig::default(),
             log: LogConfig::default(),
@@ -550,8 +633,10 @@ impl Config {
             ));
         }
         for entry in &self.operator_tokens.0 {
+            // Judged as used: trimmed, so a token of spaces (empty once trimmed) is refused.
             match entry.expose().split_once('=') {
-                Some((name, token)) if !name.trim().is_empty() && token.len() >= 16 => {}
+                Some((name, token))
+                    if !name.trim().is_empty() && token.trim().chars().count() >= 16 => {}
                 _ => {
                     return Err(ConfigError::Invalid(
                         "operator_tokens entries are name=token with a token of 16+ characters"
@@ -559,6 +644,15 @@ impl Config {
                     ));
                 }
             }
+        }
+        if self.ingress.max_concurrent == 0
+            || self.ingress.max_concurrent_per_channel == 0
+            || self.ingress.max_json_bytes == 0
+            || self.ingress.body_timeout.0.is_zero()
+        {
+            return Err(ConfigError::Invalid(
+                "ingress limits must be above zero".into(),
+            ));
         }
         if self.delivery.window == 0 || self.limits.tools_per_socket == 0 {
             return Err(ConfigError::Invalid(
@@ -582,6 +676,8 @@ impl Config {
             .iter()
             .filter_map(|e| e.expose().split_once('='))
             .map(|(n, t)| (n.trim().to_owned(), t.trim().to_owned()))
+            // Never an empty token, whatever reached here: it would match a missing header.
+            .filter(|(n, t)| !n.is_empty() && !t.is_empty())
             .collect()
     }
 
@@ -719,6 +815,49 @@ mod tests {
             assert_eq!(c.log.level, "warn");
             Ok(())
         });
+    }
+
+    #[test]
+    fn operator_tokens_are_judged_trimmed() {
+        let mut c = Config::default();
+        for bad in [
+            "ops=                ",
+            "ops=   short-token      ",
+            "   =0123456789abcdef",
+            "ops",
+        ] {
+            c.operator_tokens = SecretList(vec![Secret::new(bad)]);
+            assert!(c.validate().is_err(), "{bad:?} was accepted");
+        }
+        c.operator_tokens = SecretList(vec![Secret::new(" ops = 0123456789abcdef ")]);
+        assert!(c.validate().is_ok());
+        assert_eq!(
+            c.operators(),
+            vec![("ops".to_owned(), "0123456789abcdef".to_owned())]
+        );
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn outbound_allow_private_is_a_list_of_ranges() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/8, ::1/128");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            let p = c.outbound.policy();
+            assert!(p.check_ip("127.0.0.1".parse().unwrap()).is_ok());
+            assert!(p.check_ip("::1".parse().unwrap()).is_ok());
+            assert!(p.check_ip("10.0.0.1".parse().unwrap()).is_err());
+            jail.set_env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/33");
+            assert!(Config::load(None).is_err());
+            Ok(())
+        });
+        assert!(
+            Config::default()
+                .outbound
+                .policy()
+                .check_ip("169.254.169.254".parse().unwrap())
+                .is_err()
+        );
     }
 
     #[test]

@@ -31,6 +31,8 @@ use switchyard_protocol::hosts::{HostClaims, HostMessage, Peer, format_rfc3339, 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::download;
+
 /// Where a request's client certificate comes from.
 #[derive(Debug, Clone)]
 pub enum CertSource {
@@ -51,6 +53,8 @@ pub struct Gateway {
     pub jwt_ttl: Duration,
     pub cert_valid_days: u32,
     pub max_frame_bytes: usize,
+    /// Largest body read before its caller is authenticated (enrollment, token, operator).
+    pub max_preauth_bytes: usize,
     /// Operators of the approval API: (name, token).
     pub operators: Arc<Vec<(String, String)>>,
     pub drain: CancellationToken,
@@ -107,14 +111,46 @@ fn backend(e: BackendError) -> Response {
     }
 }
 
+/// Bounds a body read before its caller is authenticated: a declared length over `max` is
+/// refused at once with a clear 413, a chunked one is cut at `max` by the body limit.
+fn preauth_cap<S: Clone + Send + Sync + 'static>(
+    router: axum::routing::MethodRouter<S>,
+    max: usize,
+) -> axum::routing::MethodRouter<S> {
+    router
+        .layer(DefaultBodyLimit::max(max))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                let declared = req
+                    .headers()
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if declared.is_some_and(|n| n > max as u64) {
+                    switchyard_core::limits::hit("preauth_body_bytes");
+                    return api_error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "too_large",
+                        "the body is larger than allowed",
+                    );
+                }
+                next.run(req).await
+            },
+        ))
+}
+
 /// Routes `/v1/...` for one listener (mounted under `/hosts`).
 pub fn router(gw: Gateway, source: CertSource) -> Router {
     let max_artifact = gw.hosts.config.max_artifact_bytes;
+    let small = gw.max_preauth_bytes;
     Router::new()
-        .route("/v1/enroll", post(enroll))
-        .route("/v1/token", post(token))
+        .route("/v1/enroll", preauth_cap(post(enroll), small))
+        .route("/v1/token", preauth_cap(post(token), small))
         .route("/v1/ws", get(ws))
-        .route("/v1/messages", post(post_message).get(poll))
+        .route(
+            "/v1/messages",
+            preauth_cap(post(post_message), gw.max_frame_bytes).get(poll),
+        )
         .route(
             "/v1/artifacts/{artifact_id}",
             get(artifact_get)
@@ -126,10 +162,17 @@ pub fn router(gw: Gateway, source: CertSource) -> Router {
 
 /// The operator API (internal listener, next to /metrics): approvals decided by people.
 pub fn operator_router(gw: Gateway) -> Router {
+    let small = gw.max_preauth_bytes;
     Router::new()
         .route("/admin/v1/approvals", get(approvals_list))
-        .route("/admin/v1/approvals/{id}/grant", post(approval_grant))
-        .route("/admin/v1/approvals/{id}/deny", post(approval_deny))
+        .route(
+            "/admin/v1/approvals/{id}/grant",
+            preauth_cap(post(approval_grant), small),
+        )
+        .route(
+            "/admin/v1/approvals/{id}/deny",
+            preauth_cap(post(approval_deny), small),
+        )
         .route("/admin/v1/hosts", get(hosts_list))
         .with_state(gw)
 }
@@ -493,9 +536,12 @@ async fn artifact_get(
         Ok(stream) => {
             let mut resp = Response::new(Body::from_stream(stream));
             let h = resp.headers_mut();
-            if let Ok(v) = HeaderValue::from_str(&art.content_type) {
-                h.insert(header::CONTENT_TYPE, v);
-            }
+            // The host chose the type and the bytes: saved, never rendered in our origin.
+            h.insert(
+                header::CONTENT_TYPE,
+                download::content_type(&art.content_type),
+            );
+            download::attachment(h, &art.name);
             h.insert(
                 header::CONTENT_LENGTH,
                 HeaderValue::from(art.size_bytes.max(0) as u64),
@@ -770,7 +816,7 @@ async fn flush(
             return Err(Message::Close(None));
         }
     }
-    hosts.sent(&msgs).await;
+    hosts.sent(session, &msgs).await;
     Ok(())
 }
 
@@ -822,7 +868,7 @@ async fn post_message(
     {
         match hosts.outgoing(&mut session).await {
             Ok(more) => {
-                hosts.sent(&more).await;
+                hosts.sent(&session, &more).await;
                 replies.extend(more);
             }
             Err(e) => tracing::warn!(error = %e, "computing messages for a host failed"),
@@ -879,7 +925,7 @@ async fn poll(
     loop {
         match hosts.outgoing(&mut session).await {
             Ok(msgs) if !msgs.is_empty() => {
-                hosts.sent(&msgs).await;
+                hosts.sent(&session, &msgs).await;
                 return axum::Json(msgs.iter().map(HostMessage::to_value).collect::<Vec<_>>())
                     .into_response();
             }
@@ -927,6 +973,13 @@ fn operator(gw: &Gateway, headers: &HeaderMap) -> Result<String, Refusal> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .unwrap_or_default();
+    if presented.is_empty() {
+        return Err(Refusal(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "an operator token is required",
+        ));
+    }
     gw.operators
         .iter()
         .find(|(_, token)| switchyard_core::crypto::ct_eq(token.as_bytes(), presented.as_bytes()))

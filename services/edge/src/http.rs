@@ -322,6 +322,7 @@ async fn download(
             if let Ok(v) = HeaderValue::from_str(&content_disposition(&rec.filename)) {
                 h.insert(header::CONTENT_DISPOSITION, v);
             }
+            crate::download::no_sniff(h);
             h.insert(
                 header::CACHE_CONTROL,
                 HeaderValue::from_static("private, no-store"),

@@ -6,6 +6,7 @@ pub mod cli;
 mod cluster;
 pub mod config;
 mod doorbells;
+pub mod download;
 pub mod hosts;
 pub mod http;
 pub mod sendq;

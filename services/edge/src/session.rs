@@ -355,7 +355,7 @@ impl Session {
             Inbound::Ping => send(&self.out, answer(&meta, Outbound::Pong)).await,
             Inbound::Pong => {}
             Inbound::Error { code, .. } => {
-                tracing::info!(code = %code, "xAgent reported an error");
+                switchyard_core::limits::client_error("xagent", &code);
             }
             Inbound::ChannelOpen => self.on_open(ident, meta),
             other => {

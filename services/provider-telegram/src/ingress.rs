@@ -6,14 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use bytes::BytesMut;
+use futures::StreamExt;
 use serde_json::{Value, json};
 use switchyard_core::ProviderHost;
 use switchyard_core::crypto::ct_eq;
+use switchyard_core::limits;
+use tokio::sync::Semaphore;
 
 use crate::Runtime;
 use crate::creds::webhook_secret;
@@ -25,17 +29,60 @@ pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 struct IngressState {
     rt: Arc<Runtime>,
     host: Arc<dyn ProviderHost>,
+    slots: Arc<Semaphore>,
 }
 
 pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>) -> Router {
+    let slots = Arc::new(Semaphore::new(rt.cfg.max_webhook_concurrent.max(1)));
     Router::new()
         .route("/updates/{bot_key}", post(update))
-        .with_state(IngressState { rt, host })
+        .with_state(IngressState { rt, host, slots })
+}
+
+enum ReadError {
+    TooLarge,
+    TimedOut,
+    Aborted,
+}
+
+/// Reads the body of an authenticated call, refusing more than `max` bytes or a body that
+/// takes longer than `timeout`.
+async fn read_bounded(
+    headers: &HeaderMap,
+    body: Body,
+    max: u64,
+    timeout: Duration,
+) -> Result<Bytes, ReadError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(ReadError::TooLarge);
+    }
+    let read = async {
+        let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(max) as usize);
+        let mut stream = body.into_data_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|_| ReadError::Aborted)?;
+            if (buf.len() + chunk.len()) as u64 > max {
+                return Err(ReadError::TooLarge);
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf.freeze())
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or(Err(ReadError::TimedOut))
 }
 
 fn answer(status: StatusCode, code: &str) -> Response {
     let mut resp = (status, axum::Json(json!({ "error": code }))).into_response();
-    if status == StatusCode::SERVICE_UNAVAILABLE {
+    if matches!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+    ) {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
     }
@@ -46,8 +93,12 @@ async fn update(
     State(st): State<IngressState>,
     Path(bot_key): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
+    let Ok(_slot) = st.slots.clone().try_acquire_owned() else {
+        limits::hit("ingress_concurrency_pod");
+        return answer(StatusCode::SERVICE_UNAVAILABLE, "busy");
+    };
     let host = st.host.as_ref();
     let bot = match st.rt.registry.get(&bot_key) {
         Some(b) => b,
@@ -86,6 +137,26 @@ async fn update(
         tracing::warn!(bot_key = %bot.key, "telegram webhook call with a wrong secret refused");
         return answer(StatusCode::UNAUTHORIZED, "invalid_secret");
     }
+    // Only a caller that knows the secret gets its body read, and only so much of it.
+    let body = match read_bounded(
+        &headers,
+        body,
+        st.rt.cfg.max_webhook_bytes,
+        st.rt.cfg.webhook_body_timeout,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(ReadError::TooLarge) => {
+            limits::hit("ingress_body_bytes");
+            return answer(StatusCode::PAYLOAD_TOO_LARGE, "too_large");
+        }
+        Err(ReadError::TimedOut) => {
+            limits::hit("ingress_body_timeout");
+            return answer(StatusCode::REQUEST_TIMEOUT, "timeout");
+        }
+        Err(ReadError::Aborted) => return answer(StatusCode::BAD_REQUEST, "invalid_update"),
+    };
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(_) => return answer(StatusCode::BAD_REQUEST, "invalid_update"),

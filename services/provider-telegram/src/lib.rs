@@ -106,6 +106,12 @@ pub struct TelegramConfig {
     /// Parallel webhook deliveries Telegram may make per bot. 1 keeps a bot's updates in
     /// order (as polling does); more trades order for throughput of very busy bots.
     pub webhook_max_connections: u32,
+    /// Largest webhook update body; read only after the secret header matched.
+    pub max_webhook_bytes: u64,
+    /// Time allowed to receive a webhook update body.
+    pub webhook_body_timeout: Duration,
+    /// Webhook calls in flight per pod; more are answered 503 (Telegram retries).
+    pub max_webhook_concurrent: usize,
 }
 
 impl TelegramConfig {
@@ -128,6 +134,9 @@ impl TelegramConfig {
             send_budget: Duration::from_secs(40),
             max_download_bytes: 20 * 1024 * 1024,
             webhook_max_connections: 1,
+            max_webhook_bytes: 1024 * 1024,
+            webhook_body_timeout: Duration::from_secs(30),
+            max_webhook_concurrent: 64,
         }
     }
 }

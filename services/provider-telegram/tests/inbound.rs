@@ -393,3 +393,65 @@ async fn any_pod_accepts_a_webhook_call_for_a_bot_bound_elsewhere() {
         "pod B did not register the webhook again"
     );
 }
+
+/// Issue 9, finding 1 (Telegram): a caller without the secret is refused before its body is
+/// read, and a body of a caller with it is capped and timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_bodies_are_read_only_after_the_secret_and_are_bounded() {
+    let tg = fake().await;
+    let cluster = Cluster::new();
+    let mut cfg = config(&tg.base_url(), Mode::Webhook);
+    cfg.max_webhook_bytes = 16 * 1024;
+    cfg.webhook_body_timeout = Duration::from_millis(300);
+    let pod = Pod::start(cluster.clone(), "pod-a", cfg, true).await;
+    pod.bind("cch_p", TOKEN, json!(CHAT)).await;
+    let secret = eventually(WAIT, "webhook registered", || async {
+        tg.webhook(TOKEN).secret_token
+    })
+    .await;
+    let url = format!("{}/telegram/updates/{}", pod.url, bot_key());
+    let http = reqwest::Client::new();
+    let stalled = |secret: Option<String>| {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let mut req = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(stream));
+        if let Some(s) = secret {
+            req = req.header("X-Telegram-Bot-Api-Secret-Token", s);
+        }
+        (
+            tx,
+            tokio::spawn(async move { req.send().await.map(|r| r.status().as_u16()) }),
+        )
+    };
+    // No secret: answered while the body is still coming (nothing of it is read).
+    let (tx, answer) = stalled(Some("wrong".into()));
+    tx.send(Ok(bytes::Bytes::from_static(b"{\"update_id\":")))
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(5), answer).await;
+    assert_eq!(status.expect("answered").unwrap().ok(), Some(401));
+    // With the secret, a body that stalls is cut by the timeout.
+    let (tx, answer) = stalled(Some(secret.clone()));
+    tx.send(Ok(bytes::Bytes::from_static(b"{\"update_id\":")))
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(5), answer).await;
+    assert_eq!(status.expect("answered").unwrap().ok(), Some(408));
+    drop(tx);
+    // And a body over the cap is 413.
+    let big = json!({"update_id": 5, "message": {"message_id": 1, "date": 1, "chat": {"id": CHAT, "type": "private"}, "text": "x".repeat(20 * 1024)}});
+    let r = http
+        .post(&url)
+        .header("X-Telegram-Bot-Api-Secret-Token", &secret)
+        .json(&big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    assert!(cluster.inbound().is_empty());
+}

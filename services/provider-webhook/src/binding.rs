@@ -3,6 +3,8 @@
 
 use serde_json::{Map, Value, json};
 use switchyard_core::crypto::Secret;
+use switchyard_core::limits;
+use switchyard_core::netguard::OutboundPolicy;
 use switchyard_core::provider::AuthStep;
 use switchyard_protocol::descriptor::TargetView;
 use url::Url;
@@ -59,6 +61,25 @@ impl Credentials {
             endpoint,
             secret: Secret::new(secret),
         })
+    }
+
+    /// A new binding's endpoint must not name an internal address (SSRF) unless the operator
+    /// allowed its range; names are checked again on every connection, once resolved.
+    pub fn check_endpoint(&self, policy: &OutboundPolicy) -> Result<(), &'static str> {
+        policy.check_url(&self.endpoint).map_err(|_| {
+            limits::hit("outbound_private_address");
+            "endpoint_url points to a loopback, private, link-local or otherwise internal address; the operator can allow its range with outbound.allow_private"
+        })
+    }
+
+    /// Parses submitted fields and checks the endpoint against the outbound policy.
+    pub fn from_new_input(
+        input: &Map<String, Value>,
+        policy: &OutboundPolicy,
+    ) -> Result<Self, &'static str> {
+        let creds = Self::from_input(input)?;
+        creds.check_endpoint(policy)?;
+        Ok(creds)
     }
 
     /// From submitted fields; a field of the wrong JSON type counts as missing.
@@ -140,6 +161,36 @@ mod tests {
         assert!(Credentials::parse(Some("http://h/x"), Some("short")).is_err());
         assert!(Credentials::parse(Some("http://h/x"), None).is_err());
         assert!(Credentials::parse(Some("http://h/x"), Some(&"x".repeat(2000))).is_err());
+        // Internal endpoints are refused unless their range is allowed.
+        let strict = OutboundPolicy::default();
+        let local = OutboundPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
+        for url in [
+            "http://127.0.0.1:9/x",
+            "http://0.0.0.0/x",
+            "http://2130706433/x",
+            "http://[::1]/x",
+            "http://169.254.169.254/latest/meta-data/",
+            "http://localhost:8080/x",
+        ] {
+            let input =
+                serde_json::from_value(json!({"endpoint_url": url, "signing_secret": GOOD}))
+                    .unwrap();
+            let err = Credentials::from_new_input(&input, &strict).err();
+            assert!(
+                err.is_some_and(|m| m.contains("outbound.allow_private")),
+                "{url}"
+            );
+        }
+        let input = serde_json::from_value(
+            json!({"endpoint_url": "http://127.0.0.1:9/x", "signing_secret": GOOD}),
+        )
+        .unwrap();
+        assert!(Credentials::from_new_input(&input, &local).is_ok());
+        let input = serde_json::from_value(
+            json!({"endpoint_url": "https://chat.example.com/x", "signing_secret": GOOD}),
+        )
+        .unwrap();
+        assert!(Credentials::from_new_input(&input, &strict).is_ok());
         // 16 characters, more bytes: counted in characters.
         assert!(Credentials::parse(Some("http://h/x"), Some("ééééééééééééééé1")).is_ok());
     }

@@ -1,7 +1,12 @@
 //! Ingress routes, relative to the provider prefix: inbound messages from chat systems and
 //! the pairing page of the `webhook_pairing` flow.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future as _;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -11,17 +16,21 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
-use futures::StreamExt;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
 use switchyard_core::ProviderHost;
-use switchyard_core::files::bytes_stream;
+use switchyard_core::files::{ByteStream, bytes_stream};
+use switchyard_core::limits;
+use switchyard_core::netguard::OutboundPolicy;
 use switchyard_core::provider::{HostError, InboundMessage, InboundOutcome};
 use switchyard_protocol::im::FileItem;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::binding::Credentials;
 use crate::pairing;
-use crate::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use crate::signing::{self, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER, Verifier};
 
 const MAX_MESSAGE_ID_BYTES: usize = 256;
 const MAX_FILENAME_BYTES: usize = 255;
@@ -29,7 +38,87 @@ const MAX_FILENAME_BYTES: usize = 255;
 #[derive(Clone)]
 pub(crate) struct IngressState {
     pub host: Arc<dyn ProviderHost>,
-    pub max_inbound_bytes: u64,
+    pub limits: Arc<IngressLimits>,
+    pub outbound: OutboundPolicy,
+}
+
+/// What an unauthenticated sender can make a pod hold: bytes before the signature is
+/// checked, time to send them, and requests in flight per pod and per channel.
+pub(crate) struct IngressLimits {
+    /// Largest JSON body (and multipart `message` part); held in memory until verified.
+    pub max_json_bytes: u64,
+    /// Largest multipart body; its file parts stream to the file store, never to memory.
+    pub max_multipart_bytes: u64,
+    /// Time allowed to receive a whole body.
+    pub body_timeout: Duration,
+    per_channel: usize,
+    pod: Arc<Semaphore>,
+    busy_channels: Mutex<HashMap<String, usize>>,
+}
+
+impl IngressLimits {
+    pub fn new(
+        max_json_bytes: u64,
+        max_multipart_bytes: u64,
+        body_timeout: Duration,
+        per_pod: usize,
+        per_channel: usize,
+    ) -> Self {
+        Self {
+            // No body is larger than the largest body.
+            max_json_bytes: max_json_bytes.min(max_multipart_bytes),
+            max_multipart_bytes,
+            body_timeout,
+            per_channel: per_channel.max(1),
+            pod: Arc::new(Semaphore::new(per_pod.max(1))),
+            busy_channels: Mutex::default(),
+        }
+    }
+
+    /// A pod-wide slot; None when every slot is taken (nothing waits for one).
+    pub fn pod_slot(&self) -> Option<OwnedSemaphorePermit> {
+        let slot = self.pod.clone().try_acquire_owned().ok();
+        if slot.is_none() {
+            limits::hit("ingress_concurrency_pod");
+        }
+        slot
+    }
+
+    fn channel_slot(self: &Arc<Self>, channel_id: &str) -> Option<ChannelSlot> {
+        let mut busy = self.busy_channels.lock().unwrap_or_else(|e| e.into_inner());
+        let n = busy.entry(channel_id.to_owned()).or_insert(0);
+        if *n >= self.per_channel {
+            limits::hit("ingress_concurrency_channel");
+            return None;
+        }
+        *n += 1;
+        Some(ChannelSlot {
+            limits: self.clone(),
+            channel_id: channel_id.to_owned(),
+        })
+    }
+}
+
+/// A request in flight for one channel; the map only holds channels with one.
+struct ChannelSlot {
+    limits: Arc<IngressLimits>,
+    channel_id: String,
+}
+
+impl Drop for ChannelSlot {
+    fn drop(&mut self) {
+        let mut busy = self
+            .limits
+            .busy_channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = busy.get_mut(&self.channel_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                busy.remove(&self.channel_id);
+            }
+        }
+    }
 }
 
 pub(crate) fn router(state: IngressState) -> Router {
@@ -98,9 +187,13 @@ pub(crate) fn host_error(e: HostError) -> Response {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReadError {
     TooLarge,
+    TimedOut,
     Aborted,
+    /// A multipart preamble or part header section longer than the parser may buffer.
+    LongHeaders,
 }
 
 impl ReadError {
@@ -111,38 +204,253 @@ impl ReadError {
                 "too_large",
                 Some("the body is larger than allowed"),
             ),
+            Self::TimedOut => error(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                Some("the body did not arrive in time"),
+            ),
             Self::Aborted => error(
                 StatusCode::BAD_REQUEST,
                 "invalid_message",
                 Some("the body could not be read"),
             ),
+            Self::LongHeaders => error(
+                StatusCode::BAD_REQUEST,
+                "invalid_message",
+                Some("a multipart preamble or part header section is longer than 16 KiB"),
+            ),
+        }
+    }
+
+    fn count(self) {
+        match self {
+            Self::TooLarge => limits::hit("ingress_body_bytes"),
+            Self::TimedOut => limits::hit("ingress_body_timeout"),
+            Self::LongHeaders => limits::hit("ingress_multipart_headers"),
+            Self::Aborted => {}
         }
     }
 }
 
-/// Buffers the whole body (the signature covers its raw bytes), refusing more than `max`.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// Buffers the whole body (the signature covers its raw bytes), refusing more than `max`
+/// bytes or a body that takes longer than `timeout`.
 pub(crate) async fn read_bounded(
     headers: &HeaderMap,
     body: Body,
     max: u64,
+    timeout: Duration,
 ) -> Result<Bytes, ReadError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = declared_length(headers);
     if declared.is_some_and(|n| n > max) {
+        ReadError::TooLarge.count();
         return Err(ReadError::TooLarge);
     }
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(1 << 20) as usize);
-    let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|_| ReadError::Aborted)?;
-        if (buf.len() + chunk.len()) as u64 > max {
-            return Err(ReadError::TooLarge);
+    let read = async {
+        let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(max) as usize);
+        let mut stream = body.into_data_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|_| ReadError::Aborted)?;
+            if (buf.len() + chunk.len()) as u64 > max {
+                return Err(ReadError::TooLarge);
+            }
+            buf.extend_from_slice(&chunk);
         }
-        buf.extend_from_slice(&chunk);
+        Ok(buf.freeze())
+    };
+    let result = match tokio::time::timeout(timeout, read).await {
+        Ok(r) => r,
+        Err(_) => Err(ReadError::TimedOut),
+    };
+    if let Err(e) = result {
+        e.count();
     }
-    Ok(buf.freeze())
+    result
+}
+
+/// Longest multipart preamble or part header section. The parser buffers these whole while it
+/// looks for their end (part data streams through), so they are bounded here.
+const MAX_PART_HEADER_BYTES: usize = 16 * 1024;
+
+/// Follows a multipart body's structure just enough to bound what the parser buffers: the
+/// preamble (up to the first delimiter) and each part's headers (up to the blank line).
+struct PartScanner {
+    /// `--boundary`: ends the preamble.
+    first: Vec<u8>,
+    /// `CRLF--boundary`: ends a part's data.
+    next: Vec<u8>,
+    phase: Phase,
+    /// Bytes of the current preamble or header section so far.
+    held: usize,
+    /// The end of the previous chunk, for a delimiter split across chunks.
+    carry: Vec<u8>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Preamble,
+    Headers,
+    Data,
+}
+
+impl PartScanner {
+    fn new(boundary: &str) -> Self {
+        Self {
+            first: format!("--{boundary}").into_bytes(),
+            next: format!("\r\n--{boundary}").into_bytes(),
+            phase: Phase::Preamble,
+            held: 0,
+            carry: Vec::new(),
+        }
+    }
+
+    /// False once a preamble or header section exceeds [`MAX_PART_HEADER_BYTES`].
+    fn feed(&mut self, chunk: &[u8]) -> bool {
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(chunk);
+        let mut at = 0;
+        loop {
+            let pattern: &[u8] = match self.phase {
+                Phase::Preamble => &self.first,
+                Phase::Headers => b"\r\n\r\n",
+                Phase::Data => &self.next,
+            };
+            match memchr::memmem::find(&buf[at..], pattern) {
+                Some(i) => {
+                    at += i + pattern.len();
+                    self.phase = match self.phase {
+                        Phase::Preamble | Phase::Data => Phase::Headers,
+                        Phase::Headers => Phase::Data,
+                    };
+                    self.held = 0;
+                }
+                None => {
+                    if self.phase != Phase::Data {
+                        self.held += buf.len() - at;
+                        if self.held > MAX_PART_HEADER_BYTES {
+                            return false;
+                        }
+                    }
+                    let keep = (pattern.len() - 1).min(buf.len() - at);
+                    // The carried bytes are counted again with the next chunk.
+                    self.held = self.held.saturating_sub(keep);
+                    self.carry = buf[buf.len() - keep..].to_vec();
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// The body of a multipart request on its way to the parser: every byte passes through the
+/// signature check, the size cap and the deadline. Shared so that what the parser leaves
+/// unread (an epilogue) is still read and signed afterwards.
+#[derive(Clone)]
+struct Tee(Arc<Mutex<TeeState>>);
+
+struct TeeState {
+    body: BoxStream<'static, Result<Bytes, axum::Error>>,
+    verifier: Option<Verifier>,
+    read: u64,
+    max: u64,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// None once the parser is done (what is left is only read and signed).
+    scanner: Option<PartScanner>,
+    failed: Option<ReadError>,
+    done: bool,
+}
+
+impl Tee {
+    fn new(body: Body, boundary: &str, verifier: Verifier, max: u64, timeout: Duration) -> Self {
+        Self(Arc::new(Mutex::new(TeeState {
+            body: body.into_data_stream().boxed(),
+            verifier: Some(verifier),
+            read: 0,
+            max,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            scanner: Some(PartScanner::new(boundary)),
+            failed: None,
+            done: false,
+        })))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, TeeState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn failure(&self) -> Option<ReadError> {
+        self.state().failed
+    }
+
+    /// Reads (and signs) whatever the parser left, then checks the signature.
+    async fn finish(self) -> Result<Result<(), SignatureError>, ReadError> {
+        self.state().scanner = None;
+        let mut rest = self.clone();
+        while let Some(chunk) = rest.next().await {
+            if chunk.is_err() {
+                break;
+            }
+        }
+        let mut st = self.state();
+        if let Some(e) = st.failed {
+            return Err(e);
+        }
+        Ok(st
+            .verifier
+            .take()
+            .map_or(Err(SignatureError::Mismatch), Verifier::finish))
+    }
+}
+
+impl futures::Stream for Tee {
+    type Item = std::io::Result<Bytes>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut st = self.state();
+        let fail = |e: ReadError| Poll::Ready(Some(Err(std::io::Error::other(format!("{e:?}")))));
+        if let Some(e) = st.failed {
+            return fail(e);
+        }
+        if st.done {
+            return Poll::Ready(None);
+        }
+        if st.deadline.as_mut().poll(cx).is_ready() {
+            st.failed = Some(ReadError::TimedOut);
+            return fail(ReadError::TimedOut);
+        }
+        match st.body.poll_next_unpin(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                st.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(_))) => {
+                st.failed = Some(ReadError::Aborted);
+                fail(ReadError::Aborted)
+            }
+            Poll::Ready(Some(Ok(chunk))) => {
+                st.read += chunk.len() as u64;
+                if st.read > st.max {
+                    st.failed = Some(ReadError::TooLarge);
+                    return fail(ReadError::TooLarge);
+                }
+                if let Some(v) = st.verifier.as_mut() {
+                    v.update(&chunk);
+                }
+                if st.scanner.as_mut().is_some_and(|s| !s.feed(&chunk)) {
+                    st.failed = Some(ReadError::LongHeaders);
+                    return fail(ReadError::LongHeaders);
+                }
+                Poll::Ready(Some(Ok(chunk)))
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -178,16 +486,51 @@ struct PendingFile {
     bytes: Bytes,
 }
 
-struct Parsed {
-    message: WireMessage,
-    files: Vec<PendingFile>,
-}
-
 struct Invalid(String);
 
 impl From<&str> for Invalid {
     fn from(s: &str) -> Self {
         Self(s.to_owned())
+    }
+}
+
+/// Why a request was refused; files it already stored are discarded first.
+enum Refusal {
+    Read(ReadError),
+    Signature(SignatureError),
+    Invalid(Invalid),
+    Host(HostError),
+}
+
+impl From<Invalid> for Refusal {
+    fn from(e: Invalid) -> Self {
+        Self::Invalid(e)
+    }
+}
+
+impl From<HostError> for Refusal {
+    fn from(e: HostError) -> Self {
+        Self::Host(e)
+    }
+}
+
+impl Refusal {
+    fn response(self, channel_id: &str) -> Response {
+        match self {
+            Self::Read(e) => e.response(),
+            Self::Signature(e) => {
+                tracing::info!(connector_channel_id = %channel_id, reason = ?e, "webhook inbound signature refused");
+                error(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_signature",
+                    Some(e.message()),
+                )
+            }
+            Self::Invalid(Invalid(m)) => {
+                error(StatusCode::BAD_REQUEST, "invalid_message", Some(&m))
+            }
+            Self::Host(e) => host_error(e),
+        }
     }
 }
 
@@ -197,94 +540,260 @@ async fn inbound(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // Admission first: a full pod answers before it spends a store lookup.
+    let Some(_pod_slot) = st.limits.pod_slot() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            Some("too many inbound requests in flight; retry later"),
+        );
+    };
     let binding = match st.host.binding(&channel_id).await {
         Ok(Some(b)) => b,
         Ok(None) => return error(StatusCode::NOT_FOUND, "unknown_channel", None),
         Err(e) => return host_error(HostError::Backend(e)),
+    };
+    let Some(_channel_slot) = st.limits.channel_slot(&channel_id) else {
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            Some("too many inbound requests in flight for this channel; retry later"),
+        );
     };
     let Some(creds) = Credentials::from_stored(&binding.credentials) else {
         tracing::error!(connector_channel_id = %channel_id, "webhook binding has unreadable credentials");
         return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", None);
     };
     let header_str = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    // The timestamp is checked before buffering so stale replays cost nothing.
-    let now = signing::unix_now();
-    if let Err(e) = signing::verify_timestamp(header_str(TIMESTAMP_HEADER), now) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "invalid_signature",
-            Some(e.message()),
-        );
-    }
-    let raw = match read_bounded(&headers, body, st.max_inbound_bytes).await {
-        Ok(b) => b,
-        Err(e) => return e.response(),
-    };
-    if let Err(e) = signing::verify(
+    // The headers are checked before any body byte is read, so stale replays and unsigned
+    // requests cost nothing.
+    let verifier = match Verifier::start(
         creds.secret.expose().as_bytes(),
         header_str(TIMESTAMP_HEADER),
         header_str(SIGNATURE_HEADER),
-        &raw,
-        now,
+        signing::unix_now(),
     ) {
-        tracing::info!(connector_channel_id = %channel_id, reason = ?e, "webhook inbound signature refused");
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "invalid_signature",
-            Some(e.message()),
-        );
-    }
+        Ok(v) => v,
+        Err(e) => return Refusal::Signature(e).response(&channel_id),
+    };
     let content_type = header_str(header::CONTENT_TYPE.as_str()).unwrap_or("application/json");
-    let parsed = if is_multipart(content_type) {
-        parse_multipart(content_type, raw).await
+    let mut stored: Vec<FileItem> = Vec::new();
+    let result = if is_multipart(content_type) {
+        receive_multipart(
+            &st,
+            &channel_id,
+            content_type,
+            &headers,
+            body,
+            verifier,
+            &mut stored,
+        )
+        .await
     } else {
-        parse_json(&raw)
+        receive_json(&st, &channel_id, &headers, body, verifier, &mut stored).await
     };
-    let Parsed { message, files } = match parsed.and_then(validate) {
-        Ok(p) => p,
-        Err(Invalid(m)) => return error(StatusCode::BAD_REQUEST, "invalid_message", Some(&m)),
+    let result = match result {
+        Ok(msg) => st
+            .host
+            .accept_inbound(&channel_id, msg)
+            .await
+            .map_err(Refusal::Host),
+        Err(e) => Err(e),
     };
+    match result {
+        Ok(outcome) => {
+            let status = match outcome {
+                InboundOutcome::Stored => "accepted",
+                InboundOutcome::Duplicate => {
+                    // The first delivery carries its own files; these would be orphans.
+                    discard(st.host.as_ref(), &channel_id, &stored).await;
+                    "duplicate"
+                }
+            };
+            (StatusCode::ACCEPTED, axum::Json(json!({"status": status}))).into_response()
+        }
+        Err(refusal) => {
+            discard(st.host.as_ref(), &channel_id, &stored).await;
+            refusal.response(&channel_id)
+        }
+    }
+}
 
-    let mut items: Vec<FileItem> = Vec::with_capacity(files.len());
+/// Forgets files a refused request stored; the janitor's file expiry is the backstop.
+async fn discard(host: &dyn ProviderHost, channel_id: &str, stored: &[FileItem]) {
+    for item in stored {
+        if let Err(e) = host.discard_inbound_file(channel_id, &item.file_ref).await {
+            tracing::warn!(connector_channel_id = %channel_id, error = %e, "refused inbound file not discarded");
+        }
+    }
+}
+
+/// A JSON body: buffered up to the JSON cap, verified, then parsed; its files are stored
+/// only after the signature holds.
+async fn receive_json(
+    st: &IngressState,
+    channel_id: &str,
+    headers: &HeaderMap,
+    body: Body,
+    mut verifier: Verifier,
+    stored: &mut Vec<FileItem>,
+) -> Result<InboundMessage, Refusal> {
+    let raw = read_bounded(
+        headers,
+        body,
+        st.limits.max_json_bytes,
+        st.limits.body_timeout,
+    )
+    .await
+    .map_err(Refusal::Read)?;
+    verifier.update(&raw);
+    verifier.finish().map_err(Refusal::Signature)?;
+    let mut message = parse_message(&raw)?;
+    let files = decode_json_files(std::mem::take(&mut message.files))?;
+    validate(&message, files.len())?;
+    for f in &files {
+        check_filename(&f.filename)?;
+    }
+    store_pending(st, channel_id, files, stored).await?;
+    Ok(into_inbound(message, stored))
+}
+
+/// A multipart body: the `message` part is held (up to the JSON cap), file parts stream to
+/// the file store as they arrive, and every byte is signed on the way. Nothing is kept
+/// unless the signature over the whole body holds.
+async fn receive_multipart(
+    st: &IngressState,
+    channel_id: &str,
+    content_type: &str,
+    headers: &HeaderMap,
+    body: Body,
+    verifier: Verifier,
+    stored: &mut Vec<FileItem>,
+) -> Result<InboundMessage, Refusal> {
+    if declared_length(headers).is_some_and(|n| n > st.limits.max_multipart_bytes) {
+        ReadError::TooLarge.count();
+        return Err(Refusal::Read(ReadError::TooLarge));
+    }
+    let boundary = multer::parse_boundary(content_type)
+        .map_err(|_| Invalid::from("multipart body without a boundary"))?;
+    let tee = Tee::new(
+        body,
+        &boundary,
+        verifier,
+        st.limits.max_multipart_bytes,
+        st.limits.body_timeout,
+    );
+    let parsed = stream_parts(st, channel_id, &tee, boundary, stored).await;
+    // A read failure explains a parse or storage error that followed from it.
+    if let Some(e) = tee.failure() {
+        e.count();
+        return Err(Refusal::Read(e));
+    }
+    let verified = match tee.finish().await {
+        Ok(v) => v,
+        Err(e) => {
+            e.count();
+            return Err(Refusal::Read(e));
+        }
+    };
+    verified.map_err(Refusal::Signature)?;
+    let mut message = parsed?;
+    let json_files = decode_json_files(std::mem::take(&mut message.files))?;
+    validate(&message, stored.len() + json_files.len())?;
+    for f in &json_files {
+        check_filename(&f.filename)?;
+    }
+    store_pending(st, channel_id, json_files, stored).await?;
+    Ok(into_inbound(message, stored))
+}
+
+/// Walks the parts; file parts go to the file store (recorded in `stored`).
+async fn stream_parts(
+    st: &IngressState,
+    channel_id: &str,
+    tee: &Tee,
+    boundary: String,
+    stored: &mut Vec<FileItem>,
+) -> Result<WireMessage, Refusal> {
+    let mut mp = multer::Multipart::new(tee.clone(), boundary);
+    let mut message = None;
+    let malformed = || Refusal::Invalid(Invalid::from("malformed multipart body"));
+    loop {
+        let mut field = match mp.next_field().await {
+            Ok(Some(f)) => f,
+            Ok(None) => break,
+            Err(_) => return Err(malformed()),
+        };
+        let name = field.name().map(str::to_owned);
+        let filename = field.file_name().map(str::to_owned);
+        let part_type = field.content_type().map(|m| m.essence_str().to_owned());
+        if name.as_deref() == Some("message") && message.is_none() {
+            let mut buf = BytesMut::new();
+            while let Some(chunk) = field.next().await {
+                let chunk = chunk.map_err(|_| malformed())?;
+                if (buf.len() + chunk.len()) as u64 > st.limits.max_json_bytes {
+                    limits::hit("ingress_body_bytes");
+                    return Err(Refusal::Read(ReadError::TooLarge));
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            message = Some(parse_message(&buf)?);
+        } else if let Some(filename) = filename {
+            check_filename(&filename)?;
+            // A generic octet-stream type says nothing; the filename may say more.
+            let mime_type = part_type
+                .filter(|m| m != "application/octet-stream")
+                .or_else(|| guess_mime(&filename));
+            let bytes: ByteStream = field.map_err(std::io::Error::other).boxed();
+            let item = st
+                .host
+                .store_inbound_file(channel_id, &filename, mime_type.as_deref(), bytes)
+                .await?;
+            stored.push(item);
+        } else {
+            while let Some(chunk) = field.next().await {
+                chunk.map_err(|_| malformed())?;
+            }
+        }
+    }
+    message.ok_or(Refusal::Invalid(Invalid::from(
+        "multipart body needs a message part",
+    )))
+}
+
+async fn store_pending(
+    st: &IngressState,
+    channel_id: &str,
+    files: Vec<PendingFile>,
+    stored: &mut Vec<FileItem>,
+) -> Result<(), HostError> {
     for f in files {
         let mime = f.mime_type.or_else(|| guess_mime(&f.filename));
-        match st
+        let item = st
             .host
             .store_inbound_file(
-                &channel_id,
+                channel_id,
                 &f.filename,
                 mime.as_deref(),
                 bytes_stream(f.bytes),
             )
-            .await
-        {
-            Ok(item) => items.push(item),
-            Err(e) => return host_error(e),
-        }
+            .await?;
+        stored.push(item);
     }
+    Ok(())
+}
+
+fn into_inbound(message: WireMessage, stored: &[FileItem]) -> InboundMessage {
     let (sender_id, sender_name) = match message.sender {
         Some(s) => (Some(s.id), s.name.filter(|n| !n.is_empty())),
         None => (None, None),
     };
-    let msg = InboundMessage {
+    InboundMessage {
         message_id: message.message_id,
         text: message.text.filter(|t| !t.is_empty()),
         sender_id,
         sender_name,
-        files: items,
-    };
-    match st.host.accept_inbound(&channel_id, msg).await {
-        Ok(InboundOutcome::Stored) => (
-            StatusCode::ACCEPTED,
-            axum::Json(json!({"status": "accepted"})),
-        )
-            .into_response(),
-        Ok(InboundOutcome::Duplicate) => (
-            StatusCode::ACCEPTED,
-            axum::Json(json!({"status": "duplicate"})),
-        )
-            .into_response(),
-        Err(e) => host_error(e),
+        files: stored.to_vec(),
     }
 }
 
@@ -309,12 +818,6 @@ fn parse_message(raw: &[u8]) -> Result<WireMessage, Invalid> {
     })
 }
 
-fn parse_json(raw: &[u8]) -> Result<Parsed, Invalid> {
-    let mut message = parse_message(raw)?;
-    let files = decode_json_files(std::mem::take(&mut message.files))?;
-    Ok(Parsed { message, files })
-}
-
 fn decode_json_files(files: Vec<WireFile>) -> Result<Vec<PendingFile>, Invalid> {
     files
         .into_iter()
@@ -337,71 +840,52 @@ fn decode_json_files(files: Vec<WireFile>) -> Result<Vec<PendingFile>, Invalid> 
         .collect()
 }
 
-/// Parses the already verified body; a `message` part holds the JSON, every part with a
-/// filename is a file.
-async fn parse_multipart(content_type: &str, raw: Bytes) -> Result<Parsed, Invalid> {
-    let boundary = multer::parse_boundary(content_type)
-        .map_err(|_| Invalid::from("multipart body without a boundary"))?;
-    let mut mp = multer::Multipart::new(
-        futures::stream::iter([Ok::<_, std::convert::Infallible>(raw)]),
-        boundary,
-    );
-    let mut message = None;
-    let mut files = Vec::new();
-    loop {
-        let field = match mp.next_field().await {
-            Ok(Some(f)) => f,
-            Ok(None) => break,
-            Err(_) => return Err("malformed multipart body".into()),
-        };
-        let name = field.name().map(str::to_owned);
-        let filename = field.file_name().map(str::to_owned);
-        let part_type = field.content_type().map(|m| m.essence_str().to_owned());
-        let data = field
-            .bytes()
-            .await
-            .map_err(|_| Invalid::from("malformed multipart body"))?;
-        if name.as_deref() == Some("message") && message.is_none() {
-            message = Some(parse_message(&data)?);
-        } else if let Some(filename) = filename {
-            // A generic octet-stream type says nothing; the filename may say more.
-            let mime_type = part_type
-                .filter(|m| m != "application/octet-stream")
-                .or_else(|| guess_mime(&filename));
-            files.push(PendingFile {
-                filename,
-                mime_type,
-                bytes: data,
-            });
-        }
+fn check_filename(filename: &str) -> Result<(), Invalid> {
+    if filename.trim().is_empty() || filename.len() > MAX_FILENAME_BYTES {
+        return Err("every file needs a filename of 1 to 255 bytes".into());
     }
-    let mut message = message.ok_or(Invalid::from("multipart body needs a message part"))?;
-    let mut all = decode_json_files(std::mem::take(&mut message.files))?;
-    all.append(&mut files);
-    Ok(Parsed {
-        message,
-        files: all,
-    })
+    Ok(())
 }
 
-fn validate(p: Parsed) -> Result<Parsed, Invalid> {
-    let m = &p.message;
+fn validate(m: &WireMessage, file_count: usize) -> Result<(), Invalid> {
     if m.message_id.is_empty() {
         return Err("message_id must be non-empty".into());
     }
     if m.message_id.len() > MAX_MESSAGE_ID_BYTES {
         return Err("message_id is longer than 256 bytes".into());
     }
-    if m.text.as_deref().is_none_or(str::is_empty) && p.files.is_empty() {
+    if m.text.as_deref().is_none_or(str::is_empty) && file_count == 0 {
         return Err("message needs non-empty text or files".into());
-    }
-    for f in &p.files {
-        if f.filename.trim().is_empty() || f.filename.len() > MAX_FILENAME_BYTES {
-            return Err("every file needs a filename of 1 to 255 bytes".into());
-        }
     }
     if m.sender.as_ref().is_some_and(|s| s.id.is_empty()) {
         return Err("sender.id must be non-empty".into());
     }
-    Ok(p)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed_all(chunks: &[&[u8]]) -> bool {
+        let mut s = PartScanner::new("b0");
+        chunks.iter().all(|c| s.feed(c))
+    }
+
+    #[test]
+    fn the_scanner_bounds_preambles_and_headers_only() {
+        let big = vec![b'x'; 64 * 1024];
+        let mut body =
+            b"--b0\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n".to_vec();
+        body.extend_from_slice(&big);
+        body.extend_from_slice(b"\r\n--b0--\r\n");
+        assert!(feed_all(&[&body]), "part data is not limited");
+        // Delimiters split across chunks are found.
+        let pieces: Vec<&[u8]> = body.chunks(3).collect();
+        assert!(feed_all(&pieces));
+        assert!(!feed_all(&[&big]), "a preamble without a delimiter");
+        let mut headers = b"--b0\r\nX: ".to_vec();
+        headers.extend_from_slice(&big);
+        assert!(!feed_all(&[&headers]), "a header section without its end");
+    }
 }

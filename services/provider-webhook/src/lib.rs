@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use switchyard_core::ProviderHost;
 use switchyard_core::crypto::sha256_hex;
+pub use switchyard_core::netguard::{Cidr, OutboundPolicy};
 use switchyard_core::provider::{
     AuthRequest, AuthStep, Binding, HostError, OutboundMessage, Provider, ProviderError,
     ProviderErrorKind, ToolCall,
@@ -37,8 +38,18 @@ pub const PREFIX: &str = "/webhook";
 pub struct WebhookConfig {
     pub build: BuildInfo,
     pub api_key_required: bool,
-    /// Largest inbound request body, files included.
+    /// Largest inbound multipart body, files included (file parts stream to the file store).
     pub max_inbound_bytes: u64,
+    /// Largest inbound JSON body (and multipart `message` part), held until verified.
+    pub max_inbound_json_bytes: u64,
+    /// Time allowed to receive an inbound body.
+    pub inbound_body_timeout: Duration,
+    /// Inbound requests in flight per pod; more are answered 503.
+    pub max_inbound_concurrent: usize,
+    /// Inbound requests in flight per channel; more are answered 429.
+    pub max_inbound_concurrent_per_channel: usize,
+    /// Which internal address ranges an endpoint may reach (none by default).
+    pub outbound: OutboundPolicy,
     /// Whole-request timeout of an outbound post.
     pub request_timeout: Duration,
     /// Lifetime of a pairing link.
@@ -46,12 +57,19 @@ pub struct WebhookConfig {
 }
 
 impl WebhookConfig {
-    /// The defaults: 20 MiB inbound, 10 s outbound timeout, 10 min pairing links.
+    /// The defaults: 20 MiB multipart and 1 MiB JSON inbound within 30 s, 64 inbound
+    /// requests in flight per pod and 8 per channel, no internal endpoints, 10 s outbound
+    /// timeout, 10 min pairing links.
     pub fn new(build: BuildInfo, api_key_required: bool) -> Self {
         Self {
             build,
             api_key_required,
             max_inbound_bytes: 20 * 1024 * 1024,
+            max_inbound_json_bytes: 1024 * 1024,
+            inbound_body_timeout: Duration::from_secs(30),
+            max_inbound_concurrent: 64,
+            max_inbound_concurrent_per_channel: 8,
+            outbound: OutboundPolicy::default(),
             request_timeout: Duration::from_secs(10),
             pairing_ttl: Duration::from_secs(600),
         }
@@ -61,7 +79,8 @@ impl WebhookConfig {
 pub struct WebhookProvider {
     card: Card,
     skill: String,
-    max_inbound_bytes: u64,
+    ingress_limits: Arc<ingress::IngressLimits>,
+    outbound: OutboundPolicy,
     pairing_ttl: Duration,
     sender: outbound::Sender,
     host: OnceLock<Arc<dyn ProviderHost>>,
@@ -72,9 +91,16 @@ impl WebhookProvider {
         Self {
             card: card::build(cfg.build, cfg.api_key_required),
             skill: card::skill(),
-            max_inbound_bytes: cfg.max_inbound_bytes,
+            ingress_limits: Arc::new(ingress::IngressLimits::new(
+                cfg.max_inbound_json_bytes,
+                cfg.max_inbound_bytes,
+                cfg.inbound_body_timeout,
+                cfg.max_inbound_concurrent,
+                cfg.max_inbound_concurrent_per_channel,
+            )),
             pairing_ttl: cfg.pairing_ttl,
-            sender: outbound::Sender::new(cfg.request_timeout),
+            sender: outbound::Sender::new(cfg.request_timeout, cfg.outbound.clone()),
+            outbound: cfg.outbound,
             host: OnceLock::new(),
         }
     }
@@ -157,13 +183,15 @@ impl Provider for WebhookProvider {
 
     async fn auth_start(&self, req: AuthRequest<'_>) -> Result<AuthStep, ProviderError> {
         match req.flow.id.as_str() {
-            FLOW_BINDING => Ok(match Credentials::from_input(req.input) {
-                Ok(creds) => creds.into_step(),
-                Err(m) => AuthStep::Failed {
-                    code: "invalid_input".into(),
-                    message: m.into(),
+            FLOW_BINDING => Ok(
+                match Credentials::from_new_input(req.input, &self.outbound) {
+                    Ok(creds) => creds.into_step(),
+                    Err(m) => AuthStep::Failed {
+                        code: "invalid_input".into(),
+                        message: m.into(),
+                    },
                 },
-            }),
+            ),
             FLOW_PAIRING => {
                 let base = self.host()?.public_base_url();
                 pairing::start(&base, PREFIX, req.auth_session_id, self.pairing_ttl)
@@ -253,7 +281,8 @@ impl Provider for WebhookProvider {
         self.attach(host.clone());
         Some(ingress::router(ingress::IngressState {
             host,
-            max_inbound_bytes: self.max_inbound_bytes,
+            limits: self.ingress_limits.clone(),
+            outbound: self.outbound.clone(),
         }))
     }
 }

@@ -1,9 +1,15 @@
 //! Posting messages to a channel's endpoint, and the channel health that follows from it.
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use serde::Serialize;
 use switchyard_core::ProviderHost;
+use switchyard_core::limits;
+use switchyard_core::netguard::{OutboundPolicy, Refused};
 use switchyard_core::provider::{OutboundFile, ProviderError};
 use switchyard_protocol::ConnectionStatus;
 
@@ -47,17 +53,61 @@ enum Outcome {
     Refused(u16),
     /// 5xx, timeout or no connection.
     Unavailable(ProviderError),
+    /// The endpoint is an internal address the outbound policy refuses; not retryable.
+    Blocked(ProviderError),
 }
 
 pub(crate) struct Sender {
     client: reqwest::Client,
     timeout: Duration,
+    policy: Arc<OutboundPolicy>,
+}
+
+/// Resolves endpoint names and drops every address the outbound policy refuses, so a name
+/// that resolves (or re-resolves, DNS rebinding) to an internal address is never connected.
+struct GuardedResolver {
+    policy: Arc<OutboundPolicy>,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let found = tokio::net::lookup_host((name.as_str(), 0)).await?;
+            let allowed: Vec<SocketAddr> =
+                found.filter(|a| policy.check_ip(a.ip()).is_ok()).collect();
+            if allowed.is_empty() {
+                return Err(
+                    Box::new(Refused::NoAllowedAddress) as Box<dyn std::error::Error + Send + Sync>
+                );
+            }
+            Ok(Box::new(allowed.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// True when the request failed because the guard refused every address.
+fn refused_by_guard(e: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<Refused>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 impl Sender {
-    pub fn new(timeout: Duration) -> Self {
+    pub fn new(timeout: Duration, policy: OutboundPolicy) -> Self {
+        let policy = Arc::new(policy);
         let client = reqwest::Client::builder()
             .timeout(timeout)
+            .dns_resolver(Arc::new(GuardedResolver {
+                policy: policy.clone(),
+            }))
+            // A proxy would resolve the endpoint itself, beyond the guard.
+            .no_proxy()
             // A redirect would replay a signed body to a URL nobody validated (or drop it as a
             // GET); the endpoint must answer itself.
             .redirect(reqwest::redirect::Policy::none())
@@ -65,7 +115,11 @@ impl Sender {
             .build()
             // Only fails when the TLS backend cannot initialise, which is a broken build.
             .expect("reqwest client with static settings");
-        Self { client, timeout }
+        Self {
+            client,
+            timeout,
+            policy,
+        }
     }
 
     /// Posts one message; health is reported to `host` when one is attached.
@@ -80,7 +134,7 @@ impl Sender {
             track_health(
                 host,
                 msg.channel_id,
-                matches!(outcome, Outcome::Unavailable(_)),
+                matches!(outcome, Outcome::Unavailable(_) | Outcome::Blocked(_)),
             )
             .await;
         }
@@ -89,11 +143,16 @@ impl Sender {
             Outcome::Refused(status) => Err(ProviderError::rejected(format!(
                 "endpoint answered {status}"
             ))),
-            Outcome::Unavailable(e) => Err(e),
+            Outcome::Unavailable(e) | Outcome::Blocked(e) => Err(e),
         }
     }
 
     async fn post(&self, creds: &Credentials, msg: &Message<'_>) -> Outcome {
+        // Addresses written in the URL are never resolved, so the resolver cannot see them;
+        // bindings made before the guard existed are caught here too.
+        if self.policy.check_url(&creds.endpoint).is_err() {
+            return blocked(msg.channel_id);
+        }
         let payload = Payload {
             message_id: msg.message_id,
             connector_channel_id: msg.channel_id,
@@ -153,6 +212,7 @@ impl Sender {
                 );
                 Outcome::Refused(status)
             }
+            Err(e) if refused_by_guard(&e) => blocked(msg.channel_id),
             Err(e) => {
                 let (kind, text) = if e.is_timeout() {
                     (
@@ -176,6 +236,17 @@ impl Sender {
             }
         }
     }
+}
+
+fn blocked(channel_id: &str) -> Outcome {
+    limits::hit("outbound_private_address");
+    tracing::warn!(
+        connector_channel_id = channel_id,
+        "webhook endpoint refused: internal address"
+    );
+    Outcome::Blocked(ProviderError::rejected(
+        "endpoint_url resolves to a loopback, private, link-local or otherwise internal address; the operator can allow its range with outbound.allow_private",
+    ))
 }
 
 fn failure_key(channel_id: &str) -> String {
@@ -212,5 +283,30 @@ async fn track_health(host: &dyn ProviderHost, channel_id: &str, failed: bool) {
     };
     if let Err(e) = host.set_target_status(channel_id, status).await {
         tracing::warn!(connector_channel_id = channel_id, status = status.as_str(), error = %e, "target status not updated");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names are judged by the addresses they resolve to, at connect time (DNS rebinding).
+    #[tokio::test]
+    async fn the_resolver_drops_internal_addresses() {
+        let strict = GuardedResolver {
+            policy: Arc::new(OutboundPolicy::default()),
+        };
+        let name: Name = "localhost".parse().unwrap();
+        let err = strict.resolve(name).await.err().expect("refused");
+        assert!(err.is::<Refused>(), "{err}");
+        let allowed = GuardedResolver {
+            policy: Arc::new(OutboundPolicy::new(vec!["127.0.0.0/8".parse().unwrap()])),
+        };
+        let addrs: Vec<SocketAddr> = allowed
+            .resolve("localhost".parse().unwrap())
+            .await
+            .unwrap()
+            .collect();
+        assert!(!addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()));
     }
 }

@@ -200,7 +200,7 @@ pub(crate) async fn submit(
     if let Err(r) = authorize(st.host.as_ref(), &auth_session_id, query.as_deref()).await {
         return r;
     }
-    let raw = match read_bounded(&headers, body, MAX_SUBMIT_BYTES).await {
+    let raw = match read_bounded(&headers, body, MAX_SUBMIT_BYTES, st.limits.body_timeout).await {
         Ok(b) => b,
         Err(e) => return e.response(),
     };
@@ -227,7 +227,7 @@ pub(crate) async fn submit(
             }
         }
     };
-    let creds = match Credentials::from_input(&input) {
+    let creds = match Credentials::from_new_input(&input, &st.outbound) {
         Ok(c) => c,
         Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_input", Some(m)),
     };

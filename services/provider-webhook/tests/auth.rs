@@ -213,6 +213,26 @@ async fn pairing_get_marks_scanned_and_post_completes() {
 #[tokio::test]
 async fn pairing_accepts_the_html_form_post() {
     let t = pairing("as_pair2").await;
+    // An internal range the operator did not allow is refused, with a reason.
+    let refused = t
+        .http
+        .post(&t.link)
+        .form(&[
+            ("endpoint_url", "http://192.168.1.5:8080/in"),
+            ("signing_secret", GOOD_SECRET),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    let v: Value = refused.json().await.unwrap();
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("outbound.allow_private"),
+        "{v}"
+    );
     let resp = t
         .http
         .post(&t.link)

@@ -301,3 +301,66 @@ async fn message_tool_ids_are_stable_across_retries() {
         .unwrap_err();
     assert_eq!(e.kind, ProviderErrorKind::InvalidInput);
 }
+
+/// Issue 9, finding 3: without an allowed range, an endpoint on an internal address is never
+/// reached, whether the URL names the address (in any spelling) or a name resolves to it
+/// (checked on the resolved address at connect time, so DNS rebinding cannot get through).
+#[tokio::test]
+async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
+    let host = FakeHost::new();
+    let ep = Endpoint::start().await;
+    let port = ep
+        .url
+        .split(':')
+        .nth(2)
+        .and_then(|p| p.split('/').next())
+        .unwrap();
+    let mut cfg = config();
+    cfg.outbound = switchyard_provider_webhook::OutboundPolicy::default();
+    let p = WebhookProvider::new(cfg);
+    p.attach(host.clone());
+    // Stored bindings skip the binding-time check (made before the guard, or rebinding).
+    for url in [
+        ep.url.clone(),
+        format!("http://localhost:{port}/hook"),
+        format!("http://2130706433:{port}/hook"),
+        format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+        format!("http://127.1:{port}/hook"),
+    ] {
+        let binding = host.bind(CHANNEL, &url);
+        let e = deliver(&p, &binding, "out_x", "hi").await.unwrap_err();
+        assert_eq!(e.kind, ProviderErrorKind::Rejected, "{url}: {e:?}");
+        assert!(e.message.contains("outbound.allow_private"), "{url}: {e:?}");
+    }
+    assert!(ep.received().is_empty(), "an internal endpoint was reached");
+    // The operator's allowed range lets the same endpoint through.
+    let binding = host.bind(CHANNEL, &ep.url);
+    deliver(&provider(&host), &binding, "out_z", "hi")
+        .await
+        .unwrap();
+    assert_eq!(ep.received().len(), 1);
+}
+
+/// A redirect is not followed: it would replay the signed body to a URL nobody checked.
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let host = FakeHost::new();
+    let target = Endpoint::start().await;
+    let location = target.url.clone();
+    let redirector = common::serve(axum::Router::new().fallback(move || {
+        let location = location.clone();
+        async move {
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, location)],
+            )
+        }
+    }))
+    .await;
+    let binding = host.bind(CHANNEL, &format!("{redirector}/hook"));
+    let e = deliver(&provider(&host), &binding, "out_r", "hi")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ProviderErrorKind::Rejected, "{e:?}");
+    assert!(target.received().is_empty(), "the redirect was followed");
+}

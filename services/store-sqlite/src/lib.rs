@@ -27,6 +27,27 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../../../migrations/sqlite/0002_hosts.sql")),
 ];
 
+/// Creates a missing database file readable by this user only (0600); SQLite gives its WAL
+/// and shared-memory files the database file's permissions.
+fn create_private(path: &std::path::Path) -> BackendResult<()> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    match opts.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(BackendError::with_source(
+            ErrorKind::Internal,
+            "create sqlite file",
+            e,
+        )),
+    }
+}
+
 /// How long a statement waits for a lock held by another process before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a task waits for a pooled connection before the store reports `Unavailable`.
@@ -65,6 +86,7 @@ impl SqliteStore {
             });
         }
 
+        create_private(base.get_filename())?;
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -1636,6 +1658,20 @@ mod tests {
             versions.last().copied(),
             Some(switchyard_core::store::SCHEMA_VERSION)
         );
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_new_database_file_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = SqliteStore::open(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        store.close().await;
     }
 
     #[test]

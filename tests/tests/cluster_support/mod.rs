@@ -357,6 +357,8 @@ impl Cluster {
                 env_or("SWITCHYARD_E2E_POD_LOG", "info"),
             )
             .env("SWITCHYARD_DATA_DIR", self.data_dir.path())
+            // The fake chat systems listen on loopback.
+            .env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/8,::1/128")
             .env("SWITCHYARD_DATABASE_URL", &self.pg_url)
             .env("SWITCHYARD_DATABASE_SCHEMA", &self.schema)
             .env("SWITCHYARD_DATABASE_MAX_CONNECTIONS", "5")

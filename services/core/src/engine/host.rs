@@ -82,6 +82,22 @@ impl ProviderHost for Connector {
         Ok(item)
     }
 
+    async fn discard_inbound_file(
+        &self,
+        channel_id: &str,
+        file_ref: &str,
+    ) -> Result<(), HostError> {
+        let Some(rec) = self.hub.store.get_file(file_ref).await? else {
+            return Ok(());
+        };
+        if rec.channel_id != channel_id || rec.direction != FileDirection::Inbound {
+            return Err(HostError::FileNotFound);
+        }
+        self.hub.store.delete_file(file_ref).await?;
+        self.hub.files.delete(&rec.storage_key).await?;
+        Ok(())
+    }
+
     async fn open_file(
         &self,
         channel_id: &str,

@@ -331,6 +331,21 @@ impl ProviderHost for FakeHost {
         Ok(item)
     }
 
+    async fn discard_inbound_file(
+        &self,
+        channel_id: &str,
+        file_ref: &str,
+    ) -> Result<(), HostError> {
+        let mut files = self.cluster.files.lock().unwrap();
+        if files
+            .get(file_ref)
+            .is_some_and(|f| f.channel_id == channel_id)
+        {
+            files.remove(file_ref);
+        }
+        Ok(())
+    }
+
     async fn open_file(
         &self,
         channel_id: &str,

@@ -23,7 +23,7 @@ use switchyard_core::provider::{
 use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderHost};
 use switchyard_protocol::im::FileItem;
 use switchyard_protocol::{BuildInfo, ConnectionStatus};
-use switchyard_provider_webhook::{WebhookConfig, WebhookProvider};
+use switchyard_provider_webhook::{OutboundPolicy, WebhookConfig, WebhookProvider};
 
 pub const SECRET: &str = "s3cr3t-signing-key-0123";
 pub const CHANNEL: &str = "cch_test";
@@ -40,7 +40,14 @@ pub fn build_info() -> BuildInfo {
 pub fn config() -> WebhookConfig {
     let mut cfg = WebhookConfig::new(build_info(), true);
     cfg.max_inbound_bytes = 64 * 1024;
+    cfg.max_inbound_json_bytes = 32 * 1024;
     cfg.request_timeout = Duration::from_millis(500);
+    // The fake endpoints listen on 127.0.0.1; the pairing tests bind an on-premises endpoint
+    // in 10.0.0.0/8. Other internal ranges stay refused.
+    cfg.outbound = OutboundPolicy::new(vec![
+        "127.0.0.0/8".parse().unwrap(),
+        "10.0.0.0/8".parse().unwrap(),
+    ]);
     cfg
 }
 
@@ -62,6 +69,9 @@ pub struct FakeHost {
     pub statuses: Mutex<Vec<(String, ConnectionStatus)>>,
     pub full: AtomicBool,
     pub overloaded: AtomicBool,
+    /// Set when a file starts streaming into the store, before its bytes are all there.
+    pub storing: AtomicBool,
+    pub discarded: Mutex<Vec<String>>,
     next_file: AtomicU64,
     eph: Arc<MemoryEphemeral>,
 }
@@ -78,6 +88,8 @@ impl FakeHost {
             statuses: Mutex::default(),
             full: AtomicBool::new(false),
             overloaded: AtomicBool::new(false),
+            storing: AtomicBool::new(false),
+            discarded: Mutex::default(),
             next_file: AtomicU64::new(1),
             eph: Arc::new(MemoryEphemeral::default()),
         })
@@ -178,6 +190,7 @@ impl ProviderHost for FakeHost {
         mime_type: Option<&str>,
         body: ByteStream,
     ) -> Result<FileItem, HostError> {
+        self.storing.store(true, Ordering::SeqCst);
         let bytes = collect(body, 1 << 20)
             .await
             .map_err(|_| HostError::TooLarge)?;
@@ -204,6 +217,22 @@ impl ProviderHost for FakeHost {
             },
         );
         Ok(item)
+    }
+
+    async fn discard_inbound_file(
+        &self,
+        channel_id: &str,
+        file_ref: &str,
+    ) -> Result<(), HostError> {
+        let mut files = self.files.lock().unwrap();
+        if files
+            .get(file_ref)
+            .is_some_and(|f| f.channel_id == channel_id)
+        {
+            files.remove(file_ref);
+            self.discarded.lock().unwrap().push(file_ref.into());
+        }
+        Ok(())
     }
 
     async fn open_file(
