@@ -150,7 +150,7 @@ async fn window_bounds_what_is_in_flight_and_acks_open_it() {
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2", "m3", "m4", "m5", "m6"]).await;
     let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(ch.clone());
+    flow.open(&ch);
     let first = flow.flush().await;
     assert_eq!(ids(&first), ["m1", "m2", "m3", "m4"]);
     assert!(first.iter().all(|e| e.kind == "chat.message"));
@@ -184,7 +184,7 @@ async fn an_acked_message_is_never_delivered_again() {
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2"]).await;
     let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(ch.clone());
+    flow.open(&ch);
     let sent = flow.flush().await;
     assert_eq!(ids(&sent), ["m1", "m2"]);
     flow.on_ack(&ch.id, None, &ack("m1")).await;
@@ -194,7 +194,7 @@ async fn an_acked_message_is_never_delivered_again() {
     assert!(flow.is_settled());
     assert!(k.pending(&ch.id).await.is_empty());
     // A reopen (a reconnect) starts from the oldest unfinished message: there is none.
-    flow.open(ch.clone());
+    flow.open(&ch);
     assert!(flow.flush().await.is_empty());
     // A late second ack is harmless.
     assert_eq!(
@@ -209,7 +209,7 @@ async fn a_timeout_redelivers_the_unfinished_ones_in_order_with_the_same_ids() {
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2", "m3"]).await;
     let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(ch.clone());
+    flow.open(&ch);
     let sent = flow.flush().await;
     flow.on_ack(&ch.id, None, &ack("m2")).await;
     assert!(flow.flush().await.is_empty());
@@ -250,7 +250,7 @@ async fn rejections_retry_or_fail_by_the_one_rule() {
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2"]).await;
     let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(ch.clone());
+    flow.open(&ch);
     flow.flush().await;
     let final_no = ChatAckPayload::rejected("m1", "bad", "no", false);
     let later = ChatAckPayload::rejected("m2", "busy", "later", true);
@@ -277,7 +277,7 @@ async fn an_ack_naming_another_message_is_refused() {
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2"]).await;
     let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(ch.clone());
+    flow.open(&ch);
     let sent = flow.flush().await;
     let outcome = flow
         .on_ack(&ch.id, Some(&sent[0].packet_id), &ack("m2"))
@@ -291,7 +291,7 @@ async fn the_sweep_finds_lost_doorbells_and_routes_taken_elsewhere() {
     let k = kit().await;
     let (ident, ch) = k.channel("sock_a", "xagent.im.v2").await;
     let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(ch.clone());
+    flow.open(&ch);
     assert!(flow.flush().await.is_empty());
     // A message arrives but its doorbell is lost: the sweep notices it.
     k.put(&ch.id, &["m1"]).await;
@@ -317,7 +317,7 @@ async fn message_push_is_delivered_once_without_an_ack() {
     let (_, ch) = k.channel("sock_a", "xagent.im.v1").await;
     k.put(&ch.id, &["m1", "m2"]).await;
     let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(ch.clone());
+    flow.open(&ch);
     let sent = flow.flush().await;
     assert_eq!(sent.len(), 2);
     assert!(sent.iter().all(|e| e.kind == "message.push"));

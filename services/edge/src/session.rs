@@ -462,7 +462,7 @@ impl Session {
                 };
                 send(&self.out, answer_on(&meta, &id, ack)).await;
                 // A reopen restarts delivery from the oldest unfinished message.
-                self.flow.open(ch);
+                self.flow.open(&ch);
             }
         }
     }
@@ -494,10 +494,7 @@ impl Session {
                 }
             }
             Inbound::ChannelClose => {
-                let r = match self.flow.channel(&chid) {
-                    Some(ch) => conn.close_channel(ident, ch).await,
-                    None => Ok(()),
-                };
+                let r = conn.close_channel(ident, &chid).await;
                 self.flow.close(&chid);
                 self.workers.remove(&chid);
                 let ack = match r {
@@ -702,7 +699,7 @@ impl Session {
                         let push = Outbound::DescriptorPush {
                             descriptor: Box::new(self.deps.conn.descriptor(&ch)),
                         };
-                        self.flow.refresh(ch);
+                        self.flow.refresh(&ch);
                         let env = push.into_envelope(
                             new_id("pkt"),
                             now_ms(),

@@ -264,14 +264,10 @@ impl Connector {
     }
 
     /// `channel.close`: the route goes; binding and pending messages stay.
-    pub async fn close_channel(
-        &self,
-        ident: &SessionIdent,
-        ch: &ChannelRecord,
-    ) -> Result<(), Fault> {
+    pub async fn close_channel(&self, ident: &SessionIdent, channel_id: &str) -> Result<(), Fault> {
         self.hub
             .store
-            .clear_channel_route_if(&ch.id, &ident.socket_id, now_ms())
+            .clear_channel_route_if(channel_id, &ident.socket_id, now_ms())
             .await?;
         Ok(())
     }

@@ -120,15 +120,14 @@ impl Connector {
         }
     }
 
-    /// Pending deliveries of a channel after `after_seq`, rendered for its profiles.
+    /// Pending deliveries of a channel after `after_seq`, rendered as the channel receives them.
     pub async fn pending(
         &self,
         ch_id: &str,
-        profiles: &[String],
+        kind: DeliveryKind,
         after_seq: i64,
         limit: u32,
     ) -> Result<Vec<Delivery>, Fault> {
-        let kind = self.delivery_kind(profiles);
         if kind == DeliveryKind::None || limit == 0 {
             return Ok(Vec::new());
         }

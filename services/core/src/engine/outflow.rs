@@ -98,8 +98,9 @@ struct Inflight {
     due: Instant,
 }
 
+/// What a routed channel costs: how it receives messages, a cursor and its window. The
+/// channel record itself (view, encrypted binding) is not kept.
 struct Route {
-    ch: ChannelRecord,
     kind: DeliveryKind,
     /// Highest outbox seq handed out on this socket.
     cursor: i64,
@@ -137,13 +138,12 @@ impl Outflow {
 
     /// A channel opened (or reopened) on this socket: delivery starts from its oldest
     /// unfinished message.
-    pub fn open(&mut self, ch: ChannelRecord) {
+    pub fn open(&mut self, ch: &ChannelRecord) {
         let kind = self.conn.delivery_kind(&ch.profiles);
         let id = ch.id.clone();
         self.routes.insert(
             id.clone(),
             Route {
-                ch,
                 kind,
                 cursor: 0,
                 inflight: VecDeque::new(),
@@ -158,17 +158,11 @@ impl Outflow {
         self.routes.remove(channel_id).is_some()
     }
 
-    /// The channel as it was opened (or last refreshed) on this socket; `None` when it is
-    /// not routed here. A routed channel was checked for ownership when it was opened.
-    pub fn channel(&self, channel_id: &str) -> Option<&ChannelRecord> {
-        self.routes.get(channel_id).map(|r| &r.ch)
-    }
-
-    /// A newer copy of a routed channel (after a Descriptor doorbell).
-    pub fn refresh(&mut self, ch: ChannelRecord) {
+    /// A newer copy of a routed channel (after a Descriptor doorbell): its profiles decide
+    /// how it receives messages.
+    pub fn refresh(&mut self, ch: &ChannelRecord) {
         if let Some(r) = self.routes.get_mut(&ch.id) {
             r.kind = self.conn.delivery_kind(&ch.profiles);
-            r.ch = ch;
         }
     }
 
@@ -176,6 +170,8 @@ impl Outflow {
         self.routes.keys().cloned().collect()
     }
 
+    /// Whether a channel is routed to this socket. A routed channel was checked for
+    /// ownership when it was opened here.
     pub fn is_routed(&self, channel_id: &str) -> bool {
         self.routes.contains_key(channel_id)
     }
@@ -365,7 +361,7 @@ impl Outflow {
         }
         let batch = match self
             .conn
-            .pending(channel_id, &route.ch.profiles, route.cursor, room as u32)
+            .pending(channel_id, route.kind, route.cursor, room as u32)
             .await
         {
             Ok(b) => b,
