@@ -586,11 +586,13 @@ impl Config {
         // SWITCHYARD_LOG is the log filter override, so neither is a key; SWITCHYARD_BUILD_TIME,
         // SWITCHYARD_GIT_REV and SWITCHYARD_GIT_TAG are build metadata (the build script reads
         // the first and emits all three, which `cargo run` and `cargo test` pass on).
-        fig = fig.merge(
-            Env::prefixed("SWITCHYARD_")
-                .split("__")
-                .ignore(&["config", "log", "build_time", "git_rev", "git_tag"]),
-        );
+        fig = fig.merge(Env::prefixed("SWITCHYARD_").split("__").ignore(&[
+            "config",
+            "log",
+            "build_time",
+            "git_rev",
+            "git_tag",
+        ]));
         let cfg: Config = fig.extract().map_err(|e| unknown_key(&fig, e))?;
         cfg.validate()?;
         Ok(cfg)
