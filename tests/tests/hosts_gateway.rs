@@ -1414,7 +1414,7 @@ async fn bodies_read_before_authentication_are_capped() {
     for url in [
         format!("{}/hosts/v1/enroll", pod.root_url()),
         format!("{}/hosts/v1/token", pod.root_url()),
-        format!("{}/admin/v1/approvals/apr_x/grant", pod.root_url()),
+        format!("{}/admin/v1/approvals/apr_x/grant", pod.metrics_url()),
     ] {
         let r = http
             .post(&url)
@@ -1429,7 +1429,7 @@ async fn bodies_read_before_authentication_are_capped() {
     }
     // A blank token never matches (finding 7): no header is refused, not decided.
     let r = http
-        .post(format!("{}/admin/v1/approvals/apr_x/grant", pod.root_url()))
+        .post(format!("{}/admin/v1/approvals/apr_x/grant", pod.metrics_url()))
         .send()
         .await
         .unwrap();

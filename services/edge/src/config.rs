@@ -845,6 +845,7 @@ mod tests {
     #[allow(clippy::result_large_err)]
     fn outbound_allow_private_is_a_list_of_ranges() {
         figment::Jail::expect_with(|jail| {
+            jail.clear_env();
             jail.set_env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/8, ::1/128");
             let c = Config::load(None).map_err(|e| e.to_string())?;
             let p = c.outbound.policy();
