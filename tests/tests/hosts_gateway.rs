@@ -1429,7 +1429,10 @@ async fn bodies_read_before_authentication_are_capped() {
     }
     // A blank token never matches (finding 7): no header is refused, not decided.
     let r = http
-        .post(format!("{}/admin/v1/approvals/apr_x/grant", pod.metrics_url()))
+        .post(format!(
+            "{}/admin/v1/approvals/apr_x/grant",
+            pod.metrics_url()
+        ))
         .send()
         .await
         .unwrap();
