@@ -68,6 +68,26 @@ async fn kit_with(commit: CommitLimits) -> Kit {
     }
 }
 
+/// A message for `channel` accepted now, with a one-minute lifetime and dedupe window.
+fn item(channel: &str, message_id: &str, cap: u32) -> Enqueue {
+    let now = now_ms();
+    Enqueue {
+        record: OutboxRecord {
+            seq: 0,
+            channel_id: channel.into(),
+            message_id: message_id.into(),
+            payload: json!({"message_id": message_id, "text": format!("text {message_id}")}),
+            created_at: now,
+            expires_at: now + 60_000,
+            attempts: 0,
+            state: OutboxState::Pending,
+            last_error: None,
+        },
+        cap,
+        dedupe_until: now + 60_000,
+    }
+}
+
 impl Kit {
     /// hello + channel.open for a fresh tenant, with the given profiles.
     async fn channel(&self, socket: &str, profile: &str) -> (SessionIdent, ChannelRecord) {
@@ -86,25 +106,7 @@ impl Kit {
     }
 
     async fn put(&self, ch: &str, ids: &[&str]) {
-        let now = now_ms();
-        let items: Vec<Enqueue> = ids
-            .iter()
-            .map(|id| Enqueue {
-                record: OutboxRecord {
-                    seq: 0,
-                    channel_id: ch.into(),
-                    message_id: (*id).into(),
-                    payload: json!({"message_id": id, "text": format!("text {id}")}),
-                    created_at: now,
-                    expires_at: now + 3_600_000,
-                    attempts: 0,
-                    state: OutboxState::Pending,
-                    last_error: None,
-                },
-                cap: 1000,
-                dedupe_until: now + 3_600_000,
-            })
-            .collect();
+        let items: Vec<Enqueue> = ids.iter().map(|id| item(ch, id, 1000)).collect();
         let out = self.store.enqueue_outbox_batch(&items).await.unwrap();
         assert!(out.iter().all(|o| *o == EnqueueOutcome::Stored), "{out:?}");
     }
@@ -332,26 +334,9 @@ async fn group_commit_stores_each_message_once_and_in_order() {
     let committer = &k.conn.hub.committer;
     let mut calls = Vec::new();
     // 200 distinct messages, each sent twice, all at once.
-    for round in 0..2 {
+    for _round in 0..2 {
         for i in 0..200 {
-            let now = now_ms();
-            let item = Enqueue {
-                record: OutboxRecord {
-                    seq: 0,
-                    channel_id: ch.id.clone(),
-                    message_id: format!("m{i:03}"),
-                    payload: json!({"message_id": format!("m{i:03}"), "text": "x"}),
-                    created_at: now,
-                    expires_at: now + 60_000,
-                    attempts: 0,
-                    state: OutboxState::Pending,
-                    last_error: None,
-                },
-                cap: 1000,
-                dedupe_until: now + 60_000,
-            };
-            let _ = round;
-            calls.push(committer.enqueue(item));
+            calls.push(committer.enqueue(item(&ch.id, &format!("m{i:03}"), 1000)));
         }
     }
     let outcomes: Vec<EnqueueOutcome> = futures::future::join_all(calls)
@@ -383,25 +368,8 @@ async fn a_full_commit_queue_refuses_at_once_and_stores_nothing_it_refused() {
     .await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     let committer = &k.conn.hub.committer;
-    let now = now_ms();
     let calls: Vec<_> = (0..300)
-        .map(|i| {
-            committer.enqueue(Enqueue {
-                record: OutboxRecord {
-                    seq: 0,
-                    channel_id: ch.id.clone(),
-                    message_id: format!("m{i}"),
-                    payload: json!({"message_id": format!("m{i}"), "text": "x"}),
-                    created_at: now,
-                    expires_at: now + 60_000,
-                    attempts: 0,
-                    state: OutboxState::Pending,
-                    last_error: None,
-                },
-                cap: 1000,
-                dedupe_until: now + 60_000,
-            })
-        })
+        .map(|i| committer.enqueue(item(&ch.id, &format!("m{i}"), 1000)))
         .collect();
     let results = futures::future::join_all(calls).await;
     let accepted: Vec<String> = results
@@ -428,22 +396,6 @@ async fn a_full_commit_queue_refuses_at_once_and_stores_nothing_it_refused() {
 async fn batch_outcomes_for_a_missing_channel_and_a_full_one() {
     let k = kit().await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
-    let now = now_ms();
-    let item = |c: &str, m: &str, cap: u32| Enqueue {
-        record: OutboxRecord {
-            seq: 0,
-            channel_id: c.into(),
-            message_id: m.into(),
-            payload: json!({"message_id": m}),
-            created_at: now,
-            expires_at: now + 60_000,
-            attempts: 0,
-            state: OutboxState::Pending,
-            last_error: None,
-        },
-        cap,
-        dedupe_until: now + 60_000,
-    };
     let out = k
         .store
         .enqueue_outbox_batch(&[
