@@ -283,3 +283,20 @@ async fn a_socket_without_hello_is_closed_after_the_hello_timeout() {
     assert!(greeted.ping().await.is_ok());
     assert!(greeted.closed().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_over_the_socket_limit_closes_with_1009() {
+    // max_frame_bytes 4096: frames up to 4x are read and refused with packet_too_large; a
+    // larger one cannot be read at all and the socket closes with 1009 (RFC 6455).
+    let pod = Pod::start(PodOptions::default().max_frame_bytes(4096)).await;
+    let sim = pod.sim();
+    let conn = sim.connect().await.unwrap();
+    conn.hello(CARD_ID, None, &[IM_V2]).await.unwrap();
+    conn.send_text(&"x".repeat(20_000)).await.unwrap();
+    let closed = conn.wait_closed(WAIT).await.expect("closed by the server");
+    assert_eq!(closed.0, 1009, "{closed:?}");
+    // Another socket of the same tenant is unaffected.
+    let other = sim.connect().await.unwrap();
+    other.hello(CARD_ID, None, &[IM_V2]).await.unwrap();
+    assert!(other.ping().await.is_ok());
+}

@@ -192,18 +192,26 @@ async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
     let (sink, stream) = socket.split();
     let (out, writer_end) = crate::sendq::channel(s.limits.send);
     let writer = tokio::spawn(writer_end.run(sink));
-    // The session reads the socket itself: no reader task and no second queue per socket.
+    // The session reads the socket itself: no reader task and no second queue per socket. A
+    // read error ends the stream with the close code that names it.
     let inbound = stream
-        .take_while(|m| {
-            std::future::ready(matches!(m, Ok(msg) if !matches!(msg, Message::Close(_))))
-        })
-        .filter_map(|m| {
+        .scan(false, |broken, m| {
+            if *broken {
+                return std::future::ready(None);
+            }
             std::future::ready(match m {
-                Ok(Message::Text(t)) => Some(Incoming::Text(t.to_string())),
-                Ok(Message::Binary(_)) => Some(Incoming::Binary),
-                _ => None,
+                Ok(Message::Text(t)) => Some(Some(Incoming::Text(t.to_string()))),
+                Ok(Message::Binary(_)) => Some(Some(Incoming::Binary)),
+                Ok(Message::Close(_)) => None,
+                Ok(Message::Ping(_) | Message::Pong(_)) => Some(None),
+                Err(e) => {
+                    *broken = true;
+                    let (code, reason) = read_error_close(e);
+                    Some(Some(Incoming::Broken(code, reason)))
+                }
             })
         })
+        .filter_map(std::future::ready)
         .boxed();
     let deps = SessionDeps {
         conn: s.conn.clone(),
@@ -214,6 +222,18 @@ async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
     let session = Session::new(deps, tenant, out);
     session.run(inbound).await;
     let _ = writer.await;
+}
+
+/// The close frame for a socket whose frame could not be read: 1009 for a message over the
+/// size limit, 1007 for a text frame that is not UTF-8, 1002 for a protocol violation.
+fn read_error_close(e: axum::Error) -> (u16, &'static str) {
+    use tungstenite::error::Error as WsError;
+    match e.into_inner().downcast::<WsError>().map(|b| *b) {
+        Ok(WsError::Capacity(_)) => (1009, "message too big"),
+        Ok(WsError::Utf8(_)) => (1007, "text frame is not valid UTF-8"),
+        Ok(WsError::Protocol(_)) => (1002, "WebSocket protocol error"),
+        _ => (1011, "read error"),
+    }
 }
 
 async fn upload(State(s): State<ConnState>, headers: HeaderMap, body: Body) -> Response {

@@ -34,6 +34,8 @@ use crate::sendq::SendQueue;
 pub enum Incoming {
     Text(String),
     Binary,
+    /// The frame could not be read; the socket closes with this code and reason.
+    Broken(u16, &'static str),
 }
 
 /// Close code telling xAgent to reconnect (RFC 6455 "service restart").
@@ -105,6 +107,8 @@ pub struct Session {
     tasks: TaskTracker,
     bells: Option<Subscription>,
     draining: bool,
+    /// A frame could not be read and the close is queued: the session ends.
+    broken: bool,
 }
 
 /// Sends a packet; a closed or given-up writer means the socket is gone, which the loop
@@ -166,6 +170,7 @@ impl Session {
             tasks: TaskTracker::new(),
             bells: None,
             draining: false,
+            broken: false,
         }
     }
 
@@ -251,7 +256,7 @@ impl Session {
                     }
                 }
                 Box::pin(self.flush()).await;
-                if peer_gone {
+                if peer_gone || self.broken {
                     Box::pin(self.finish()).await;
                     metrics::gauge!("switchyard_sockets").decrement(1.0);
                     return;
@@ -299,6 +304,13 @@ impl Session {
                     "only text frames carry packets",
                 );
                 send(&self.out, error_packet(&RequestMeta::default(), fault)).await;
+                return;
+            }
+            Incoming::Broken(code, reason) => {
+                metrics::counter!("switchyard_limits_hit_total", "limit" => "ws_frame")
+                    .increment(1);
+                self.out.close(code, reason).await;
+                self.broken = true;
                 return;
             }
             Incoming::Text(t) => t,
