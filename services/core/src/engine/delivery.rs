@@ -9,7 +9,7 @@ use switchyard_protocol::profile::{self, IM_V1};
 use super::{Connector, Fault, Overloaded, ms};
 use crate::bus::Doorbell;
 use crate::ids::now_ms;
-use crate::model::{ChannelRecord, Enqueue, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
+use crate::model::{Enqueue, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
 use crate::provider::{HostError, InboundMessage, InboundOutcome};
 
 /// Key of the target sender's id stored beside an outbox payload.
@@ -49,7 +49,8 @@ impl Connector {
     /// Writes an inbound message to the outbox, then rings the doorbell.
     pub(crate) async fn enqueue_inbound(
         &self,
-        ch: &ChannelRecord,
+        channel_id: &str,
+        connector_id: &str,
         msg: InboundMessage,
     ) -> Result<InboundOutcome, HostError> {
         let payload = ChatMessagePayload {
@@ -70,7 +71,7 @@ impl Connector {
         let cfg = &self.hub.config;
         let rec = OutboxRecord {
             seq: 0,
-            channel_id: ch.id.clone(),
+            channel_id: channel_id.to_owned(),
             message_id: payload.message_id.clone(),
             payload: stored,
             created_at: now,
@@ -102,9 +103,9 @@ impl Connector {
         match outcome {
             EnqueueOutcome::Stored => {
                 self.ring(
-                    &ch.connector_id,
+                    connector_id,
                     Doorbell::Outbox {
-                        channel_id: ch.id.clone(),
+                        channel_id: channel_id.to_owned(),
                     },
                 )
                 .await;

@@ -16,6 +16,38 @@ use crate::provider::{
     AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile, ProviderHost,
 };
 
+/// Channels of one Card whose binding was read moments ago, with their connector_id (which
+/// never changes). Entries live [`RECENT_FOR`]; the map is bounded and simply cleared when
+/// full. A channel unbound within that window may take one more inbound message, exactly
+/// as it could between the two reads before.
+#[derive(Debug, Default)]
+pub(crate) struct RecentBindings {
+    map: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+}
+
+const RECENT_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+const RECENT_MAX: usize = 4096;
+
+impl RecentBindings {
+    fn remember(&self, channel_id: &str, connector_id: &str) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= RECENT_MAX && !map.contains_key(channel_id) {
+            map.clear();
+        }
+        map.insert(
+            channel_id.to_owned(),
+            (connector_id.to_owned(), std::time::Instant::now()),
+        );
+    }
+
+    fn connector_of(&self, channel_id: &str) -> Option<String> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(channel_id)
+            .filter(|(_, at)| at.elapsed() < RECENT_FOR)
+            .map(|(c, _)| c.clone())
+    }
+}
+
 impl Connector {
     async fn own_channel(&self, channel_id: &str) -> Result<Option<ChannelRecord>, BackendError> {
         Ok(self
@@ -41,10 +73,14 @@ impl Connector {
 #[async_trait]
 impl ProviderHost for Connector {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
-        Ok(self
-            .own_channel(channel_id)
-            .await?
-            .and_then(|ch| self.decrypt_binding(&ch)))
+        let Some(ch) = self.own_channel(channel_id).await? else {
+            return Ok(None);
+        };
+        let binding = self.decrypt_binding(&ch);
+        if binding.is_some() {
+            self.recent.remember(&ch.id, &ch.connector_id);
+        }
+        Ok(binding)
     }
 
     async fn bound_channels(&self) -> Result<Vec<Binding>, BackendError> {
@@ -60,8 +96,13 @@ impl ProviderHost for Connector {
         channel_id: &str,
         msg: InboundMessage,
     ) -> Result<InboundOutcome, HostError> {
-        let ch = self.bound_channel(channel_id).await?;
-        self.enqueue_inbound(&ch, msg).await
+        // A provider that just read the binding (webhook ingress) saves the second read; the
+        // batch still checks that the channel exists.
+        let connector_id = match self.recent.connector_of(channel_id) {
+            Some(c) => c,
+            None => self.bound_channel(channel_id).await?.connector_id,
+        };
+        self.enqueue_inbound(channel_id, &connector_id, msg).await
     }
 
     async fn store_inbound_file(
@@ -217,5 +258,23 @@ impl ProviderHost for Connector {
 
     async fn kv_put(&self, key: &str, value: &str) -> Result<(), BackendError> {
         self.hub.store.kv_put(self.card_id(), key, value).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_bindings_answer_for_known_channels_and_stay_bounded() {
+        let r = RecentBindings::default();
+        assert_eq!(r.connector_of("cch_a"), None);
+        r.remember("cch_a", "conn_1");
+        assert_eq!(r.connector_of("cch_a").as_deref(), Some("conn_1"));
+        for i in 0..RECENT_MAX + 10 {
+            r.remember(&format!("cch_{i}"), "conn_2");
+        }
+        let len = r.map.lock().unwrap().len();
+        assert!(len <= RECENT_MAX, "{len}");
     }
 }

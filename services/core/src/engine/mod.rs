@@ -146,6 +146,9 @@ impl From<crate::error::BackendError> for Fault {
 pub struct Connector {
     pub hub: Arc<Hub>,
     pub provider: Arc<dyn Provider>,
+    /// Bound channels of this Card just read by a provider (`ProviderHost::binding`), so
+    /// the inbound message that follows does not read the channel again.
+    recent: Arc<host::RecentBindings>,
 }
 
 impl std::fmt::Debug for Connector {
@@ -156,7 +159,11 @@ impl std::fmt::Debug for Connector {
 
 impl Connector {
     pub fn new(hub: Arc<Hub>, provider: Arc<dyn Provider>) -> Self {
-        Self { hub, provider }
+        Self {
+            hub,
+            provider,
+            recent: Arc::new(host::RecentBindings::default()),
+        }
     }
 
     pub fn card_id(&self) -> &str {
