@@ -281,3 +281,29 @@ async fn a_second_tenant_is_a_separate_identity() {
     assert_schema_clean(&sim_a);
     assert_schema_clean(&sim_b);
 }
+
+/// Alerts use `rate()` on these series, so they exist (at zero) with their `# HELP` from the
+/// first scrape, before any event; the build is identified by `switchyard_build_info`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_described_and_registered_at_start() {
+    let pod = Pod::start(PodOptions::default()).await;
+    let body = reqwest::get(format!("{}/metrics", pod.metrics_url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for needle in [
+        "# HELP switchyard_ingress_refused_total",
+        "switchyard_ingress_refused_total{reason=\"pod_backlog\"}",
+        "switchyard_ingress_refused_total{reason=\"channel_full\"}",
+        "# HELP switchyard_limits_hit_total",
+        "switchyard_limits_hit_total{limit=\"socket_send_queue\"}",
+        "switchyard_limits_hit_total{limit=\"commit_backlog\"}",
+        "# HELP switchyard_commit_queue_depth",
+        "# HELP switchyard_doorbell_failures_total",
+        "switchyard_build_info{",
+    ] {
+        assert!(body.contains(needle), "missing {needle:?} in:\n{body}");
+    }
+}

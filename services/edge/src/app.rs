@@ -386,6 +386,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     crate::telemetry::prometheus();
+    let build = build_info();
+    crate::telemetry::build_info_metric(&build.version, &build.git_rev);
     let b = backends(&cfg).await?;
     prepare_schema(&cfg, b.store.as_ref()).await?;
     let (signing, encryption) = keys(&cfg)?;

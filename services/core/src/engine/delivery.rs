@@ -90,6 +90,7 @@ impl Connector {
             Err(Overloaded) => {
                 metrics::counter!("switchyard_ingress_refused_total", "reason" => "pod_backlog")
                     .increment(1);
+                crate::limits::hit("commit_backlog");
                 return Err(HostError::Overloaded);
             }
         };
