@@ -892,31 +892,10 @@ fn render_idle(run: &IdleRun) -> String {
         run.ping_compare.as_ref(),
     ));
     s.push_str(&run.idle.render());
-    let _ = writeln!(
-        s,
-        "\nresources (VmRSS / VmHWM from /proc, CPU = utime+stime):"
-    );
-    for p in &run.pod_resources {
-        let _ = writeln!(
-            s,
-            "  {:<8} pid {:<7} {:<8} RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s over {:>5.1} s",
-            p.name,
-            p.pid,
-            format!("{:?}", p.state).to_lowercase(),
-            p.rss_kib as f64 / 1024.0,
-            p.peak_rss_kib as f64 / 1024.0,
-            p.cpu_seconds,
-            p.uptime_s
-        );
-    }
-    let l = &run.loadtest_process;
-    let _ = writeln!(
-        s,
-        "  loadtest                      RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s",
-        l.rss_kib as f64 / 1024.0,
-        l.peak_rss_kib as f64 / 1024.0,
-        l.cpu_seconds
-    );
+    s.push_str(&report::render_resources(
+        &run.pod_resources,
+        &run.loadtest_process,
+    ));
     s.push_str(&figures::render(&run.figures));
     if run.problems.is_empty() {
         let _ = writeln!(

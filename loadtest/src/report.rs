@@ -331,31 +331,10 @@ impl Report {
                 .collect();
             let _ = writeln!(s, "slow probes (>250ms): {}", list.join(", "));
         }
-        let _ = writeln!(
-            s,
-            "\nresources (VmRSS / VmHWM from /proc, CPU = utime+stime):"
-        );
-        for p in &self.pod_resources {
-            let _ = writeln!(
-                s,
-                "  {:<8} pid {:<7} {:<8} RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s over {:>5.1} s",
-                p.name,
-                p.pid,
-                format!("{:?}", p.state).to_lowercase(),
-                p.rss_kib as f64 / 1024.0,
-                p.peak_rss_kib as f64 / 1024.0,
-                p.cpu_seconds,
-                p.uptime_s
-            );
-        }
-        let l = &self.loadtest_process;
-        let _ = writeln!(
-            s,
-            "  loadtest                      RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s",
-            l.rss_kib as f64 / 1024.0,
-            l.peak_rss_kib as f64 / 1024.0,
-            l.cpu_seconds
-        );
+        s.push_str(&render_resources(
+            &self.pod_resources,
+            &self.loadtest_process,
+        ));
         if !self.recoveries.is_empty() {
             let _ = writeln!(s, "\nrecovery:");
             for r in &self.recoveries {
@@ -578,4 +557,34 @@ fn render_hosts(s: &mut String, h: &HostsReport) {
     for v in h.verify_failure_examples.iter().take(3) {
         let _ = writeln!(s, "hosts: log mismatch {v}");
     }
+}
+
+/// The pods' and the loadtest's memory and CPU, as the text report shows them.
+pub fn render_resources(pods: &[PodReport], loadtest: &ProcSample) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nresources (VmRSS / VmHWM from /proc, CPU = utime+stime):"
+    );
+    for p in pods {
+        let _ = writeln!(
+            s,
+            "  {:<8} pid {:<7} {:<8} RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s over {:>5.1} s",
+            p.name,
+            p.pid,
+            format!("{:?}", p.state).to_lowercase(),
+            p.rss_kib as f64 / 1024.0,
+            p.peak_rss_kib as f64 / 1024.0,
+            p.cpu_seconds,
+            p.uptime_s
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  loadtest                      RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s",
+        loadtest.rss_kib as f64 / 1024.0,
+        loadtest.peak_rss_kib as f64 / 1024.0,
+        loadtest.cpu_seconds
+    );
+    s
 }

@@ -136,6 +136,9 @@ pub struct HostSession {
     resend_all: bool,
     /// When `last_seen_at` was last written for this session (ms; 0 = never).
     seen_written_at: i64,
+    /// When the host's latest message arrived (ms; 0 = never); written when the
+    /// connection ends if the refresh throttle held it back.
+    last_message_at: i64,
 }
 
 /// How often a busy connection refreshes its host's `last_seen_at` between heartbeats (far
@@ -151,6 +154,7 @@ impl HostSession {
             registered: false,
             resend_all: false,
             seen_written_at: 0,
+            last_message_at: 0,
         }
     }
 
@@ -166,6 +170,7 @@ impl HostSession {
             session_id,
             resend_all: false,
             seen_written_at: 0,
+            last_message_at: 0,
         }
     }
 }
@@ -883,6 +888,20 @@ impl Hosts {
         if !session.registered {
             return;
         }
+        // The lost-host clock counts from the last message, not from the last throttled
+        // write of it.
+        if session.last_message_at > session.seen_written_at {
+            let _ = self
+                .hub
+                .store
+                .host_seen(
+                    &session.host_id,
+                    &session.session_id,
+                    None,
+                    session.last_message_at,
+                )
+                .await;
+        }
         let _ = self
             .hub
             .store
@@ -911,6 +930,7 @@ impl Hosts {
             )]);
         }
         let now = now_ms();
+        session.last_message_at = now;
         let seen_metrics = match &msg {
             HostMessage::Heartbeat(h) => Some(serde_json::to_value(h.metrics).unwrap_or_default()),
             _ => None,

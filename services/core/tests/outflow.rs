@@ -111,6 +111,13 @@ impl Kit {
         assert!(out.iter().all(|o| *o == EnqueueOutcome::Stored), "{out:?}");
     }
 
+    /// The delivery machine of socket `sock_a` with `ch` routed to it.
+    fn flow(&self, ch: &ChannelRecord) -> Outflow {
+        let mut flow = Outflow::new(self.conn.clone(), "sock_a", limits());
+        flow.open(ch);
+        flow
+    }
+
     async fn pending(&self, ch: &str) -> Vec<String> {
         self.store
             .pending_outbox(ch, 0, now_ms(), 10_000)
@@ -151,8 +158,7 @@ async fn window_bounds_what_is_in_flight_and_acks_open_it() {
     let k = kit().await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2", "m3", "m4", "m5", "m6"]).await;
-    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(&ch);
+    let mut flow = k.flow(&ch);
     let first = flow.flush().await;
     assert_eq!(ids(&first), ["m1", "m2", "m3", "m4"]);
     assert!(first.iter().all(|e| e.kind == "chat.message"));
@@ -185,8 +191,7 @@ async fn an_acked_message_is_never_delivered_again() {
     let k = kit().await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2"]).await;
-    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(&ch);
+    let mut flow = k.flow(&ch);
     let sent = flow.flush().await;
     assert_eq!(ids(&sent), ["m1", "m2"]);
     flow.on_ack(&ch.id, None, &ack("m1")).await;
@@ -210,8 +215,7 @@ async fn a_timeout_redelivers_the_unfinished_ones_in_order_with_the_same_ids() {
     let k = kit().await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2", "m3"]).await;
-    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(&ch);
+    let mut flow = k.flow(&ch);
     let sent = flow.flush().await;
     flow.on_ack(&ch.id, None, &ack("m2")).await;
     assert!(flow.flush().await.is_empty());
@@ -251,8 +255,7 @@ async fn rejections_retry_or_fail_by_the_one_rule() {
     let k = kit().await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2"]).await;
-    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(&ch);
+    let mut flow = k.flow(&ch);
     flow.flush().await;
     let final_no = ChatAckPayload::rejected("m1", "bad", "no", false);
     let later = ChatAckPayload::rejected("m2", "busy", "later", true);
@@ -278,8 +281,7 @@ async fn an_ack_naming_another_message_is_refused() {
     let k = kit().await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
     k.put(&ch.id, &["m1", "m2"]).await;
-    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(&ch);
+    let mut flow = k.flow(&ch);
     let sent = flow.flush().await;
     let outcome = flow
         .on_ack(&ch.id, Some(&sent[0].packet_id), &ack("m2"))
@@ -292,8 +294,7 @@ async fn an_ack_naming_another_message_is_refused() {
 async fn the_sweep_finds_lost_doorbells_and_routes_taken_elsewhere() {
     let k = kit().await;
     let (ident, ch) = k.channel("sock_a", "xagent.im.v2").await;
-    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(&ch);
+    let mut flow = k.flow(&ch);
     assert!(flow.flush().await.is_empty());
     // A message arrives but its doorbell is lost: the sweep notices it.
     k.put(&ch.id, &["m1"]).await;
@@ -318,8 +319,7 @@ async fn message_push_is_delivered_once_without_an_ack() {
     let k = kit().await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v1").await;
     k.put(&ch.id, &["m1", "m2"]).await;
-    let mut flow = Outflow::new(k.conn.clone(), "sock_a", limits());
-    flow.open(&ch);
+    let mut flow = k.flow(&ch);
     let sent = flow.flush().await;
     assert_eq!(sent.len(), 2);
     assert!(sent.iter().all(|e| e.kind == "message.push"));

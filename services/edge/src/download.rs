@@ -40,6 +40,7 @@ pub fn content_type(declared: &str) -> HeaderValue {
         .unwrap_or_else(|| HeaderValue::from_static("application/octet-stream"))
 }
 
+/// `attachment; filename="ascii"; filename*=UTF-8''percent-encoded`.
 pub fn content_disposition(name: &str) -> String {
     let ascii: String = name
         .chars()
@@ -66,6 +67,15 @@ pub fn content_disposition(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dispositions() {
+        assert_eq!(
+            content_disposition("a b.txt"),
+            "attachment; filename=\"a b.txt\"; filename*=UTF-8''a%20b.txt"
+        );
+        assert!(content_disposition("отчёт.pdf").starts_with("attachment; filename=\"_"));
+    }
 
     #[test]
     fn downloads_are_attachments_in_a_sandbox() {

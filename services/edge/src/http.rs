@@ -339,7 +339,9 @@ async fn download(
                 h.insert(header::CONTENT_TYPE, v);
             }
             h.insert(header::CONTENT_LENGTH, HeaderValue::from(rec.byte_size));
-            if let Ok(v) = HeaderValue::from_str(&content_disposition(&rec.filename)) {
+            if let Ok(v) =
+                HeaderValue::from_str(&crate::download::content_disposition(&rec.filename))
+            {
                 h.insert(header::CONTENT_DISPOSITION, v);
             }
             crate::download::no_sniff(h);
@@ -360,43 +362,5 @@ async fn download(
             "signature or channel does not match",
         ),
         Err(f) => FaultResponse(f).into_response(),
-    }
-}
-
-/// `attachment; filename="ascii"; filename*=UTF-8''percent-encoded`.
-fn content_disposition(name: &str) -> String {
-    let ascii: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_graphic() || c == ' ' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .filter(|c| *c != '"' && *c != '\\')
-        .collect();
-    let mut encoded = String::new();
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            encoded.push(b as char);
-        } else {
-            encoded.push_str(&format!("%{b:02X}"));
-        }
-    }
-    format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dispositions() {
-        assert_eq!(
-            content_disposition("a b.txt"),
-            "attachment; filename=\"a b.txt\"; filename*=UTF-8''a%20b.txt"
-        );
-        assert!(content_disposition("отчёт.pdf").starts_with("attachment; filename=\"_"));
     }
 }

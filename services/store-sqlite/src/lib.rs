@@ -1082,66 +1082,22 @@ impl Store for SqliteStore {
         cap: u32,
         dedupe_until: i64,
     ) -> BackendResult<EnqueueOutcome> {
-        let mut tx = self.write().await?;
-        let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM channels WHERE id = $1")
-            .bind(&rec.channel_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db("find channel"))?;
-        if exists.is_none() {
-            return Err(BackendError::not_found("channel"));
+        // One message is a batch of one: the rules live in `enqueue_outbox_batch`.
+        let item = Enqueue {
+            record: rec.clone(),
+            cap,
+            dedupe_until,
+        };
+        match self
+            .enqueue_outbox_batch(std::slice::from_ref(&item))
+            .await?[..]
+        {
+            [EnqueueOutcome::UnknownChannel] => Err(BackendError::not_found("channel")),
+            [outcome] => Ok(outcome),
+            _ => Err(BackendError::internal(
+                "outbox batch of one answered otherwise",
+            )),
         }
-        // A message still in the outbox is a duplicate even when its seen-record expired
-        // earlier (a dedupe window shorter than the message's lifetime).
-        let seen: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM inbound_seen WHERE channel_id = $1 AND message_id = $2 AND expires_at > $3) \
-             OR EXISTS (SELECT 1 FROM outbox WHERE channel_id = $1 AND message_id = $2)",
-        )
-        .bind(&rec.channel_id)
-        .bind(&rec.message_id)
-        .bind(rec.created_at)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db("check seen"))?;
-        if seen {
-            return Ok(EnqueueOutcome::Duplicate);
-        }
-        // Expired messages awaiting the purge do not hold the channel's capacity.
-        let pending: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM outbox WHERE channel_id = $1 AND state = 'pending' AND expires_at > $2",
-        )
-        .bind(&rec.channel_id)
-        .bind(rec.created_at)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db("count pending"))?;
-        if pending >= i64::from(cap) {
-            return Ok(EnqueueOutcome::Full);
-        }
-        sqlx::query(
-            "INSERT INTO outbox (channel_id, message_id, payload, created_at, expires_at, attempts, state) \
-             VALUES ($1, $2, $3, $4, $5, 0, 'pending')",
-        )
-        .bind(&rec.channel_id)
-        .bind(&rec.message_id)
-        .bind(json_text(&rec.payload)?)
-        .bind(rec.created_at)
-        .bind(rec.expires_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(db("insert outbox"))?;
-        sqlx::query(
-            "INSERT INTO inbound_seen (channel_id, message_id, expires_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (channel_id, message_id) DO UPDATE SET expires_at = excluded.expires_at",
-        )
-        .bind(&rec.channel_id)
-        .bind(&rec.message_id)
-        .bind(dedupe_until)
-        .execute(&mut *tx)
-        .await
-        .map_err(db("record seen"))?;
-        tx.commit().await.map_err(db("commit"))?;
-        Ok(EnqueueOutcome::Stored)
     }
 
     async fn pending_outbox(
