@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard::config::Dur;
+use switchyard::config::{CidrList, Dur, SecretList};
+use switchyard_core::crypto::Secret;
 use switchyard_e2e::hosts::*;
 use switchyard_e2e::{EnvelopeExt, Pod, PodOptions, eventually};
 use switchyard_protocol::hosts::message::{
@@ -954,10 +955,11 @@ async fn https_fallback_carries_the_same_messages() {
 
 #[tokio::test]
 async fn trusted_ingress_forwards_the_client_certificate_in_a_header() {
-    let pod = Pod::start(
-        PodOptions::default()
-            .with(|c| c.hosts_client_cert_header = Some("X-SSL-Client-Cert".into())),
-    )
+    const INGRESS_SECRET: &str = "ingress-proof-0123456789";
+    let pod = Pod::start(PodOptions::default().with(|c| {
+        c.hosts_client_cert_header = Some("X-SSL-Client-Cert".into());
+        c.hosts_ingress_secret = SecretList(vec![Secret::new(INGRESS_SECRET)]);
+    }))
     .await;
     let host = enroll_host(&pod, &pod.tenant.id, "ingress-box").await;
     // Percent-encoded like nginx's $ssl_client_escaped_cert (a space is %20, not +).
@@ -967,8 +969,32 @@ async fn trusted_ingress_forwards_the_client_certificate_in_a_header() {
             .replace('+', "%20")
     };
     let escaped = nginx_escape(&host.cert_pem);
-    let http = reqwest::Client::new();
     let token_url = format!("{}/hosts/v1/token", pod.root_url());
+    // Straight to the pod, a host's public certificate in the header is not enough: the
+    // request must prove it came through the ingress.
+    let bare = reqwest::Client::new();
+    for proof in [None, Some("wrong-secret-0123456789")] {
+        let mut req = bare.post(&token_url).header("x-ssl-client-cert", &escaped);
+        if let Some(p) = proof {
+            req = req.header("x-switchyard-ingress-secret", p);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["code"],
+            "ingress_proof_required"
+        );
+    }
+    // Through the ingress (which adds its secret to every request).
+    let mut proof = reqwest::header::HeaderMap::new();
+    proof.insert(
+        "x-switchyard-ingress-secret",
+        INGRESS_SECRET.parse().unwrap(),
+    );
+    let http = reqwest::Client::builder()
+        .default_headers(proof)
+        .build()
+        .unwrap();
     let r = http
         .post(&token_url)
         .header("x-ssl-client-cert", &escaped)
@@ -1011,6 +1037,23 @@ async fn trusted_ingress_forwards_the_client_certificate_in_a_header() {
         r.json::<Value>().await.unwrap()["error"]["code"],
         "unknown_certificate"
     );
+
+    // Proof by source address: the ingress's range is allowed, any other is not.
+    for (range, allowed) in [("127.0.0.0/8", true), ("10.0.0.0/8", false)] {
+        let by_source = Pod::start(PodOptions::default().with(|c| {
+            c.hosts_client_cert_header = Some("X-SSL-Client-Cert".into());
+            c.hosts_ingress_sources = CidrList(vec![range.parse().unwrap()]);
+        }))
+        .await;
+        let other = enroll_host(&by_source, &by_source.tenant.id, "src-box").await;
+        let r = bare
+            .post(format!("{}/hosts/v1/token", by_source.root_url()))
+            .header("x-ssl-client-cert", nginx_escape(&other.cert_pem))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status() == 200, allowed, "source range {range}");
+    }
 
     // A pod without the header setting ignores such headers.
     let plain = Pod::start(PodOptions::default()).await;

@@ -21,23 +21,82 @@ pub trait Ephemeral: Send + Sync + 'static {
     async fn ping(&self) -> BackendResult<()>;
 }
 
-/// In-memory implementation. Bounded: when full, expired keys are swept, and if still full
-/// the write is refused with `LimitExceeded` (callers treat that as "cache unavailable").
-/// Value and expiry per key.
-type Entries = HashMap<String, (Vec<u8>, Instant)>;
-
+/// In-memory implementation, bounded in keys and in bytes. Expired entries are swept at
+/// most once a second on writes (so an expired value never outlives its TTL by much while
+/// the node is busy) and whenever a bound is reached; a write that still does not fit is
+/// refused with `LimitExceeded` (callers treat that as "cache unavailable").
 #[derive(Clone)]
 pub struct MemoryEphemeral {
     inner: Arc<Mutex<Entries>>,
     max_keys: usize,
+    max_bytes: usize,
+}
+
+/// Value and expiry per key, the bytes they hold, and when expired keys were last swept.
+struct Entries {
+    map: HashMap<String, (Vec<u8>, Instant)>,
+    bytes: usize,
+    swept: Instant,
+}
+
+/// What one entry costs beyond its key and value (map slot, expiry, allocation headers).
+const ENTRY_OVERHEAD: usize = 64;
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+fn cost(key: &str, value: &[u8]) -> usize {
+    key.len() + value.len() + ENTRY_OVERHEAD
+}
+
+impl Entries {
+    fn sweep(&mut self, now: Instant) {
+        let mut freed = 0;
+        self.map.retain(|k, (v, exp)| {
+            let keep = *exp > now;
+            if !keep {
+                freed += cost(k, v);
+            }
+            keep
+        });
+        self.bytes -= freed;
+        self.swept = now;
+    }
+
+    fn insert(&mut self, key: &str, value: Vec<u8>, exp: Instant) {
+        let add = cost(key, &value);
+        if let Some((old, _)) = self.map.insert(key.to_owned(), (value, exp)) {
+            self.bytes -= cost(key, &old);
+        }
+        self.bytes += add;
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some((old, _)) = self.map.remove(key) {
+            self.bytes -= cost(key, &old);
+        }
+    }
 }
 
 impl MemoryEphemeral {
     pub fn new(max_keys: usize) -> Self {
+        Self::with_limits(max_keys, 64 * 1024 * 1024)
+    }
+
+    pub fn with_limits(max_keys: usize, max_bytes: usize) -> Self {
         Self {
-            inner: Arc::new(Mutex::new(HashMap::new())),
+            inner: Arc::new(Mutex::new(Entries {
+                map: HashMap::new(),
+                bytes: 0,
+                swept: Instant::now(),
+            })),
             max_keys,
+            max_bytes,
         }
+    }
+
+    /// Bytes held now (keys, values and per-entry overhead), expired entries included until
+    /// the next sweep.
+    pub fn bytes(&self) -> usize {
+        self.with(|m| m.bytes)
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Entries) -> R) -> R {
@@ -45,13 +104,22 @@ impl MemoryEphemeral {
         f(&mut m)
     }
 
-    fn room(&self, m: &mut Entries, key: &str) -> BackendResult<()> {
-        if m.len() < self.max_keys || m.contains_key(key) {
+    /// Makes room for `value` under `key`, or refuses it.
+    fn room(&self, m: &mut Entries, key: &str, value: &[u8]) -> BackendResult<()> {
+        let now = Instant::now();
+        if now.duration_since(m.swept) >= SWEEP_EVERY {
+            m.sweep(now);
+        }
+        let replaced = m.map.get(key).map_or(0, |(v, _)| cost(key, v));
+        let fits = |m: &Entries| {
+            (m.map.len() < self.max_keys || replaced > 0)
+                && m.bytes - replaced + cost(key, value) <= self.max_bytes
+        };
+        if fits(m) {
             return Ok(());
         }
-        let now = Instant::now();
-        m.retain(|_, (_, exp)| *exp > now);
-        if m.len() >= self.max_keys {
+        m.sweep(now);
+        if !fits(m) {
             return Err(BackendError::new(
                 ErrorKind::LimitExceeded,
                 "ephemeral store full",
@@ -77,25 +145,25 @@ fn live(entry: Option<&(Vec<u8>, Instant)>) -> Option<&Vec<u8>> {
 impl Ephemeral for MemoryEphemeral {
     async fn put_if_absent(&self, key: &str, value: Vec<u8>, ttl: Duration) -> BackendResult<bool> {
         self.with(|m| {
-            if live(m.get(key)).is_some() {
+            if live(m.map.get(key)).is_some() {
                 return Ok(false);
             }
-            self.room(m, key)?;
-            m.insert(key.to_owned(), (value, Instant::now() + ttl));
+            self.room(m, key, &value)?;
+            m.insert(key, value, Instant::now() + ttl);
             Ok(true)
         })
     }
 
     async fn put(&self, key: &str, value: Vec<u8>, ttl: Duration) -> BackendResult<()> {
         self.with(|m| {
-            self.room(m, key)?;
-            m.insert(key.to_owned(), (value, Instant::now() + ttl));
+            self.room(m, key, &value)?;
+            m.insert(key, value, Instant::now() + ttl);
             Ok(())
         })
     }
 
     async fn get(&self, key: &str) -> BackendResult<Option<Vec<u8>>> {
-        Ok(self.with(|m| live(m.get(key)).cloned()))
+        Ok(self.with(|m| live(m.map.get(key)).cloned()))
     }
 
     async fn delete(&self, key: &str) -> BackendResult<()> {
@@ -105,20 +173,62 @@ impl Ephemeral for MemoryEphemeral {
 
     async fn incr(&self, key: &str, ttl: Duration) -> BackendResult<u64> {
         self.with(|m| {
-            let current =
-                live(m.get(key)).and_then(|v| v.as_slice().try_into().ok().map(u64::from_le_bytes));
-            let exp = match (current, m.get(key)) {
+            let current = live(m.map.get(key))
+                .and_then(|v| v.as_slice().try_into().ok().map(u64::from_le_bytes));
+            let exp = match (current, m.map.get(key)) {
                 (Some(_), Some((_, exp))) => *exp,
                 _ => Instant::now() + ttl,
             };
             let next = current.unwrap_or(0) + 1;
-            self.room(m, key)?;
-            m.insert(key.to_owned(), (next.to_le_bytes().to_vec(), exp));
+            let value = next.to_le_bytes().to_vec();
+            self.room(m, key, &value)?;
+            m.insert(key, value, exp);
             Ok(next)
         })
     }
 
     async fn ping(&self) -> BackendResult<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bounded_in_bytes_not_only_in_keys() {
+        let e = MemoryEphemeral::with_limits(1000, 10_000);
+        let ttl = Duration::from_secs(60);
+        e.put("a", vec![0; 6000], ttl).await.expect("fits");
+        let err = e
+            .put("b", vec![0; 6000], ttl)
+            .await
+            .expect_err("over the byte bound");
+        assert_eq!(err.kind, ErrorKind::LimitExceeded);
+        // Replacing a key counts its new size only.
+        e.put("a", vec![0; 9000], ttl).await.expect("replace fits");
+        e.delete("a").await.unwrap();
+        assert_eq!(e.bytes(), 0);
+        e.put("b", vec![0; 6000], ttl).await.expect("room again");
+    }
+
+    #[tokio::test]
+    async fn expired_values_do_not_hold_memory_past_their_ttl() {
+        let e = MemoryEphemeral::with_limits(1000, 1_000_000);
+        for i in 0..50 {
+            e.put(&format!("d{i}"), vec![0; 10_000], Duration::from_millis(20))
+                .await
+                .unwrap();
+        }
+        assert!(e.bytes() >= 500_000);
+        tokio::time::sleep(SWEEP_EVERY + Duration::from_millis(50)).await;
+        // Any write sweeps what expired, without waiting for the bound.
+        e.put("x", vec![1], Duration::from_secs(60)).await.unwrap();
+        assert!(
+            e.bytes() < 1_000,
+            "expired deltas still held: {}",
+            e.bytes()
+        );
     }
 }

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod model;
 pub mod netguard;
 pub mod provider;
+pub mod quota;
 pub mod store;
 
 #[cfg(any(test, feature = "conformance"))]

@@ -10,6 +10,18 @@ pub struct Tenant {
     pub created_at: i64,
 }
 
+/// A tenant's quota overrides: `None` = the deployment default (`[quotas]`), `Some(0)` =
+/// unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantQuota {
+    pub tenant_id: String,
+    pub sockets: Option<u64>,
+    pub channels: Option<u64>,
+    pub stored_bytes: Option<u64>,
+    pub requests_per_second: Option<u64>,
+    pub updated_at: i64,
+}
+
 /// An API key as stored: only a hash of the secret part.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiKeyRecord {

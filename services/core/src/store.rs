@@ -7,7 +7,7 @@ use crate::error::BackendResult;
 use crate::model::*;
 
 /// Schema version this build understands; `serve` refuses any other.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 #[async_trait]
 pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
@@ -30,6 +30,18 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     async fn list_api_keys(&self, tenant_id: &str) -> BackendResult<Vec<ApiKeyRecord>>;
     /// NotFound when the key does not exist.
     async fn revoke_api_key(&self, id: &str, at: i64) -> BackendResult<()>;
+
+    // -- tenant quotas --
+    /// Stores a tenant's quota overrides (replacing earlier ones).
+    async fn set_tenant_quota(&self, quota: &TenantQuota) -> BackendResult<()>;
+    /// Every tenant's overrides (pods keep them in memory and refresh them periodically).
+    async fn tenant_quotas(&self) -> BackendResult<Vec<TenantQuota>>;
+    /// Live sockets of a tenant's connectors, counting at most `at_most`.
+    async fn count_tenant_sockets(&self, tenant_id: &str, at_most: u64) -> BackendResult<u64>;
+    /// Channels of a tenant, counting at most `at_most`.
+    async fn count_tenant_channels(&self, tenant_id: &str, at_most: u64) -> BackendResult<u64>;
+    /// Bytes of a tenant's files not yet expired or removed.
+    async fn tenant_stored_bytes(&self, tenant_id: &str) -> BackendResult<u64>;
 
     // -- connector_ids, sockets, pods --
     async fn get_connector(&self, id: &str) -> BackendResult<Option<ConnectorRecord>>;

@@ -50,6 +50,7 @@ async fn kit_with(commit: CommitLimits) -> Kit {
         pod_id: "pod-test".into(),
         public_base_url: "http://127.0.0.1:1".into(),
         committer: OutboxCommitter::start(store.clone(), commit),
+        quotas: switchyard_core::quota::Quotas::new(Default::default()),
     });
     let build = BuildInfo {
         version: "0".into(),

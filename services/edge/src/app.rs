@@ -254,6 +254,7 @@ pub async fn admin_hosts(cfg: &Config) -> anyhow::Result<Arc<Hosts>> {
         signer: UrlSigner::new(signing).context("signing keys")?,
         config: cfg.engine(),
         committer: OutboxCommitter::start(b.store.clone(), cfg.commit_limits()),
+        quotas: switchyard_core::quota::Quotas::new(cfg.quotas.values()),
         pod_id: format!("cli-{}", random_secret(3)),
         public_base_url: cfg
             .public_base_url
@@ -406,6 +407,7 @@ pub async fn run(
         signer: UrlSigner::new(signing.clone()).context("signing keys")?,
         config: cfg.engine(),
         committer: OutboxCommitter::start(b.store.clone(), cfg.commit_limits()),
+        quotas: switchyard_core::quota::Quotas::new(cfg.quotas.values()),
         pod_id: pod.clone(),
         public_base_url,
     });
@@ -437,6 +439,10 @@ pub async fn run(
         .await
         .context("registering pod presence")?;
 
+    hub.quotas
+        .refresh(hub.store.as_ref())
+        .await
+        .context("loading tenant quotas")?;
     let hosts = Arc::new(Hosts::new(hub.clone(), cfg.hosts.core()));
     let connectors: Vec<Connector> = providers(&cfg, hosts.clone())
         .into_iter()
@@ -460,6 +466,8 @@ pub async fn run(
             stall: cfg.limits.socket_stall.0,
         },
         hello_timeout: cfg.limits.hello_timeout.0,
+        ws_ping_interval: cfg.limits.ws_ping_interval.0,
+        auth_per_socket: cfg.limits.auth_per_socket,
         ws_read_buffer: cfg.limits.ws_read_buffer_bytes,
         delivery: OutflowLimits {
             window: cfg.delivery.window,
@@ -497,15 +505,26 @@ pub async fn run(
         if c.prefix() == switchyard_provider_agent_host::PREFIX {
             // The gateway's routes on the public listener: certificates come from a trusted
             // ingress header, if one is configured.
-            let header = cfg
+            let ingress = cfg
                 .hosts_client_cert_header
                 .as_deref()
                 .map(|h| axum::http::HeaderName::try_from(h.to_ascii_lowercase()))
                 .transpose()
-                .context("hosts_client_cert_header is not a valid header name")?;
+                .context("hosts_client_cert_header is not a valid header name")?
+                .map(|cert_header| crate::hosts::TrustedIngress {
+                    cert_header,
+                    secrets: Arc::new(
+                        cfg.hosts_ingress_secret
+                            .0
+                            .iter()
+                            .map(|s| s.expose().trim().to_owned())
+                            .collect(),
+                    ),
+                    sources: Arc::new(cfg.hosts_ingress_sources.0.clone()),
+                });
             routes = routes.merge(crate::hosts::router(
                 gateway.clone(),
-                crate::hosts::CertSource::Header(header),
+                crate::hosts::CertSource::Header(ingress),
             ));
         }
         app = app.nest(c.prefix(), routes);
@@ -515,6 +534,7 @@ pub async fn run(
         c.provider
             .start(Arc::new(c.clone()), providers_stop.clone());
     }
+    let app = app.layer(axum::middleware::from_fn(crate::listener::answer_refusals));
     let app = app.layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<axum::body::Body>| {
         tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
     }));
@@ -548,6 +568,11 @@ pub async fn run(
     });
 
     let background = TaskTracker::new();
+    background.spawn(quota_loop(
+        hub.clone(),
+        cfg.quotas.refresh_interval.0,
+        stopped.clone(),
+    ));
     background.spawn(presence_loop(
         hub.clone(),
         cfg.lease.presence_interval.0,
@@ -599,17 +624,13 @@ pub async fn run(
     };
     tracing::info!(%local, pod = %pod, "switchyard serving");
     let accept_stop = drain.clone();
+    let listener_limits = crate::listener::ListenerLimits {
+        max_connections: cfg.limits.max_connections,
+        header_read_timeout: cfg.limits.header_read_timeout.0,
+        drain_timeout: Duration::from_secs(5),
+    };
     let server = tokio::spawn(async move {
-        // Small frames (acks, progress, tool answers) go out at once instead of waiting for
-        // the peer's delayed ACK (Nagle): ~40 ms off every request/answer pair.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted socket");
-            }
-        });
-        axum::serve(listener, app)
-            .with_graceful_shutdown(accept_stop.cancelled_owned())
-            .await
+        crate::listener::serve(listener, app, listener_limits, accept_stop).await;
     });
 
     shutdown.cancelled().await;
@@ -643,6 +664,22 @@ pub async fn run(
     let _ = metrics_server.await;
     tracing::info!("drain complete");
     Ok(())
+}
+
+/// Reloads the tenants' quota overrides (`switchyard tenant quota`), so a change reaches
+/// every pod within one interval.
+async fn quota_loop(hub: Arc<Hub>, every: Duration, stop: CancellationToken) {
+    let mut t = tokio::time::interval(every.max(Duration::from_millis(100)));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = t.tick() => {
+                if let Err(e) = hub.quotas.refresh(hub.store.as_ref()).await {
+                    tracing::warn!(error = %e, "reloading tenant quotas failed; keeping the last ones");
+                }
+            }
+        }
+    }
 }
 
 async fn presence_loop(hub: Arc<Hub>, every: Duration, stop: CancellationToken) {

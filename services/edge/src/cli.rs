@@ -119,6 +119,31 @@ pub enum TenantCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Shows a tenant's quotas, or sets its own (0 = unlimited); flags not given keep their
+    /// value. Pods apply a change within quotas.refresh_interval.
+    Quota(QuotaArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct QuotaArgs {
+    tenant: String,
+    /// Live xAgent sockets, cluster-wide.
+    #[arg(long)]
+    sockets: Option<u64>,
+    /// Channels, cluster-wide.
+    #[arg(long)]
+    channels: Option<u64>,
+    /// Bytes of unexpired files.
+    #[arg(long)]
+    stored_bytes: Option<u64>,
+    /// Work requests per second on each pod.
+    #[arg(long)]
+    requests_per_second: Option<u64>,
+    /// Drops the tenant's own values first (back to the deployment defaults).
+    #[arg(long)]
+    reset: bool,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -287,6 +312,75 @@ async fn approval_command(
     Ok(())
 }
 
+/// `switchyard tenant quota`: shows, and when asked sets, a tenant's own quotas.
+async fn tenant_quota(cfg: &Config, args: QuotaArgs) -> anyhow::Result<()> {
+    let QuotaArgs {
+        tenant,
+        sockets,
+        channels,
+        stored_bytes,
+        requests_per_second,
+        reset,
+        json,
+    } = args;
+    let store = admin_store(cfg).await?;
+    let Some(t) = store.find_tenant(&tenant).await? else {
+        bail!("no tenant {tenant:?}")
+    };
+    let current = store
+        .tenant_quotas()
+        .await?
+        .into_iter()
+        .find(|q| q.tenant_id == t.id)
+        .filter(|_| !reset)
+        .unwrap_or_else(|| switchyard_core::model::TenantQuota {
+            tenant_id: t.id.clone(),
+            ..Default::default()
+        });
+    let changed = reset
+        || sockets.is_some()
+        || channels.is_some()
+        || stored_bytes.is_some()
+        || requests_per_second.is_some();
+    let q = switchyard_core::model::TenantQuota {
+        sockets: sockets.or(current.sockets),
+        channels: channels.or(current.channels),
+        stored_bytes: stored_bytes.or(current.stored_bytes),
+        requests_per_second: requests_per_second.or(current.requests_per_second),
+        updated_at: now_ms(),
+        ..current
+    };
+    if changed {
+        store.set_tenant_quota(&q).await?;
+    }
+    let eff = cfg.quotas.values().with(&q);
+    let rows = [
+        ("sockets", eff.sockets, q.sockets.is_some()),
+        ("channels", eff.channels, q.channels.is_some()),
+        ("stored_bytes", eff.stored_bytes, q.stored_bytes.is_some()),
+        (
+            "requests_per_second",
+            eff.requests_per_second,
+            q.requests_per_second.is_some(),
+        ),
+    ];
+    if json {
+        let mut obj = serde_json::Map::new();
+        obj.insert("tenant_id".into(), json!(t.id));
+        for (name, value, own) in rows {
+            obj.insert(name.into(), json!({"value": value, "tenant_own": own}));
+        }
+        println!("{}", serde_json::Value::Object(obj));
+    } else {
+        println!("quotas of tenant {} (0 = unlimited):", t.name);
+        for (name, value, own) in rows {
+            let from = if own { "tenant" } else { "default" };
+            println!("{name}\t{value}\t{from}");
+        }
+    }
+    Ok(())
+}
+
 /// Runs an administrative command; `serve` is handled by the caller.
 pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
     match command {
@@ -317,6 +411,7 @@ pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
                     println!("{}", key.key.expose());
                 }
             }
+            TenantCommand::Quota(args) => tenant_quota(&cfg, args).await?,
             TenantCommand::List { json } => {
                 let store = admin_store(&cfg).await?;
                 let tenants = store.list_tenants().await?;

@@ -275,6 +275,17 @@ pub struct LimitsConfig {
     pub socket_send_queue_bytes: usize,
     pub socket_stall: Dur,
     pub hello_timeout: Dur,
+    /// Public-listener connections still speaking HTTP (not upgraded) at once; more are
+    /// answered 503 `overloaded` and closed.
+    pub max_connections: usize,
+    /// Time for a request's headers to arrive (and for an idle keep-alive connection to
+    /// start its next request) before the connection is closed.
+    pub header_read_timeout: Dur,
+    /// WebSocket ping interval on xAgent sockets; a socket from which nothing (not even a
+    /// pong) arrived for two intervals is closed with 1008. 0s = off.
+    pub ws_ping_interval: Dur,
+    /// auth.* requests in flight per socket; more are answered `busy`.
+    pub auth_per_socket: usize,
 }
 
 impl Default for LimitsConfig {
@@ -293,6 +304,10 @@ impl Default for LimitsConfig {
             socket_send_queue_bytes: 8 * 1024 * 1024,
             socket_stall: Dur(Duration::from_secs(10)),
             hello_timeout: Dur(Duration::from_secs(10)),
+            max_connections: 10_000,
+            header_read_timeout: Dur(Duration::from_secs(10)),
+            ws_ping_interval: Dur(Duration::from_secs(30)),
+            auth_per_socket: 8,
         }
     }
 }
@@ -318,6 +333,47 @@ impl Default for RetentionConfig {
             download_url_ttl: Dur(e.download_url_ttl),
             delta_ttl: Dur(e.delta_ttl),
             delta_max_bytes: e.delta_max_bytes,
+        }
+    }
+}
+
+/// Per-tenant quotas (`[quotas]`): the defaults every tenant gets unless the operator set
+/// its own (`switchyard tenant quota`). 0 = unlimited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotasConfig {
+    /// Live xAgent sockets per tenant, cluster-wide.
+    pub sockets: u64,
+    /// Channels per tenant, cluster-wide.
+    pub channels: u64,
+    /// Bytes of unexpired files per tenant; uploads are refused once reached.
+    pub stored_bytes: u64,
+    /// Work requests (channel.open, auth.*, tool.invoke, chat.message, descriptor.get)
+    /// per tenant per second on each pod, with bursts of twice that.
+    pub requests_per_second: u64,
+    /// How often each pod reloads the per-tenant overrides from the store.
+    pub refresh_interval: Dur,
+}
+
+impl Default for QuotasConfig {
+    fn default() -> Self {
+        Self {
+            sockets: 0,
+            channels: 0,
+            stored_bytes: 0,
+            requests_per_second: 1000,
+            refresh_interval: Dur(Duration::from_secs(10)),
+        }
+    }
+}
+
+impl QuotasConfig {
+    pub fn values(&self) -> switchyard_core::quota::QuotaValues {
+        switchyard_core::quota::QuotaValues {
+            sockets: self.sockets,
+            channels: self.channels,
+            stored_bytes: self.stored_bytes,
+            requests_per_second: self.requests_per_second,
         }
     }
 }
@@ -473,6 +529,7 @@ pub struct Config {
     pub ingress: IngressConfig,
     pub outbound: OutboundConfig,
     pub retention: RetentionConfig,
+    pub quotas: QuotasConfig,
     pub telegram: TelegramConfig,
     pub log: LogConfig,
     /// The pods' mTLS listener for host agents; empty = off.
@@ -484,6 +541,11 @@ pub struct Config {
     /// Trusted-ingress mode: header carrying the verified client certificate (URL-encoded
     /// PEM). Unset = the public listener takes no client certificates.
     pub hosts_client_cert_header: Option<String>,
+    /// Proof a request came through the trusted ingress, required with
+    /// `hosts_client_cert_header`: secrets (comma-separated, any one verifies) the ingress
+    /// sends in `X-Switchyard-Ingress-Secret`, and/or the ingress's own address ranges.
+    pub hosts_ingress_secret: SecretList,
+    pub hosts_ingress_sources: CidrList,
     /// Operators of the approval API, `name=token` comma-separated. Empty = API off.
     pub operator_tokens: SecretList,
     pub hosts: HostsSection,
@@ -514,12 +576,15 @@ impl Default for Config {
             ingress: IngressConfig::default(),
             outbound: OutboundConfig::default(),
             retention: RetentionConfig::default(),
+            quotas: QuotasConfig::default(),
             telegram: TelegramConfig::default(),
             log: LogConfig::default(),
             hosts_tls_listen: "127.0.0.1:8443".into(),
             hosts_ca_cert: None,
             hosts_ca_key: None,
             hosts_client_cert_header: None,
+            hosts_ingress_secret: SecretList::default(),
+            hosts_ingress_sources: CidrList::default(),
             operator_tokens: SecretList::default(),
             hosts: HostsSection::default(),
         }
@@ -635,6 +700,22 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "hosts_ca_cert and hosts_ca_key are set together".into(),
             ));
+        }
+        if self.hosts_client_cert_header.is_some() {
+            let secrets = &self.hosts_ingress_secret.0;
+            if secrets.is_empty() && self.hosts_ingress_sources.0.is_empty() {
+                return Err(ConfigError::Invalid(
+                    "hosts_client_cert_header needs proof that requests came through the ingress: set hosts_ingress_secret (sent by the ingress in X-Switchyard-Ingress-Secret) or hosts_ingress_sources (the ingress's address ranges)".into(),
+                ));
+            }
+            if secrets
+                .iter()
+                .any(|s| s.expose().trim().chars().count() < 16)
+            {
+                return Err(ConfigError::Invalid(
+                    "hosts_ingress_secret entries must be 16+ characters".into(),
+                ));
+            }
         }
         for entry in &self.operator_tokens.0 {
             // Judged as used: trimmed, so a token of spaces (empty once trimmed) is refused.
@@ -819,6 +900,23 @@ mod tests {
             assert_eq!(c.log.level, "warn");
             Ok(())
         });
+    }
+
+    #[test]
+    fn trusted_ingress_mode_needs_a_proof() {
+        let mut c = Config {
+            hosts_client_cert_header: Some("x-ssl-client-cert".into()),
+            ..Config::default()
+        };
+        let e = c.validate().expect_err("no proof configured").to_string();
+        assert!(e.contains("hosts_ingress_secret"), "{e}");
+        c.hosts_ingress_secret = SecretList(vec![Secret::new("short")]);
+        assert!(c.validate().is_err(), "a short secret is refused");
+        c.hosts_ingress_secret = SecretList(vec![Secret::new("0123456789abcdef")]);
+        c.validate().expect("a secret is proof");
+        c.hosts_ingress_secret = SecretList::default();
+        c.hosts_ingress_sources = CidrList(vec!["10.0.0.0/8".parse().unwrap()]);
+        c.validate().expect("a source range is proof");
     }
 
     #[test]

@@ -38,9 +38,71 @@ use crate::download;
 pub enum CertSource {
     /// The pod's own TLS listener (verified in the handshake).
     Tls,
-    /// A trusted ingress forwards it in this header; None = the public listener takes no
+    /// A trusted ingress forwards it in a header; None = the public listener takes no
     /// client certificates.
-    Header(Option<HeaderName>),
+    Header(Option<TrustedIngress>),
+}
+
+/// The header a trusted ingress sets to prove a request came through it.
+pub const INGRESS_SECRET_HEADER: &str = "x-switchyard-ingress-secret";
+
+/// Trusted-ingress mode: the header carrying the certificate the ingress verified, and what
+/// proves that a request came through that ingress rather than straight to a pod (anyone
+/// reaching a pod could otherwise present a host's public certificate). Every configured
+/// proof is required; configuration refuses the mode with none.
+#[derive(Debug, Clone)]
+pub struct TrustedIngress {
+    pub cert_header: HeaderName,
+    /// Any one of these in [`INGRESS_SECRET_HEADER`].
+    pub secrets: Arc<Vec<String>>,
+    /// The address ranges the ingress connects from.
+    pub sources: Arc<Vec<switchyard_core::netguard::Cidr>>,
+}
+
+impl TrustedIngress {
+    fn vouches_for(&self, headers: &HeaderMap, remote: Option<std::net::SocketAddr>) -> bool {
+        if self.secrets.is_empty() && self.sources.is_empty() {
+            return false;
+        }
+        let secret_ok = self.secrets.is_empty()
+            || headers
+                .get(INGRESS_SECRET_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| {
+                    self.secrets.iter().fold(false, |hit, s| {
+                        // Every secret is compared, so timing says nothing about which matched.
+                        switchyard_core::crypto::ct_eq(v.trim().as_bytes(), s.as_bytes()) | hit
+                    })
+                });
+        let source_ok = self.sources.is_empty()
+            || remote.is_some_and(|a| self.sources.iter().any(|c| c.contains(a.ip())));
+        secret_ok && source_ok
+    }
+}
+
+/// A request that carries the certificate header but not the ingress's proof is refused
+/// before any handler sees it; the proof header itself never travels further.
+async fn check_ingress(
+    State(ingress): State<TrustedIngress>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if req.headers().contains_key(&ingress.cert_header) {
+        let remote = req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0);
+        if !ingress.vouches_for(req.headers(), remote) {
+            metrics::counter!("switchyard_auth_rejected_total", "reason" => "ingress_proof")
+                .increment(1);
+            return unauthorized(
+                "ingress_proof_required",
+                "a forwarded client certificate is accepted only from the trusted ingress",
+            );
+        }
+    }
+    req.headers_mut().remove(INGRESS_SECRET_HEADER);
+    next.run(req).await
 }
 
 /// Everything the gateway routes need.
@@ -143,7 +205,11 @@ fn preauth_cap<S: Clone + Send + Sync + 'static>(
 pub fn router(gw: Gateway, source: CertSource) -> Router {
     let max_artifact = gw.hosts.config.max_artifact_bytes;
     let small = gw.max_preauth_bytes;
-    Router::new()
+    let ingress = match &source {
+        CertSource::Header(Some(i)) => Some(i.clone()),
+        _ => None,
+    };
+    let routes = Router::new()
         .route("/v1/enroll", preauth_cap(post(enroll), small))
         .route("/v1/token", preauth_cap(post(token), small))
         .route("/v1/ws", get(ws))
@@ -157,7 +223,11 @@ pub fn router(gw: Gateway, source: CertSource) -> Router {
                 .put(artifact_put)
                 .layer(DefaultBodyLimit::max(max_artifact as usize)),
         )
-        .with_state(RouteState { gw, source })
+        .with_state(RouteState { gw, source });
+    match ingress {
+        Some(i) => routes.layer(axum::middleware::from_fn_with_state(i, check_ingress)),
+        None => routes,
+    }
 }
 
 /// The operator API (internal listener, next to /metrics): approvals decided by people.
@@ -191,7 +261,10 @@ fn presented_cert(
 ) -> Result<Vec<u8>, Refusal> {
     let der = match source {
         CertSource::Tls => peer.and_then(|p| p.0.clone()),
-        CertSource::Header(Some(name)) => match headers.get(name).and_then(|v| v.to_str().ok()) {
+        CertSource::Header(Some(ingress)) => match headers
+            .get(&ingress.cert_header)
+            .and_then(|v| v.to_str().ok())
+        {
             Some(v) if !v.trim().is_empty() => Some(decode_forwarded_cert(v).map_err(|_| {
                 Refusal(
                     StatusCode::UNAUTHORIZED,

@@ -47,6 +47,7 @@ pub fn http_status(code: ErrorCode) -> StatusCode {
         ConnectionNotFound | FileNotFound | AuthSessionNotFound => StatusCode::NOT_FOUND,
         PacketTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         Unavailable | Draining | Busy => StatusCode::SERVICE_UNAVAILABLE,
+        RateLimited => StatusCode::TOO_MANY_REQUESTS,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -191,14 +192,20 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
 async fn serve_socket(s: ConnState, tenant: String, socket: WebSocket) {
     let (sink, stream) = socket.split();
     let (out, writer_end) = crate::sendq::channel(s.limits.send);
-    let writer = tokio::spawn(writer_end.run(sink));
+    let heard = crate::sendq::Heard::new();
+    let keepalive = (!s.limits.ws_ping_interval.is_zero()).then(|| crate::sendq::Keepalive {
+        every: s.limits.ws_ping_interval,
+        heard: heard.clone(),
+    });
+    let writer = tokio::spawn(writer_end.run(sink, keepalive));
     // The session reads the socket itself: no reader task and no second queue per socket. A
     // read error ends the stream with the close code that names it.
     let inbound = stream
-        .scan(false, |broken, m| {
+        .scan(false, move |broken, m| {
             if *broken {
                 return std::future::ready(None);
             }
+            heard.touch();
             std::future::ready(match m {
                 Ok(Message::Text(t)) => Some(Some(Incoming::Text(t.to_string()))),
                 Ok(Message::Binary(_)) => Some(Some(Incoming::Binary)),

@@ -9,6 +9,7 @@ mod doorbells;
 pub mod download;
 pub mod hosts;
 pub mod http;
+pub mod listener;
 pub mod sendq;
 pub mod session;
 pub mod telemetry;

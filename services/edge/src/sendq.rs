@@ -3,7 +3,7 @@
 //! when the queue stays full for `stall` the socket closes with 1008.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
@@ -140,10 +140,62 @@ impl SendQueue {
     }
 }
 
+/// Close code and reason for a peer that answered no ping for two intervals.
+pub const KEEPALIVE_REASON: &str = "keepalive timeout";
+
+/// When the peer was last heard from (any frame, pongs included), shared by the reader that
+/// touches it and the writer that pings.
+#[derive(Debug)]
+pub struct Heard {
+    base: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Heard {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        })
+    }
+
+    pub fn touch(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn silent_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.base.elapsed().saturating_sub(last)
+    }
+}
+
+/// Server-side WebSocket keepalive: a ping every `every`; a peer silent for two intervals
+/// is closed with 1008 [`KEEPALIVE_REASON`] (its TCP connection may be dead without a FIN).
+#[derive(Debug, Clone)]
+pub struct Keepalive {
+    pub every: Duration,
+    pub heard: Arc<Heard>,
+}
+
+enum Next {
+    Out(Option<Outgoing>),
+    Tick,
+}
+
 impl WriterEnd {
     /// Writes queued frames until the session ends, a close is asked for, or the peer is
     /// given up on (then a 1008 close is attempted without waiting long on a stuck peer).
-    pub async fn run(mut self, mut sink: SplitSink<WebSocket, Message>) {
+    pub async fn run(
+        mut self,
+        mut sink: SplitSink<WebSocket, Message>,
+        keepalive: Option<Keepalive>,
+    ) {
+        let mut ticker = keepalive.as_ref().map(|k| {
+            let mut t = tokio::time::interval_at(Instant::now() + k.every, k.every);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
         let to_message = |o: Outgoing| match o {
             Outgoing::Frame(t) => Message::Text(t.into()),
             Outgoing::Close(code, reason) => Message::Close(Some(CloseFrame {
@@ -159,9 +211,37 @@ impl WriterEnd {
                     let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(close)).await;
                     return;
                 }
-                o = self.rx.recv() => o,
+                o = self.rx.recv() => Next::Out(o),
+                _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => Next::Tick,
             };
-            let Some(o) = next else { break };
+            let o = match next {
+                Next::Out(Some(o)) => o,
+                Next::Out(None) => break,
+                Next::Tick => {
+                    let Some(k) = &keepalive else { continue };
+                    if k.heard.silent_for() >= k.every * 2 {
+                        tracing::info!("no frame from the peer for two ping intervals; closing");
+                        metrics::counter!("switchyard_limits_hit_total", "limit" => "ws_keepalive")
+                            .increment(1);
+                        let close =
+                            to_message(Outgoing::Close(CLOSE_NOT_READING, KEEPALIVE_REASON.into()));
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(1), sink.send(close)).await;
+                        // Ends the session too, which may be waiting on a dead connection.
+                        self.overflow.cancel();
+                        return;
+                    }
+                    let ping = tokio::select! {
+                        biased;
+                        _ = self.overflow.cancelled() => return,
+                        r = sink.send(Message::Ping(Default::default())) => r,
+                    };
+                    if ping.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+            };
             let (len, closing) = match &o {
                 Outgoing::Frame(t) => (t.len(), false),
                 Outgoing::Close(..) => (0, true),

@@ -67,6 +67,26 @@ pub struct SessionLimits {
     pub drain_timeout: Duration,
     /// A socket that completes no `connector.hello` within this is closed (1008).
     pub hello_timeout: Duration,
+    /// WebSocket ping interval (zero = off); see `sendq::Keepalive`.
+    pub ws_ping_interval: Duration,
+    /// auth.* requests in flight per socket; more are answered `busy`.
+    pub auth_per_socket: usize,
+}
+
+/// The requests a tenant's rate quota counts: those that start work. Acks, deltas,
+/// activity, closes and pings are not counted (refusing them would only add work).
+fn is_work(pkt: &Inbound) -> bool {
+    matches!(
+        pkt,
+        Inbound::ChannelOpen
+            | Inbound::AuthStart(_)
+            | Inbound::AuthStatus(_)
+            | Inbound::AuthCancel(_)
+            | Inbound::AuthLogout
+            | Inbound::ToolInvoke(_)
+            | Inbound::ChatMessage(_)
+            | Inbound::DescriptorGet
+    )
 }
 
 pub struct SessionDeps {
@@ -102,6 +122,7 @@ pub struct Session {
     out: SendQueue,
     tools: Arc<Semaphore>,
     opens: Arc<Semaphore>,
+    auths: Arc<Semaphore>,
     /// Created with the first `channel.open`: an idle socket carries no queue for it.
     opened: Option<OpenedQueue>,
     tasks: TaskTracker,
@@ -154,6 +175,7 @@ impl Session {
     pub fn new(deps: SessionDeps, tenant_id: String, out: SendQueue) -> Self {
         let tools = Arc::new(Semaphore::new(deps.limits.tools_per_socket));
         let opens = Arc::new(Semaphore::new(deps.limits.opens_per_socket.max(1)));
+        let auths = Arc::new(Semaphore::new(deps.limits.auth_per_socket.max(1)));
         let socket_id = new_id("sock");
         let flow = Outflow::new(deps.conn.clone(), &socket_id, deps.limits.delivery.clone());
         Self {
@@ -166,6 +188,7 @@ impl Session {
             out,
             tools,
             opens,
+            auths,
             opened: None,
             tasks: TaskTracker::new(),
             bells: None,
@@ -369,6 +392,11 @@ impl Session {
             Inbound::Error { code, .. } => {
                 switchyard_core::limits::client_error("xagent", &code);
             }
+            pkt if is_work(&pkt)
+                && let Err(f) = self.deps.conn.hub.quotas.admit_request(&ident.tenant_id) =>
+            {
+                self.refuse_work(&meta, &pkt, f).await;
+            }
             Inbound::ChannelOpen => self.on_open(ident, meta),
             other => {
                 let chid = meta.connector_channel_id.clone().unwrap_or_default();
@@ -391,6 +419,22 @@ impl Session {
                 };
                 self.reply_fault(&meta, &other, f).await;
             }
+        }
+    }
+
+    /// A work request refused before it started (a tenant's rate): a tool call gets its
+    /// tool ack and a chat.message its rejected ack, so xAgent's state resolves either way.
+    async fn refuse_work(&self, meta: &RequestMeta, pkt: &Inbound, f: Fault) {
+        match pkt {
+            Inbound::ToolInvoke(p) => {
+                let chid = meta.connector_channel_id.as_deref().unwrap_or_default();
+                let ack = Outbound::ToolAck {
+                    tool_id: p.tool_id.clone(),
+                    result: Err(fault_pair(f)),
+                };
+                send(&self.out, answer_on(meta, chid, ack)).await;
+            }
+            _ => self.reply_fault(meta, pkt, f).await,
         }
     }
 
@@ -551,22 +595,41 @@ impl Session {
                 };
                 send(&out, answer_on(&meta, &chid, ack)).await;
             }
-            Inbound::AuthStart(p) => self.spawn(async move {
-                let r = conn.auth_start(&ch, &p).await;
-                send(&out, answer_on(&meta, &chid, auth(AuthAck::Start, r))).await;
-            }),
-            Inbound::AuthStatus(p) => self.spawn(async move {
-                let r = conn.auth_status(&ch, &p).await;
-                send(&out, answer_on(&meta, &chid, auth(AuthAck::Status, r))).await;
-            }),
-            Inbound::AuthCancel(p) => self.spawn(async move {
-                let r = conn.auth_cancel(&ch, &p).await;
-                send(&out, answer_on(&meta, &chid, auth(AuthAck::Cancel, r))).await;
-            }),
-            Inbound::AuthLogout => self.spawn(async move {
-                let r = conn.auth_logout(&ch).await;
-                send(&out, answer_on(&meta, &chid, auth(AuthAck::Logout, r))).await;
-            }),
+            Inbound::AuthStart(_)
+            | Inbound::AuthStatus(_)
+            | Inbound::AuthCancel(_)
+            | Inbound::AuthLogout => {
+                let kind = match &pkt {
+                    Inbound::AuthStart(_) => AuthAck::Start,
+                    Inbound::AuthStatus(_) => AuthAck::Status,
+                    Inbound::AuthCancel(_) => AuthAck::Cancel,
+                    _ => AuthAck::Logout,
+                };
+                // Auth work runs off the loop, but only so much of it per socket: a burst
+                // of auth.start cannot pile up tasks (and target-system calls) without bound.
+                let Ok(permit) = self.auths.clone().try_acquire_owned() else {
+                    metrics::counter!("switchyard_limits_hit_total", "limit" => "auth_per_socket")
+                        .increment(1);
+                    let f = Fault::new(
+                        ErrorCode::Busy,
+                        format!(
+                            "too many auth requests in flight on this socket (limits.auth_per_socket = {}); retry",
+                            self.deps.limits.auth_per_socket
+                        ),
+                    );
+                    return send(&out, answer_on(&meta, &chid, auth(kind, Err(f)))).await;
+                };
+                self.spawn(async move {
+                    let _permit = permit;
+                    let r = match pkt {
+                        Inbound::AuthStart(p) => conn.auth_start(&ch, &p).await,
+                        Inbound::AuthStatus(p) => conn.auth_status(&ch, &p).await,
+                        Inbound::AuthCancel(p) => conn.auth_cancel(&ch, &p).await,
+                        _ => conn.auth_logout(&ch).await,
+                    };
+                    send(&out, answer_on(&meta, &chid, auth(kind, r))).await;
+                });
+            }
             Inbound::ToolInvoke(p) => self.on_tool(meta, ch, p).await,
             // Routed before reaching here, or not channel packets at all.
             Inbound::ChatAck(_)

@@ -44,7 +44,7 @@ pub fn init_logging(cfg: &LogConfig) {
 }
 
 /// Every limit name `switchyard_limits_hit_total{limit}` can carry.
-const LIMITS: [&str; 12] = [
+const LIMITS: [&str; 15] = [
     "ingress_body_bytes",
     "ingress_body_timeout",
     "ingress_concurrency_pod",
@@ -57,6 +57,9 @@ const LIMITS: [&str; 12] = [
     "hello_timeout",
     "ws_frame",
     "commit_backlog",
+    "connections",
+    "ws_keepalive",
+    "auth_per_socket",
 ];
 
 /// `# HELP` for the data plane's series, and the series that alerts use with `rate()`
@@ -132,6 +135,13 @@ fn describe_and_register() {
     }
     for limit in LIMITS {
         metrics::counter!("switchyard_limits_hit_total", "limit" => limit).absolute(0);
+    }
+    describe_counter!(
+        "switchyard_quota_refused_total",
+        "requests refused by a tenant quota, by quota name (never by tenant)"
+    );
+    for quota in switchyard_core::quota::QUOTA_NAMES {
+        metrics::counter!("switchyard_quota_refused_total", "quota" => quota).absolute(0);
     }
     metrics::counter!("switchyard_doorbell_failures_total").absolute(0);
     metrics::counter!("switchyard_janitor_sweeps_total").absolute(0);

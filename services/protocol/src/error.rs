@@ -32,8 +32,10 @@ pub enum ErrorCode {
     InvalidArguments,
     /// The tool did not finish within its timeout.
     ToolTimeout,
-    /// Per-socket concurrency bound reached.
+    /// Per-socket concurrency bound or a tenant quota reached (the message names it).
     Busy,
+    /// A tenant's request rate is over its quota; retry after a short pause.
+    RateLimited,
     /// A `chat.message.delta` sequence gap or conflict.
     DeltaSequenceInvalid,
     /// The pod is draining; reconnect elsewhere.
@@ -78,6 +80,7 @@ impl ErrorCode {
             Self::InvalidArguments => "invalid_arguments",
             Self::ToolTimeout => "tool_timeout",
             Self::Busy => "busy",
+            Self::RateLimited => "rate_limited",
             Self::DeltaSequenceInvalid => "delta_sequence_invalid",
             Self::Draining => "draining",
             Self::Unavailable => "unavailable",

@@ -32,6 +32,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         2,
         include_str!("../../../migrations/postgres/0002_hosts.sql"),
     ),
+    (
+        3,
+        include_str!("../../../migrations/postgres/0003_quotas.sql"),
+    ),
 ];
 
 /// How long a caller waits for a pooled connection (or for a new one while Postgres is down)
@@ -628,6 +632,95 @@ impl Store for PostgresStore {
             return Err(BackendError::not_found("api key"));
         }
         Ok(())
+    }
+
+    // -- tenant quotas --
+    async fn set_tenant_quota(&self, q: &TenantQuota) -> BackendResult<()> {
+        let as_i64 = |v: Option<u64>| v.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        sqlx::query(
+            "INSERT INTO tenant_quotas \
+             (tenant_id, sockets, channels, stored_bytes, requests_per_second, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (tenant_id) DO UPDATE SET sockets = excluded.sockets, \
+             channels = excluded.channels, stored_bytes = excluded.stored_bytes, \
+             requests_per_second = excluded.requests_per_second, updated_at = excluded.updated_at",
+        )
+        .bind(&q.tenant_id)
+        .bind(as_i64(q.sockets))
+        .bind(as_i64(q.channels))
+        .bind(as_i64(q.stored_bytes))
+        .bind(as_i64(q.requests_per_second))
+        .bind(q.updated_at)
+        .execute(&self.pool)
+        .await
+        .map_err(db("set tenant quota"))?;
+        Ok(())
+    }
+
+    async fn tenant_quotas(&self) -> BackendResult<Vec<TenantQuota>> {
+        type Row = (
+            String,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            i64,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT tenant_id, sockets, channels, stored_bytes, requests_per_second, updated_at \
+             FROM tenant_quotas ORDER BY tenant_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("tenant quotas"))?;
+        let as_u64 = |v: Option<i64>| v.map(|n| u64::try_from(n).unwrap_or(0));
+        Ok(rows
+            .into_iter()
+            .map(|(tenant_id, s, c, b, r, updated_at)| TenantQuota {
+                tenant_id,
+                sockets: as_u64(s),
+                channels: as_u64(c),
+                stored_bytes: as_u64(b),
+                requests_per_second: as_u64(r),
+                updated_at,
+            })
+            .collect())
+    }
+
+    async fn count_tenant_sockets(&self, tenant_id: &str, at_most: u64) -> BackendResult<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM sockets s JOIN connectors c \
+             ON c.id = s.connector_id WHERE c.tenant_id = $1 LIMIT $2) t",
+        )
+        .bind(tenant_id)
+        .bind(i64::try_from(at_most).unwrap_or(i64::MAX))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db("count tenant sockets"))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn count_tenant_channels(&self, tenant_id: &str, at_most: u64) -> BackendResult<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM channels WHERE tenant_id = $1 LIMIT $2) t",
+        )
+        .bind(tenant_id)
+        .bind(i64::try_from(at_most).unwrap_or(i64::MAX))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db("count tenant channels"))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn tenant_stored_bytes(&self, tenant_id: &str) -> BackendResult<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(byte_size), 0)::BIGINT FROM files WHERE tenant_id = $1",
+        )
+        .bind(tenant_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db("tenant stored bytes"))?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     // -- connector_ids, sockets, pods --

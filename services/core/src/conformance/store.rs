@@ -26,6 +26,8 @@ pub async fn run_all(store: Arc<dyn Store>) {
     schema(s).await;
     tenants(s).await;
     api_keys(s).await;
+    tenant_quotas(s).await;
+    tenant_usage_counts(s).await;
     connectors(s).await;
     references_must_exist(s).await;
     sockets_and_offline_time(s).await;
@@ -375,6 +377,69 @@ async fn api_keys(s: &dyn Store) {
 }
 
 // -- connector_ids, sockets, pods ----------------------------------------------------------------
+
+async fn tenant_quotas(s: &dyn Store) {
+    let t = tenant(s).await;
+    let q = TenantQuota {
+        tenant_id: t.id.clone(),
+        sockets: Some(3),
+        channels: None,
+        stored_bytes: Some(0),
+        requests_per_second: Some(50),
+        updated_at: now_ms(),
+    };
+    s.set_tenant_quota(&q).await.expect("set quota");
+    let all = s.tenant_quotas().await.expect("list quotas");
+    assert_eq!(all.iter().find(|x| x.tenant_id == t.id), Some(&q));
+    // A second set replaces every column, a None included.
+    let q2 = TenantQuota {
+        sockets: None,
+        channels: Some(10),
+        ..q.clone()
+    };
+    s.set_tenant_quota(&q2).await.expect("replace quota");
+    let all = s.tenant_quotas().await.expect("list quotas");
+    assert_eq!(all.iter().filter(|x| x.tenant_id == t.id).count(), 1);
+    assert_eq!(all.iter().find(|x| x.tenant_id == t.id), Some(&q2));
+}
+
+async fn tenant_usage_counts(s: &dyn Store) {
+    let c = connector(s).await;
+    let other = channel(s).await;
+    let pod = live_pod(s).await;
+    for _ in 0..3 {
+        socket(s, &c.id, &pod).await;
+    }
+    let mut channels = Vec::new();
+    for _ in 0..4 {
+        channels.push(channel_of(s, &c).await);
+    }
+    let t = &c.tenant_id;
+    assert_eq!(s.count_tenant_sockets(t, 100).await.expect("sockets"), 3);
+    assert_eq!(s.count_tenant_sockets(t, 2).await.expect("bounded"), 2);
+    assert_eq!(s.count_tenant_channels(t, 100).await.expect("channels"), 4);
+    assert_eq!(s.count_tenant_channels(t, 3).await.expect("bounded"), 3);
+    assert_eq!(s.tenant_stored_bytes(t).await.expect("no files"), 0);
+    for (i, ch) in channels.iter().take(2).enumerate() {
+        let f = FileRecord {
+            byte_size: 1000 * (i as u64 + 1),
+            ..file_rec(ch, now_ms() + HOUR)
+        };
+        s.insert_file(&f).await.expect("insert file");
+    }
+    let foreign = FileRecord {
+        byte_size: 7,
+        ..file_rec(&other, now_ms() + HOUR)
+    };
+    s.insert_file(&foreign).await.expect("insert foreign file");
+    assert_eq!(s.tenant_stored_bytes(t).await.expect("bytes"), 3000);
+    assert_eq!(
+        s.count_tenant_channels(&other.tenant_id, 100)
+            .await
+            .expect("other tenant"),
+        1
+    );
+}
 
 async fn connectors(s: &dyn Store) {
     let t = tenant(s).await;

@@ -77,6 +77,10 @@ impl Connector {
         }
 
         let store = &self.hub.store;
+        self.hub
+            .quotas
+            .admit_socket(store.as_ref(), tenant_id)
+            .await?;
         let presented = p.connector_id.as_deref().filter(|s| !s.is_empty());
         let current = store.connector_for(tenant_id, self.card_id()).await?;
         let (connector_id, reissued) = match (presented, current) {
@@ -223,6 +227,10 @@ impl Connector {
         let mut ch = match existing {
             Some(ch) => ch,
             None => {
+                self.hub
+                    .quotas
+                    .admit_channel(self.hub.store.as_ref(), &ident.tenant_id)
+                    .await?;
                 let ch = ChannelRecord {
                     id: new_id("cch"),
                     tenant_id: ident.tenant_id.clone(),

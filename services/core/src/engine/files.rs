@@ -87,6 +87,10 @@ impl Connector {
                 "X-XAgent-Connector-Channel-ID header is required",
             ));
         };
+        self.hub
+            .quotas
+            .admit_stored_bytes(self.hub.store.as_ref(), tenant_id)
+            .await?;
         let ch = match self.hub.store.get_channel(channel_id).await? {
             Some(ch) if ch.tenant_id == tenant_id && ch.card_id == self.card_id() => ch,
             Some(_) => {

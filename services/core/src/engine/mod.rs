@@ -101,6 +101,8 @@ pub struct Hub {
     pub public_base_url: String,
     /// Group commit of inbound messages into the outbox.
     pub committer: OutboxCommitter,
+    /// Per-tenant quotas (defaults from configuration, overrides from the store).
+    pub quotas: crate::quota::Quotas,
 }
 
 impl std::fmt::Debug for Hub {

@@ -77,7 +77,11 @@ impl AckVerdict {
 pub fn retryable(code: ErrorCode) -> bool {
     matches!(
         code,
-        ErrorCode::Unavailable | ErrorCode::ChannelNotOpen | ErrorCode::Busy | ErrorCode::Draining
+        ErrorCode::Unavailable
+            | ErrorCode::ChannelNotOpen
+            | ErrorCode::Busy
+            | ErrorCode::RateLimited
+            | ErrorCode::Draining
     )
 }
 
