@@ -2,7 +2,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use chacha20poly1305::aead::{Aead, KeyInit};
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use hmac::{Hmac, Mac};
 use rand::RngCore;
@@ -46,11 +46,24 @@ pub enum CryptoError {
 }
 
 /// Authenticated encryption of credentials at rest. The first key encrypts; every key is
-/// tried for decryption so keys can be rotated. Layout: key index (1 byte) | nonce (12) | ct.
+/// tried for decryption so keys can be rotated.
+///
+/// Every blob is bound to the row it belongs to: the caller names it (`channel:ID`,
+/// `auth_session:ID`, ...) and that name is the AEAD's associated data, so a blob copied into
+/// another row (another tenant's channel, say) does not decrypt there.
+///
+/// Layout: format (1 byte) | nonce (12) | ciphertext. Format 1 is bound to its row; format 0
+/// is the unbound layout of builds before row binding, still read so an upgrade loses no
+/// binding, and rewritten as format 1 the next time the row is written.
 #[derive(Clone)]
 pub struct Cipher {
     keys: Vec<ChaCha20Poly1305>,
 }
+
+/// Blobs written before row binding (no associated data).
+const FORMAT_UNBOUND: u8 = 0;
+/// Blobs bound to their row through the associated data.
+const FORMAT_BOUND: u8 = 1;
 
 impl std::fmt::Debug for Cipher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -86,37 +99,75 @@ impl Cipher {
         STANDARD.encode(k)
     }
 
-    pub fn encrypt(&self, plaintext: &[u8]) -> Vec<u8> {
+    /// Encrypts `plaintext` for the row named `row` (see the type's docs).
+    pub fn encrypt(&self, row: &str, plaintext: &[u8]) -> Vec<u8> {
         let mut nonce = [0u8; 12];
         rand::rng().fill_bytes(&mut nonce);
         // ChaCha20-Poly1305 encryption cannot fail for in-memory buffers.
         let ct = self.keys[0]
-            .encrypt(Nonce::from_slice(&nonce), plaintext)
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: plaintext,
+                    aad: row.as_bytes(),
+                },
+            )
             .unwrap_or_default();
         let mut out = Vec::with_capacity(13 + ct.len());
-        out.push(0u8);
+        out.push(FORMAT_BOUND);
         out.extend_from_slice(&nonce);
         out.extend_from_slice(&ct);
         out
     }
 
-    pub fn decrypt(&self, blob: &[u8]) -> Result<Vec<u8>, CryptoError> {
+    /// Decrypts a blob of the row named `row`; a blob of another row does not decrypt.
+    pub fn decrypt(&self, row: &str, blob: &[u8]) -> Result<Vec<u8>, CryptoError> {
         if blob.len() < 13 {
             return Err(CryptoError::Undecryptable);
         }
+        let aad: &[u8] = match blob[0] {
+            FORMAT_BOUND => row.as_bytes(),
+            FORMAT_UNBOUND => b"",
+            _ => return Err(CryptoError::Undecryptable),
+        };
         let nonce = Nonce::from_slice(&blob[1..13]);
         self.keys
             .iter()
-            .find_map(|k| k.decrypt(nonce, &blob[13..]).ok())
+            .find_map(|k| {
+                k.decrypt(
+                    nonce,
+                    Payload {
+                        msg: &blob[13..],
+                        aad,
+                    },
+                )
+                .ok()
+            })
             .ok_or(CryptoError::Undecryptable)
     }
 
-    pub fn encrypt_json(&self, v: &serde_json::Value) -> Vec<u8> {
-        self.encrypt(&serde_json::to_vec(v).unwrap_or_default())
+    pub fn encrypt_json(&self, row: &str, v: &serde_json::Value) -> Vec<u8> {
+        self.encrypt(row, &serde_json::to_vec(v).unwrap_or_default())
     }
 
-    pub fn decrypt_json(&self, blob: &[u8]) -> Result<serde_json::Value, CryptoError> {
-        serde_json::from_slice(&self.decrypt(blob)?).map_err(|_| CryptoError::Undecryptable)
+    pub fn decrypt_json(&self, row: &str, blob: &[u8]) -> Result<serde_json::Value, CryptoError> {
+        serde_json::from_slice(&self.decrypt(row, blob)?).map_err(|_| CryptoError::Undecryptable)
+    }
+}
+
+/// The associated-data names of the rows whose columns hold encrypted blobs.
+pub mod rows {
+    /// A channel's binding credentials (`channels.binding`).
+    pub fn channel(id: &str) -> String {
+        format!("channel:{id}")
+    }
+    /// An auth session's provider state (`auth_sessions.state`).
+    pub fn auth_session(id: &str) -> String {
+        format!("auth_session:{id}")
+    }
+    /// A key of the durable key-value table (`kv`), by namespace.
+    pub fn kv(namespace: &str, key: &str) -> String {
+        format!("kv:{namespace}/{key}")
     }
 }
 
@@ -241,12 +292,55 @@ mod tests {
         let old = Secret::new(Cipher::generate_key());
         let new = Secret::new(Cipher::generate_key());
         let c_old = Cipher::from_base64(std::slice::from_ref(&old)).unwrap();
-        let blob = c_old.encrypt(b"bot-token");
+        let blob = c_old.encrypt("channel:cch_1", b"bot-token");
         assert!(!blob.windows(9).any(|w| w == b"bot-token"));
         let rotated = Cipher::from_base64(&[new, old]).unwrap();
-        assert_eq!(rotated.decrypt(&blob).unwrap(), b"bot-token");
+        assert_eq!(
+            rotated.decrypt("channel:cch_1", &blob).unwrap(),
+            b"bot-token"
+        );
         let other = Cipher::from_base64(&[Secret::new(Cipher::generate_key())]).unwrap();
-        assert!(other.decrypt(&blob).is_err());
+        assert!(other.decrypt("channel:cch_1", &blob).is_err());
+    }
+
+    #[test]
+    fn a_blob_decrypts_only_in_its_own_row() {
+        let c = Cipher::from_base64(&[Secret::new(Cipher::generate_key())]).unwrap();
+        let blob = c.encrypt_json(&rows::channel("cch_a"), &serde_json::json!({"t": "s3cret"}));
+        assert_eq!(
+            c.decrypt_json(&rows::channel("cch_a"), &blob).unwrap()["t"],
+            "s3cret"
+        );
+        // Copied into another channel's row (or an auth session's), it is refused.
+        assert!(c.decrypt_json(&rows::channel("cch_b"), &blob).is_err());
+        assert!(c.decrypt_json(&rows::auth_session("cch_a"), &blob).is_err());
+        // A flipped format byte cannot strip the binding.
+        let mut unbound = blob.clone();
+        unbound[0] = FORMAT_UNBOUND;
+        assert!(c.decrypt_json(&rows::channel("cch_a"), &unbound).is_err());
+        let mut unknown = blob;
+        unknown[0] = 7;
+        assert!(c.decrypt_json(&rows::channel("cch_a"), &unknown).is_err());
+    }
+
+    #[test]
+    fn blobs_written_before_row_binding_still_decrypt() {
+        // The layout older builds wrote: format 0, no associated data.
+        let key = Cipher::generate_key();
+        let raw = STANDARD.decode(&key).unwrap();
+        let aead = ChaCha20Poly1305::new(Key::from_slice(&raw));
+        let nonce = [9u8; 12];
+        let ct = aead
+            .encrypt(Nonce::from_slice(&nonce), &b"{\"t\":1}"[..])
+            .unwrap();
+        let mut blob = vec![FORMAT_UNBOUND];
+        blob.extend_from_slice(&nonce);
+        blob.extend_from_slice(&ct);
+        let c = Cipher::from_base64(&[Secret::new(key)]).unwrap();
+        assert_eq!(
+            c.decrypt_json(&rows::channel("any"), &blob).unwrap()["t"],
+            1
+        );
     }
 
     #[test]

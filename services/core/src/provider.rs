@@ -274,6 +274,17 @@ pub trait ProviderHost: Send + Sync + 'static {
     /// Durable provider state such as update cursors, namespaced by the provider.
     async fn kv_get(&self, key: &str) -> Result<Option<String>, BackendError>;
     async fn kv_put(&self, key: &str, value: &str) -> Result<(), BackendError>;
+    /// Durable provider secrets (a sender's reply token, a refreshed access token): stored
+    /// encrypted like channel credentials and bound to their key, so a value copied under
+    /// another key does not decrypt. Never put a secret through `kv_put`.
+    async fn secret_get(&self, key: &str) -> Result<Option<Value>, BackendError> {
+        let _ = key;
+        Err(BackendError::internal("this host keeps no secrets"))
+    }
+    async fn secret_put(&self, key: &str, value: &Value) -> Result<(), BackendError> {
+        let _ = (key, value);
+        Err(BackendError::internal("this host keeps no secrets"))
+    }
 }
 
 #[async_trait]

@@ -418,3 +418,23 @@ async fn batch_outcomes_for_a_missing_channel_and_a_full_one() {
     assert_eq!(gone, 1);
     assert_eq!(k.pending(&ch.id).await, ["b"]);
 }
+
+/// Provider secrets (`ProviderHost::secret_put`) are stored encrypted, apart from the plain
+/// provider state, and bound to their key: a value copied under another key is refused.
+#[tokio::test]
+async fn provider_secrets_are_encrypted_and_bound_to_their_key() {
+    use switchyard_core::ProviderHost;
+    let k = kit().await;
+    let secret = json!({"context_token": "ctx-s3cret-value"});
+    k.conn.secret_put("peer:u1", &secret).await.unwrap();
+    assert_eq!(k.conn.secret_get("peer:u1").await.unwrap(), Some(secret));
+    assert_eq!(k.conn.secret_get("peer:u2").await.unwrap(), None);
+    // Not readable as plain provider state, and not stored in clear anywhere in kv.
+    assert_eq!(k.conn.kv_get("peer:u1").await.unwrap(), None);
+    let ns = format!("{}#secrets", k.conn.card_id());
+    let stored = k.store.kv_get(&ns, "peer:u1").await.unwrap().unwrap();
+    assert!(!stored.contains("ctx-s3cret-value"));
+    // The same ciphertext under another key does not decrypt.
+    k.store.kv_put(&ns, "peer:u2", &stored).await.unwrap();
+    assert!(k.conn.secret_get("peer:u2").await.is_err());
+}

@@ -277,6 +277,7 @@ pub async fn host_ca(cfg: &Config, hub: &Hub) -> anyhow::Result<HostCa> {
     if let (Some(c), Some(k)) = (&cfg.hosts_ca_cert, &cfg.hosts_ca_key) {
         return HostCa::from_pem(&pem_or_file(c)?, &pem_or_file(k)?).context("host CA");
     }
+    use switchyard_core::crypto::rows;
     const NS: &str = "hosts";
     const KEY: &str = "ca";
     let load = |stored: &str| -> anyhow::Result<HostCa> {
@@ -284,7 +285,7 @@ pub async fn host_ca(cfg: &Config, hub: &Hub) -> anyhow::Result<HostCa> {
         let blob = base64::engine::general_purpose::STANDARD.decode(stored)?;
         let v = hub
             .cipher
-            .decrypt_json(&blob)
+            .decrypt_json(&rows::kv(NS, KEY), &blob)
             .context("decrypting the stored host CA")?;
         let cert = v["cert"].as_str().unwrap_or_default();
         let key = v["key"].as_str().unwrap_or_default();
@@ -305,9 +306,10 @@ pub async fn host_ca(cfg: &Config, hub: &Hub) -> anyhow::Result<HostCa> {
             }
             let ca = HostCa::generate("Switchyard host CA").context("generating the host CA")?;
             use base64::Engine as _;
-            let blob = hub
-                .cipher
-                .encrypt_json(&serde_json::json!({"cert": ca.cert_pem(), "key": ca.key_pem()}));
+            let blob = hub.cipher.encrypt_json(
+                &rows::kv(NS, KEY),
+                &serde_json::json!({"cert": ca.cert_pem(), "key": ca.key_pem()}),
+            );
             hub.store
                 .kv_put(
                     NS,

@@ -663,6 +663,15 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Defaults, then `toml` (no file, no environment): the config fuzz target's entry and a
+    /// quick way to check a file's text.
+    pub fn from_toml_str(toml: &str) -> Result<Self, ConfigError> {
+        let fig = Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(toml));
+        let cfg: Config = fig.extract().map_err(|e| unknown_key(&fig, e))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(u) = &self.public_base_url {
             let parsed = url::Url::parse(u).map_err(|_| {

@@ -383,6 +383,19 @@ async fn route_of(rt: &Runtime, host: &dyn ProviderHost, bot: &Bot, chat_id: i64
         .and_then(|b| b.chats.get(&chat_id).cloned())
 }
 
+/// The pure half of [`handle_update`], for the fuzz targets (`fuzz/`): decode the update,
+/// pick its message, list the attachments and compose the text, as ingress does before any
+/// download. Returns `(attachments, text length)`, None for an update that carries nothing.
+pub(crate) fn inspect_update(raw: &[u8]) -> Option<(usize, usize)> {
+    let raw: Value = serde_json::from_slice(raw).ok()?;
+    let update: Update = serde_json::from_value(raw).ok()?;
+    let m = update.message.or(update.channel_post)?;
+    let files = attachments(&m);
+    let _ = (sender_name(&m), kind_of(&m));
+    let text = compose_text(&m, &[]);
+    Some((files.len(), text.map_or(0, |t| t.len())))
+}
+
 pub(crate) async fn handle_update(
     rt: &Runtime,
     host: &dyn ProviderHost,

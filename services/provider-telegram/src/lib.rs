@@ -26,6 +26,15 @@ mod limits;
 mod outbound;
 mod poller;
 
+/// Entry points of the fuzz targets (`fuzz/`): the parser of updates (webhook or poll).
+#[doc(hidden)]
+pub mod fuzzing {
+    /// One update through decoding and text composition; `(attachments, text length)`.
+    pub fn update(raw: &[u8]) -> Option<(usize, usize)> {
+        crate::inbound::inspect_update(raw)
+    }
+}
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;

@@ -863,6 +863,28 @@ fn validate(m: &WireMessage, file_count: usize) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// The pure steps of JSON ingress, for the fuzz targets (`fuzz/`): parse, decode the inline
+/// files, validate. `Ok` carries the number of files; `Err` the stable refusal text.
+pub(crate) fn check_json_message(raw: &[u8]) -> Result<usize, String> {
+    let mut message = parse_message(raw).map_err(|e| e.0)?;
+    let files = decode_json_files(std::mem::take(&mut message.files)).map_err(|e| e.0)?;
+    validate(&message, files.len()).map_err(|e| e.0)?;
+    for f in &files {
+        check_filename(&f.filename).map_err(|e| e.0)?;
+    }
+    let n = files.len();
+    let inbound = into_inbound(message, &[]);
+    debug_assert!(!inbound.message_id.is_empty());
+    Ok(n)
+}
+
+/// Feeds `body` to the multipart part scanner in `chunk`-byte pieces, for the fuzz targets;
+/// false when the scanner refuses the body (an oversized preamble or header section).
+pub(crate) fn scan_multipart(boundary: &str, body: &[u8], chunk: usize) -> bool {
+    let mut s = PartScanner::new(boundary);
+    body.chunks(chunk.max(1)).all(|c| s.feed(c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,19 @@ mod outbound;
 mod pairing;
 pub mod signing;
 
+/// Entry points of the fuzz targets (`fuzz/`): the parsers of pre-authentication input.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// A JSON webhook body through parse, file decoding and validation.
+    pub fn json_message(raw: &[u8]) -> Result<usize, String> {
+        crate::ingress::check_json_message(raw)
+    }
+    /// A multipart body through the part scanner, fed in `chunk`-byte pieces.
+    pub fn multipart(boundary: &str, body: &[u8], chunk: usize) -> bool {
+        crate::ingress::scan_multipart(boundary, body, chunk)
+    }
+}
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 

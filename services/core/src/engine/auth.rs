@@ -7,6 +7,7 @@ use switchyard_protocol::{ConnectionStatus, ErrorCode};
 
 use super::{Connector, Fault, ms};
 use crate::bus::Doorbell;
+use crate::crypto::rows;
 use crate::ids::{new_id, now_ms};
 use crate::model::{AuthSessionRecord, AuthStatus, ChannelRecord};
 use crate::provider::{AuthPoll, AuthRequest, AuthStep, Binding};
@@ -114,7 +115,11 @@ impl Connector {
             let flow = self.provider.card().flow(&rec.flow_id).cloned();
             if let Some(flow) = flow {
                 let state = match &rec.state {
-                    Some(blob) => self.hub.cipher.decrypt_json(blob).unwrap_or(Value::Null),
+                    Some(blob) => self
+                        .hub
+                        .cipher
+                        .decrypt_json(&rows::auth_session(&rec.id), blob)
+                        .unwrap_or(Value::Null),
                     None => Value::Null,
                 };
                 let polled = self
@@ -249,7 +254,10 @@ impl Connector {
                     self.hub.store.update_auth_session(rec).await?;
                     return self.unbind_if_authenticating(&ch).await;
                 }
-                let blob = self.hub.cipher.encrypt_json(&credentials);
+                let blob = self
+                    .hub
+                    .cipher
+                    .encrypt_json(&rows::channel(&ch.id), &credentials);
                 let view_json = json!(view);
                 let status = self.provider.bound_status(&credentials).await;
                 self.hub
@@ -290,7 +298,11 @@ impl Connector {
                 state,
             } => {
                 rec.status = status;
-                rec.state = Some(self.hub.cipher.encrypt_json(&state));
+                rec.state = Some(
+                    self.hub
+                        .cipher
+                        .encrypt_json(&rows::auth_session(&rec.id), &state),
+                );
                 rec.expires_at = expires_at
                     .min(now + ms(self.hub.config.auth_session_ttl))
                     .max(now);
@@ -382,7 +394,7 @@ impl Connector {
     /// Decrypts a channel's credentials for a provider call.
     pub(crate) fn decrypt_binding(&self, ch: &ChannelRecord) -> Option<Binding> {
         let blob = ch.binding.as_ref()?;
-        match self.hub.cipher.decrypt_json(blob) {
+        match self.hub.cipher.decrypt_json(&rows::channel(&ch.id), blob) {
             Ok(credentials) => Some(Binding {
                 channel_id: ch.id.clone(),
                 tenant_id: ch.tenant_id.clone(),

@@ -7,7 +7,11 @@ use serde_json::Value;
 use switchyard_protocol::ConnectionStatus;
 use switchyard_protocol::im::FileItem;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
 use super::Connector;
+use crate::crypto::rows;
 use crate::ephemeral::Ephemeral;
 use crate::error::BackendError;
 use crate::files::ByteStream;
@@ -182,7 +186,11 @@ impl ProviderHost for Connector {
             return Ok(None);
         }
         let state = match &rec.state {
-            Some(blob) => self.hub.cipher.decrypt_json(blob).unwrap_or(Value::Null),
+            Some(blob) => self
+                .hub
+                .cipher
+                .decrypt_json(&crate::crypto::rows::auth_session(&rec.id), blob)
+                .unwrap_or(Value::Null),
             None => Value::Null,
         };
         Ok(Some((rec.channel_id, rec.status, state)))
@@ -259,6 +267,35 @@ impl ProviderHost for Connector {
     async fn kv_put(&self, key: &str, value: &str) -> Result<(), BackendError> {
         self.hub.store.kv_put(self.card_id(), key, value).await
     }
+
+    async fn secret_get(&self, key: &str) -> Result<Option<Value>, BackendError> {
+        let ns = secret_namespace(self.card_id());
+        let Some(stored) = self.hub.store.kv_get(&ns, key).await? else {
+            return Ok(None);
+        };
+        let blob = STANDARD
+            .decode(stored)
+            .map_err(|_| BackendError::internal("a stored provider secret is not base64"))?;
+        self.hub
+            .cipher
+            .decrypt_json(&rows::kv(&ns, key), &blob)
+            .map(Some)
+            .map_err(|e| BackendError::internal(format!("provider secret: {e}")))
+    }
+
+    async fn secret_put(&self, key: &str, value: &Value) -> Result<(), BackendError> {
+        let ns = secret_namespace(self.card_id());
+        let blob = self.hub.cipher.encrypt_json(&rows::kv(&ns, key), value);
+        self.hub
+            .store
+            .kv_put(&ns, key, &STANDARD.encode(blob))
+            .await
+    }
+}
+
+/// The kv namespace of a provider's secrets: apart from its plain state.
+fn secret_namespace(card_id: &str) -> String {
+    format!("{card_id}#secrets")
 }
 
 #[cfg(test)]
