@@ -44,11 +44,6 @@ impl ApiError {
         }
     }
 
-    /// Nothing can have reached iLink: safe to repeat even without a client id.
-    pub fn nothing_happened(&self) -> bool {
-        matches!(self, Self::Network(NetKind::Connect))
-    }
-
     pub fn summary(&self) -> String {
         match self {
             Self::Stale => "ret -14 (stale token)".into(),

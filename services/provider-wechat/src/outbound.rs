@@ -458,7 +458,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
                 .ok_or_else(|| ProviderError::invalid("file_ref is required"))?;
             let text = str_arg(args, "text")?.filter(|s| !s.trim().is_empty());
             // Checked before anything is sent, so a bad ref sends no caption either.
-            t.open(file_ref).await?;
+            drop(t.open(file_ref).await?);
             let (peer, ctx) = t.resolve(recipient).await?;
             let mut steps = Vec::new();
             if let Some(c) = text {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use switchyard_core::files::{ByteStream, bytes_stream, collect};
 use switchyard_core::ids::now_ms;
 use switchyard_core::model::{AuthStatus, FileDirection, FileRecord};
