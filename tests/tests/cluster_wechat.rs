@@ -25,7 +25,10 @@ async fn hello(sim: &Sim, connector_id: Option<&str>) -> (Conn, String) {
         .expect("hello")
         .expect_kind("connector.hello.ack")
         .expect("hello ack");
-    let id = ack.str_at("/connector_id").expect("connector_id").to_owned();
+    let id = ack
+        .str_at("/connector_id")
+        .expect("connector_id")
+        .to_owned();
     (conn, id)
 }
 
@@ -84,7 +87,10 @@ async fn killing_the_poller_pod_loses_and_repeats_nothing() {
         .expect("auth.start")
         .expect_kind("auth.start.ack")
         .expect("ack");
-    let session = start.str_at("/auth_session_id").expect("session").to_owned();
+    let session = start
+        .str_at("/auth_session_id")
+        .expect("session")
+        .to_owned();
     let code = eventually(WAIT, "QR", || async { fake.qr_codes().last().cloned() }).await;
     let bot = fake.confirm(&code).expect("confirm");
     let done = eventually(WAIT, "authenticated", || async {
@@ -100,7 +106,11 @@ async fn killing_the_poller_pod_loses_and_repeats_nothing() {
     eprintln!("poller on pod {holder}");
 
     // The client talks to a pod that does not poll, so the kill only moves the poller.
-    let socket_pod = pods.iter().find(|p| p.name != holder).expect("other pod").clone();
+    let socket_pod = pods
+        .iter()
+        .find(|p| p.name != holder)
+        .expect("other pod")
+        .clone();
     drop(conn);
     let sim = wechat_sim(&socket_pod, &tenant.api_key);
     let (conn, _) = hello(&sim, Some(&connector_id)).await;
@@ -124,22 +134,32 @@ async fn killing_the_poller_pod_loses_and_repeats_nothing() {
     }
     let killed_at = killed_at.expect("killed");
     let marker = marker.expect("marker");
-    let moved = eventually(Duration::from_secs(60), "the marker after the kill", || async {
-        deliveries
-            .snapshot()
-            .contains_key(&marker)
-            .then(|| killed_at.elapsed())
-    })
+    let moved = eventually(
+        Duration::from_secs(60),
+        "the marker after the kill",
+        || async {
+            deliveries
+                .snapshot()
+                .contains_key(&marker)
+                .then(|| killed_at.elapsed())
+        },
+    )
     .await;
     assert!(
-        deliveries.wait_distinct(total, Duration::from_secs(60)).await,
+        deliveries
+            .wait_distinct(total, Duration::from_secs(60))
+            .await,
         "all {total} delivered, got {}",
         deliveries.distinct()
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let snap = deliveries.snapshot();
     for id in &ids {
-        assert_eq!(snap.get(id), Some(&1), "message {id} delivered exactly once");
+        assert_eq!(
+            snap.get(id),
+            Some(&1),
+            "message {id} delivered exactly once"
+        );
     }
     assert_eq!(snap.len(), total, "nothing else delivered");
     let new_holder = holders(&cluster)

@@ -34,7 +34,10 @@ async fn hello_wechat(sim: &Sim, connector_id: Option<&str>) -> (Conn, String) {
         .expect("hello")
         .expect_kind("connector.hello.ack")
         .expect("hello ack");
-    let id = ack.str_at("/connector_id").expect("connector_id").to_owned();
+    let id = ack
+        .str_at("/connector_id")
+        .expect("connector_id")
+        .to_owned();
     (conn, id)
 }
 
@@ -55,7 +58,10 @@ async fn login(conn: &Conn, fake: &FakeWechat, ch: &str) -> (ConfirmedBot, Envel
         .expect_kind("auth.start.ack")
         .expect("auth.start.ack");
     assert_eq!(start.str_at("/status"), Some("pending"), "{start:?}");
-    let session = start.str_at("/auth_session_id").expect("session").to_owned();
+    let session = start
+        .str_at("/auth_session_id")
+        .expect("session")
+        .to_owned();
     let pending = eventually(WAIT, "QR code in auth.status", || async {
         let s = status(conn, ch, &session).await;
         s.str_at("/qr_code_text").is_some().then_some(s)
@@ -106,9 +112,17 @@ async fn wechat_qr_login_messages_media_typing_and_stale_token() {
     let (conn, connector_id) = hello_wechat(&sim, None).await;
     let (ch, _) = open(&conn, None).await;
     let (bot, done) = login(&conn, &fake, &ch).await;
-    let d = done.at("/connection_descriptor").expect("descriptor").clone();
+    let d = done
+        .at("/connection_descriptor")
+        .expect("descriptor")
+        .clone();
     check_descriptor(&card, &d, &connector_id, &ch, &[IM_V2]);
-    assert!(d["target"]["display_name"].as_str().unwrap().starts_with("微信 "));
+    assert!(
+        d["target"]["display_name"]
+            .as_str()
+            .unwrap()
+            .starts_with("微信 ")
+    );
     assert_eq!(d["connection"]["status"], "connected");
     conn.next_push_of("connection.descriptor.push", WAIT)
         .await
@@ -122,18 +136,33 @@ async fn wechat_qr_login_messages_media_typing_and_stale_token() {
     let text_id = fake.push_named(&bot.token, &me, Some("张三"), &[Item::Text("你好".into())]);
     fake.push(&bot.token, &me, &[Item::Image(image.clone())]);
     fake.push(&bot.token, &me, &[Item::Voice(Some("明天开会".into()))]);
-    fake.push(&bot.token, &me, &[Item::File { name: "report.pdf".into(), bytes: pdf.clone() }]);
+    fake.push(
+        &bot.token,
+        &me,
+        &[Item::File {
+            name: "report.pdf".into(),
+            bytes: pdf.clone(),
+        }],
+    );
     fake.push(&bot.token, &me, &[Item::Video(video.clone())]);
     fake.push(
         &bot.token,
         &me,
-        &[Item::Quote { text: "是这个".into(), title: "张三".into(), quoted: Box::new(Item::Image(image.clone())) }],
+        &[Item::Quote {
+            text: "是这个".into(),
+            title: "张三".into(),
+            quoted: Box::new(Item::Image(image.clone())),
+        }],
     );
     let m = next_chat(&conn).await;
     assert_eq!(m.connector_channel_id.as_deref(), Some(ch.as_str()));
     assert_eq!(m.str_at("/message_id"), Some(text_id.to_string().as_str()));
     assert_eq!(m.str_at("/text"), Some("你好"));
-    let download = |m: &Envelope| m.str_at("/files/0/download_url").expect("download_url").to_owned();
+    let download = |m: &Envelope| {
+        m.str_at("/files/0/download_url")
+            .expect("download_url")
+            .to_owned()
+    };
     let m = next_chat(&conn).await;
     assert_eq!(m.str_at("/files/0/type"), Some("image"));
     let (st, _, bytes) = sim.download(&download(&m)).await.expect("download");
@@ -145,25 +174,44 @@ async fn wechat_qr_login_messages_media_typing_and_stale_token() {
     assert_eq!(&sim.download(&download(&m)).await.unwrap().2[..], &pdf[..]);
     let m = next_chat(&conn).await;
     assert_eq!(m.str_at("/files/0/type"), Some("video"));
-    assert_eq!(&sim.download(&download(&m)).await.unwrap().2[..], &video[..]);
+    assert_eq!(
+        &sim.download(&download(&m)).await.unwrap().2[..],
+        &video[..]
+    );
     let m = next_chat(&conn).await;
-    assert_eq!(m.str_at("/text"), Some("[Quoting 张三: \"(image)\"]\n是这个"));
-    assert_eq!(&sim.download(&download(&m)).await.unwrap().2[..], &image[..]);
+    assert_eq!(
+        m.str_at("/text"),
+        Some("[Quoting 张三: \"(image)\"]\n是这个")
+    );
+    assert_eq!(
+        &sim.download(&download(&m)).await.unwrap().2[..],
+        &image[..]
+    );
 
     // Typing while xAgent works, cancelled before the reply; the reply goes once.
-    conn.send_activity(&ch, ActivityStatus::Thinking, None).await.expect("activity");
+    conn.send_activity(&ch, ActivityStatus::Thinking, None)
+        .await
+        .expect("activity");
     eventually(WAIT, "typing", || async {
-        fake.typing(&bot.token).contains(&(me.clone(), 1)).then_some(())
+        fake.typing(&bot.token)
+            .contains(&(me.clone(), 1))
+            .then_some(())
     })
     .await;
-    conn.send_delta(&ch, "msg_reply_1", 1, "收").await.expect("delta");
+    conn.send_delta(&ch, "msg_reply_1", 1, "收")
+        .await
+        .expect("delta");
     let ack = conn
         .send_chat_message(&ch, "msg_reply_1", Some("收到，明天见。"), vec![])
         .await
         .expect("chat.message");
     assert_eq!(ack.str_at("/status"), Some("accepted"), "{ack:?}");
     let sent = fake.sent(&bot.token);
-    assert_eq!(sent.len(), 1, "one WeChat message per reply, never one per delta");
+    assert_eq!(
+        sent.len(),
+        1,
+        "one WeChat message per reply, never one per delta"
+    );
     assert_eq!(sent[0].text(), Some("收到，明天见。"));
     assert_eq!(sent[0].to_user_id, me);
     assert_eq!(fake.typing(&bot.token).last(), Some(&(me.clone(), 2)));
@@ -172,7 +220,10 @@ async fn wechat_qr_login_messages_media_typing_and_stale_token() {
 
     // Media out: uploaded to the channel, encrypted to the CDN, sent as an image.
     let chart: Vec<u8> = (0..5000u32).map(|i| (i * 31 % 256) as u8).collect();
-    let (up, body) = sim.upload(&ch, "chart.png", "image/png", chart.clone()).await.expect("upload");
+    let (up, body) = sim
+        .upload(&ch, "chart.png", "image/png", chart.clone())
+        .await
+        .expect("upload");
     assert_eq!(up, 200, "{body}");
     let file_ref = body["file_ref"].as_str().expect("file_ref").to_owned();
     let ack = conn
@@ -193,7 +244,12 @@ async fn wechat_qr_login_messages_media_typing_and_stale_token() {
 
     // The tools.
     let res = conn
-        .invoke(&ch, "wechat_message_send", json!({"connector_channel_id": ch, "text": "tool text"}), Some("call_1"))
+        .invoke(
+            &ch,
+            "wechat_message_send",
+            json!({"connector_channel_id": ch, "text": "tool text"}),
+            Some("call_1"),
+        )
         .await
         .expect("invoke");
     assert_eq!(res.str_at("/result/status"), Some("sent"), "{res:?}");
@@ -256,7 +312,10 @@ async fn wechat_restart_on_the_same_data_dir_loses_and_repeats_nothing() {
     for n in 0..20 {
         fake.push_text(&bot.token, &format!("before {n}"));
     }
-    assert!(deliveries.wait_distinct(20, WAIT).await, "20 before the restart");
+    assert!(
+        deliveries.wait_distinct(20, WAIT).await,
+        "20 before the restart"
+    );
     // Let the last acks reach the pod before it stops.
     tokio::time::sleep(QUIET).await;
     drop(acker);
@@ -274,17 +333,30 @@ async fn wechat_restart_on_the_same_data_dir_loses_and_repeats_nothing() {
     for n in 0..20 {
         fake.push_text(&bot.token, &format!("after {n}"));
     }
-    assert!(deliveries.wait_distinct(60, Duration::from_secs(30)).await, "all 60 delivered");
+    assert!(
+        deliveries.wait_distinct(60, Duration::from_secs(30)).await,
+        "all 60 delivered"
+    );
     tokio::time::sleep(QUIET).await;
     assert_eq!(deliveries.distinct(), 60);
-    assert!(deliveries.duplicates().is_empty(), "{:?}", deliveries.duplicates());
+    assert!(
+        deliveries.duplicates().is_empty(),
+        "{:?}",
+        deliveries.duplicates()
+    );
     // The reply still reaches the user after the restart (the reply token survived).
     let ack = conn
         .send_chat_message(&ch, "msg_after_restart", Some("still here"), vec![])
         .await
         .expect("chat.message");
     assert_eq!(ack.str_at("/status"), Some("accepted"), "{ack:?}");
-    assert_eq!(fake.sent(&bot.token).last().and_then(|m| m.text().map(str::to_owned)).as_deref(), Some("still here"));
+    assert_eq!(
+        fake.sent(&bot.token)
+            .last()
+            .and_then(|m| m.text().map(str::to_owned))
+            .as_deref(),
+        Some("still here")
+    );
 }
 
 /// Inbound throughput of one pod: messages queued at the fake iLink server -> stored ->
@@ -294,7 +366,12 @@ async fn wechat_restart_on_the_same_data_dir_loses_and_repeats_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement; run explicitly"]
 async fn wechat_inbound_throughput() {
-    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
     let bots = env("WX_LOAD_BOTS", 4);
     let per_bot = env("WX_LOAD_MESSAGES", 500);
     let fake = FakeWechat::start().await;
@@ -319,7 +396,9 @@ async fn wechat_inbound_throughput() {
         }
     }
     assert!(
-        deliveries.wait_distinct(total, Duration::from_secs(600)).await,
+        deliveries
+            .wait_distinct(total, Duration::from_secs(600))
+            .await,
         "all {total} delivered"
     );
     let secs = started.elapsed().as_secs_f64();

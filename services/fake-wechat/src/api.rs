@@ -155,7 +155,11 @@ async fn get_qrcode_status(
         return r;
     }
     let code = q.get("qrcode").cloned().unwrap_or_default();
-    let baseurl = s.lock().baseurl.clone().unwrap_or_else(|| s.base_url.clone());
+    let baseurl = s
+        .lock()
+        .baseurl
+        .clone()
+        .unwrap_or_else(|| s.base_url.clone());
     let out = {
         let inner = s.lock();
         match inner.qrs.get(&code) {
@@ -529,7 +533,10 @@ async fn cdn_upload(
     }
     if header(&h, "content-type") != "application/octet-stream" {
         log(&s, EP, None, "http_400");
-        return cdn_error(StatusCode::BAD_REQUEST, "content-type must be application/octet-stream");
+        return cdn_error(
+            StatusCode::BAD_REQUEST,
+            "content-type must be application/octet-stream",
+        );
     }
     let param = q.get("encrypted_query_param").cloned().unwrap_or_default();
     let filekey = q.get("filekey").cloned().unwrap_or_default();

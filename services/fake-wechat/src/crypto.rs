@@ -61,7 +61,8 @@ mod tests {
         // FIPS-197 AES-128 vector (one block, no padding check): key 000102..0f.
         let k: [u8; 16] = core::array::from_fn(|i| i as u8);
         let c = Aes128::new(GenericArray::from_slice(&k));
-        let mut b = *GenericArray::from_slice(&hex::decode("00112233445566778899aabbccddeeff").unwrap());
+        let mut b =
+            *GenericArray::from_slice(&hex::decode("00112233445566778899aabbccddeeff").unwrap());
         c.encrypt_block(&mut b);
         assert_eq!(hex::encode(b), "69c4e0d86a7b0430d8cdb78070b4c55a");
     }

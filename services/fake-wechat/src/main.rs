@@ -28,7 +28,11 @@ async fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let fake = FakeWechat::start_on(args.listen).await?;
     fake.set_long_poll(Duration::from_millis(args.long_poll_ms));
-    println!("fake wechat listening on {} (cdn {})", fake.base_url(), fake.cdn_base());
+    println!(
+        "fake wechat listening on {} (cdn {})",
+        fake.base_url(),
+        fake.cdn_base()
+    );
     tokio::signal::ctrl_c().await?;
     Ok(())
 }

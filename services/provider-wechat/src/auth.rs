@@ -50,9 +50,17 @@ fn pending(status: AuthStatus, st: &QrState, message: &str) -> AuthStep {
     AuthStep::Pending {
         status,
         qr_code_text: ready.then(|| st.qr_text.clone()),
-        qr_code_image: if ready { qr_data_url(&st.qr_text) } else { None },
+        qr_code_image: if ready {
+            qr_data_url(&st.qr_text)
+        } else {
+            None
+        },
         message: message.into(),
-        poll_interval_ms: if ready { POLL_READY_MS } else { POLL_FETCHING_MS },
+        poll_interval_ms: if ready {
+            POLL_READY_MS
+        } else {
+            POLL_FETCHING_MS
+        },
         expires_at: now_ms() + SESSION_TTL_MS,
         state: serde_json::to_value(st).unwrap_or(Value::Null),
     }

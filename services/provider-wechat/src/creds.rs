@@ -113,8 +113,7 @@ impl Peers {
     pub fn note(&mut self, peer: &str, token: &str, at: i64) -> bool {
         let changed = self.tokens.get(peer).map(|(t, _)| t.as_str()) != Some(token)
             || self.last.as_deref() != Some(peer);
-        self.tokens
-            .insert(peer.to_owned(), (token.to_owned(), at));
+        self.tokens.insert(peer.to_owned(), (token.to_owned(), at));
         self.last = Some(peer.to_owned());
         while self.tokens.len() > MAX_PEERS {
             let oldest = self
@@ -197,7 +196,10 @@ mod tests {
         let sealed = p.seal(&c.token);
         assert!(!sealed.contains("ctx-secret"));
         assert_eq!(Peers::open(&sealed, &c.token), p);
-        assert_eq!(Peers::open(&sealed, &Secret::new("other")), Peers::default());
+        assert_eq!(
+            Peers::open(&sealed, &Secret::new("other")),
+            Peers::default()
+        );
         assert_eq!(Peers::open("", &c.token), Peers::default());
         for i in 0..(MAX_PEERS + 5) {
             p.note(&format!("p{i}"), "t", 10 + i as i64);

@@ -30,8 +30,13 @@ pub(crate) enum ApiError {
     /// `ret`/`errcode` -14: the bot token is no longer valid.
     Stale,
     /// Another non-zero `ret`/`errcode`, with iLink's message (bounded).
-    Ret { code: i64, message: String },
-    Http { status: u16 },
+    Ret {
+        code: i64,
+        message: String,
+    },
+    Http {
+        status: u16,
+    },
     Network(NetKind),
 }
 
@@ -66,10 +71,12 @@ impl ApiError {
             Self::Network(NetKind::Timeout) => {
                 ProviderError::transient("WeChat did not answer in time; retry later")
             }
-            Self::Network(_) => ProviderError::transient("the request to WeChat failed; retry later"),
-            Self::Http { status } if *status == 429 || *status >= 500 => {
-                ProviderError::transient(format!("WeChat is unavailable (http {status}); retry later"))
+            Self::Network(_) => {
+                ProviderError::transient("the request to WeChat failed; retry later")
             }
+            Self::Http { status } if *status == 429 || *status >= 500 => ProviderError::transient(
+                format!("WeChat is unavailable (http {status}); retry later"),
+            ),
             Self::Http { status } => ProviderError::new(
                 ProviderErrorKind::Rejected,
                 ErrorCode::TargetDeliveryFailed.as_str(),
@@ -230,7 +237,10 @@ impl Api {
     pub async fn get_bot_qrcode(&self) -> Result<(String, String), ApiError> {
         let sent = self
             .client
-            .get(format!("{}/ilink/bot/get_bot_qrcode?bot_type=3", self.api_base))
+            .get(format!(
+                "{}/ilink/bot/get_bot_qrcode?bot_type=3",
+                self.api_base
+            ))
             .timeout(self.timeout)
             .header("iLink-App-Id", APP_ID)
             .header("iLink-App-ClientVersion", CLIENT_VERSION)
@@ -370,16 +380,22 @@ impl Api {
 /// a downgrade to http) would send the bot token where nobody configured it.
 pub(crate) fn accepted_base(api_base: &str, offered: Option<&str>) -> String {
     let origin = |u: &str| {
-        url::Url::parse(u)
-            .ok()
-            .map(|u| (u.scheme().to_owned(), u.host_str().map(str::to_owned), u.port_or_known_default()))
+        url::Url::parse(u).ok().map(|u| {
+            (
+                u.scheme().to_owned(),
+                u.host_str().map(str::to_owned),
+                u.port_or_known_default(),
+            )
+        })
     };
     match offered.map(str::trim).filter(|s| !s.is_empty()) {
         Some(o) if origin(o).is_some() && origin(o) == origin(api_base) => {
             o.trim_end_matches('/').to_owned()
         }
         Some(_) => {
-            tracing::info!("wechat confirmation named another baseurl; the configured api_base is used");
+            tracing::info!(
+                "wechat confirmation named another baseurl; the configured api_base is used"
+            );
             api_base.trim_end_matches('/').to_owned()
         }
         None => api_base.trim_end_matches('/').to_owned(),
@@ -393,9 +409,15 @@ mod tests {
     #[test]
     fn baseurl_must_share_the_api_origin() {
         let api = "https://ilinkai.weixin.qq.com";
-        assert_eq!(accepted_base(api, Some("https://ilinkai.weixin.qq.com/")), api);
+        assert_eq!(
+            accepted_base(api, Some("https://ilinkai.weixin.qq.com/")),
+            api
+        );
         assert_eq!(accepted_base(api, Some("https://evil.example")), api);
-        assert_eq!(accepted_base(api, Some("http://ilinkai.weixin.qq.com")), api);
+        assert_eq!(
+            accepted_base(api, Some("http://ilinkai.weixin.qq.com")),
+            api
+        );
         assert_eq!(accepted_base(api, None), api);
         assert_eq!(
             accepted_base("http://127.0.0.1:9", Some("http://127.0.0.1:9/ilink-x")),
@@ -405,6 +427,13 @@ mod tests {
         assert_eq!(scrub("bad tok-123 here", Some(&t)), "bad *** here");
         assert!(ApiError::Stale.to_provider().code == "target_unauthorized");
         assert!(ApiError::Http { status: 502 }.to_provider().retryable());
-        assert!(!ApiError::Ret { code: -1, message: String::new() }.to_provider().retryable());
+        assert!(
+            !ApiError::Ret {
+                code: -1,
+                message: String::new()
+            }
+            .to_provider()
+            .retryable()
+        );
     }
 }

@@ -34,7 +34,10 @@ pub(crate) fn message_key(m: &Value) -> Option<String> {
     if let Some(id) = m["message_id"].as_u64().filter(|i| *i != 0) {
         return Some(id.to_string());
     }
-    if let Some(id) = m["message_id"].as_str().filter(|s| !s.is_empty() && *s != "0") {
+    if let Some(id) = m["message_id"]
+        .as_str()
+        .filter(|s| !s.is_empty() && *s != "0")
+    {
         return Some(id.to_owned());
     }
     if let Some(seq) = m["seq"].as_u64().filter(|s| *s != 0) {
@@ -56,9 +59,17 @@ struct Media {
 
 fn media_of(item: &Value, seq: usize, id: &str) -> Option<Media> {
     let (kind, default_name, mime) = match item["type"].as_i64()? {
-        2 => ("image_item", format!("wechat-image-{id}-{seq}.jpg"), "image/jpeg"),
+        2 => (
+            "image_item",
+            format!("wechat-image-{id}-{seq}.jpg"),
+            "image/jpeg",
+        ),
         4 => ("file_item", String::new(), "application/octet-stream"),
-        5 => ("video_item", format!("wechat-video-{id}-{seq}.mp4"), "video/mp4"),
+        5 => (
+            "video_item",
+            format!("wechat-video-{id}-{seq}.mp4"),
+            "video/mp4",
+        ),
         _ => return None,
     };
     let it = &item[kind];
@@ -158,7 +169,10 @@ fn compose(items: &[Value], notes: &[String]) -> Option<String> {
                     lines.push(t.to_owned());
                 }
             }
-            Some(3) => match it["voice_item"]["text"].as_str().filter(|t| !t.trim().is_empty()) {
+            Some(3) => match it["voice_item"]["text"]
+                .as_str()
+                .filter(|t| !t.trim().is_empty())
+            {
                 Some(t) => lines.push(format!("[Voice message] {t}")),
                 None => lines.push("[Voice message: WeChat gave no transcript]".into()),
             },
@@ -178,10 +192,19 @@ enum Fetch {
 }
 
 async fn fetch(rt: &Runtime, host: &dyn ProviderHost, channel_id: &str, m: &Media) -> Fetch {
-    let note = || Fetch::Skipped(format!("[{} could not be downloaded from WeChat]", m.filename));
+    let note = || {
+        Fetch::Skipped(format!(
+            "[{} could not be downloaded from WeChat]",
+            m.filename
+        ))
+    };
     let ct = match rt
         .api
-        .cdn_download(&m.param, rt.cfg.max_download_bytes + 16, rt.cfg.transfer_timeout)
+        .cdn_download(
+            &m.param,
+            rt.cfg.max_download_bytes + 16,
+            rt.cfg.transfer_timeout,
+        )
         .await
     {
         Ok(b) => b,
@@ -349,9 +372,18 @@ mod tests {
 
     #[test]
     fn ids_and_text() {
-        assert_eq!(message_key(&json!({"message_id": 12, "seq": 3})).as_deref(), Some("12"));
-        assert_eq!(message_key(&json!({"message_id": 0, "seq": 3})).as_deref(), Some("seq:3"));
-        assert_eq!(message_key(&json!({"client_id": " c1 "})).as_deref(), Some("cid:c1"));
+        assert_eq!(
+            message_key(&json!({"message_id": 12, "seq": 3})).as_deref(),
+            Some("12")
+        );
+        assert_eq!(
+            message_key(&json!({"message_id": 0, "seq": 3})).as_deref(),
+            Some("seq:3")
+        );
+        assert_eq!(
+            message_key(&json!({"client_id": " c1 "})).as_deref(),
+            Some("cid:c1")
+        );
         assert_eq!(message_key(&json!({})), None);
         let items = vec![
             json!({"type": 1, "text_item": {"text": "yes"}, "ref_msg": {"title": "Ada", "message_item": {"type": 2}}}),

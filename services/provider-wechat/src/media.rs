@@ -108,7 +108,11 @@ fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         c ^= b as u32;
         for _ in 0..8 {
-            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+            c = if c & 1 != 0 {
+                0xedb8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
         }
     }
     !c
@@ -160,7 +164,8 @@ fn png_gray(width: u32, rows: &[Vec<u8>]) -> Vec<u8> {
 
 /// `data:image/png;base64,...` of a QR code of `text` (4 px per module, 4-module margin).
 pub(crate) fn qr_data_url(text: &str) -> Option<String> {
-    let code = qrcode::QrCode::with_error_correction_level(text.as_bytes(), qrcode::EcLevel::M).ok()?;
+    let code =
+        qrcode::QrCode::with_error_correction_level(text.as_bytes(), qrcode::EcLevel::M).ok()?;
     let n = code.width();
     let colors = code.to_colors();
     const SCALE: usize = 4;
@@ -213,10 +218,7 @@ mod tests {
                 .map(|c| Ok(Bytes::copy_from_slice(c)))
                 .collect();
             let s: ByteStream = Box::pin(futures::stream::iter(parts));
-            let out: Vec<Bytes> = encrypt_stream(key, s)
-                .map(|r| r.unwrap())
-                .collect()
-                .await;
+            let out: Vec<Bytes> = encrypt_stream(key, s).map(|r| r.unwrap()).collect().await;
             let ct: Vec<u8> = out.concat();
             assert_eq!(ct, encrypt(&key, &plain), "n={n}");
             assert_eq!(ct.len() as u64, padded_len(n as u64));
@@ -239,7 +241,8 @@ mod tests {
 
     #[test]
     fn qr_png_is_a_png() {
-        let url = qr_data_url("https://liteapp.weixin.qq.com/q/7GiQu1?qrcode=abc&bot_type=3").unwrap();
+        let url =
+            qr_data_url("https://liteapp.weixin.qq.com/q/7GiQu1?qrcode=abc&bot_type=3").unwrap();
         let b64 = url.strip_prefix("data:image/png;base64,").unwrap();
         let png = STANDARD.decode(b64).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");

@@ -179,7 +179,13 @@ impl<'a> Target<'a> {
     }
 
     /// One `sendmessage`; transient failures are repeated with the same `client_id`.
-    async fn send(&self, peer: &str, ctx: &str, cid: &str, item: Value) -> Result<(), ProviderError> {
+    async fn send(
+        &self,
+        peer: &str,
+        ctx: &str,
+        cid: &str,
+        item: Value,
+    ) -> Result<(), ProviderError> {
         self.limit().await?;
         let body = json!({"msg": {
             "from_user_id": "",
@@ -195,14 +201,23 @@ impl<'a> Target<'a> {
             match self
                 .rt
                 .api
-                .bot(&self.creds.base_url, &self.creds.token, "sendmessage", "sendmessage", body.clone(), None)
+                .bot(
+                    &self.creds.base_url,
+                    &self.creds.token,
+                    "sendmessage",
+                    "sendmessage",
+                    body.clone(),
+                    None,
+                )
                 .await
             {
                 Ok(_) => {
                     metrics::counter!("switchyard_wechat_sent_total").increment(1);
                     return Ok(());
                 }
-                Err(e) if e.is_transient() && attempt < 3 && Instant::now() + wait < self.deadline => {
+                Err(e)
+                    if e.is_transient() && attempt < 3 && Instant::now() + wait < self.deadline =>
+                {
                     tracing::info!(error = %e.summary(), attempt, "wechat send repeated with the same client_id");
                     tokio::time::sleep(wait).await;
                     wait *= 2;
@@ -216,7 +231,13 @@ impl<'a> Target<'a> {
     async fn open(
         &self,
         file_ref: &str,
-    ) -> Result<(switchyard_core::provider::OutboundFile, switchyard_core::files::ByteStream), ProviderError> {
+    ) -> Result<
+        (
+            switchyard_core::provider::OutboundFile,
+            switchyard_core::files::ByteStream,
+        ),
+        ProviderError,
+    > {
         match self.host.open_file(self.channel_id, file_ref).await {
             Ok(v) => Ok(v),
             Err(e) if e.retryable() => Err(ProviderError::new(
@@ -270,14 +291,23 @@ impl<'a> Target<'a> {
         let answer = match self
             .rt
             .api
-            .bot(&self.creds.base_url, &self.creds.token, "getuploadurl", "getuploadurl", req, None)
+            .bot(
+                &self.creds.base_url,
+                &self.creds.token,
+                "getuploadurl",
+                "getuploadurl",
+                req,
+                None,
+            )
             .await
         {
             Ok(v) => v,
             Err(e) => return Err(self.fail(e).await),
         };
         let Some(param) = answer["upload_param"].as_str().filter(|p| !p.is_empty()) else {
-            return Err(ProviderError::rejected("WeChat gave no upload parameter for the file"));
+            return Err(ProviderError::rejected(
+                "WeChat gave no upload parameter for the file",
+            ));
         };
         let mut last = None;
         let mut download = None;
@@ -286,7 +316,13 @@ impl<'a> Target<'a> {
             match self
                 .rt
                 .api
-                .cdn_upload(param, &filekey, padded, encrypt_stream(key, stream), self.rt.cfg.transfer_timeout)
+                .cdn_upload(
+                    param,
+                    &filekey,
+                    padded,
+                    encrypt_stream(key, stream),
+                    self.rt.cfg.transfer_timeout,
+                )
                 .await
             {
                 Ok(p) => {
@@ -314,7 +350,9 @@ impl<'a> Target<'a> {
         });
         Ok(match media_type {
             1 => json!({"type": 2, "image_item": {"media": media, "mid_size": padded}}),
-            2 => json!({"type": 5, "video_item": {"media": media, "video_size": padded, "video_md5": md5}}),
+            2 => {
+                json!({"type": 5, "video_item": {"media": media, "video_size": padded, "video_md5": md5}})
+            }
             _ => json!({"type": 4, "file_item": {
                 "media": media,
                 "file_name": f.record.filename,
@@ -335,7 +373,11 @@ impl<'a> Target<'a> {
     ) -> Result<Vec<String>, ProviderError> {
         self.cancel_typing().await;
         let eph = self.host.ephemeral();
-        let pkey = format!("wx:prog:{scope}:{}:{}", self.channel_id, sha256_hex(id.as_bytes()));
+        let pkey = format!(
+            "wx:prog:{scope}:{}:{}",
+            self.channel_id,
+            sha256_hex(id.as_bytes())
+        );
         let done: usize = match eph.get(&pkey).await {
             Ok(Some(b)) => String::from_utf8_lossy(&b).parse().unwrap_or(0),
             _ => 0,
@@ -448,7 +490,13 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
                 .ok_or_else(|| ProviderError::invalid("text is required and must be non-empty"))?;
             let (peer, ctx) = t.resolve(recipient).await?;
             let ids = t
-                .run(&[Step::Text(text.to_owned())], "tool", call.idempotency_key, &peer, &ctx)
+                .run(
+                    &[Step::Text(text.to_owned())],
+                    "tool",
+                    call.idempotency_key,
+                    &peer,
+                    &ctx,
+                )
                 .await?;
             Ok(json!({"status": "sent", "message_id": ids[0], "recipient_ref": peer}))
         }
@@ -465,7 +513,9 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
                 steps.push(Step::Text(c.to_owned()));
             }
             steps.push(Step::File(file_ref.to_owned()));
-            let ids = t.run(&steps, "tool", call.idempotency_key, &peer, &ctx).await?;
+            let ids = t
+                .run(&steps, "tool", call.idempotency_key, &peer, &ctx)
+                .await?;
             let mut out = json!({"status": "sent", "message_id": ids.last().cloned().unwrap_or_default(), "recipient_ref": peer});
             if text.is_some() {
                 out["caption_message_id"] = json!(ids[0]);

@@ -101,12 +101,8 @@ pub(crate) async fn supervise(
                     continue;
                 }
                 let child = stop.child_token();
-                let task = tokio::spawn(poll_bot(
-                    rt.clone(),
-                    host.clone(),
-                    b.clone(),
-                    child.clone(),
-                ));
+                let task =
+                    tokio::spawn(poll_bot(rt.clone(), host.clone(), b.clone(), child.clone()));
                 pollers.insert(
                     b.key.clone(),
                     Poller {
@@ -152,7 +148,14 @@ async fn notify(rt: &Runtime, bot: &Bot, start: bool) {
     };
     if let Err(e) = rt
         .api
-        .bot(&bot.creds.base_url, &bot.creds.token, ep, path, json!({}), Some(Duration::from_secs(10)))
+        .bot(
+            &bot.creds.base_url,
+            &bot.creds.token,
+            ep,
+            path,
+            json!({}),
+            Some(Duration::from_secs(10)),
+        )
         .await
     {
         tracing::debug!(bot_key = %bot.key, error = %e.summary(), "wechat notify call failed");
@@ -177,7 +180,12 @@ pub(crate) async fn on_stale(rt: &Runtime, host: &dyn ProviderHost, bot: &Bot) {
     rt.kick.notify_one();
 }
 
-async fn poll_bot(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, bot: Bot, stop: CancellationToken) {
+async fn poll_bot(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    bot: Bot,
+    stop: CancellationToken,
+) {
     let lease = format!("poll:{}", bot.key);
     let cursor_k = cursor_key(&bot.key);
     let peers_k = peers_key(&bot.key);
@@ -250,7 +258,8 @@ async fn poll_bot(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, bot: Bot, stop:
         );
         tokio::pin!(call);
         let renew_every = (rt.cfg.poll_lease_ttl / 3).max(Duration::from_millis(100));
-        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+        let mut renew =
+            tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
         let mut renewed_at = tokio::time::Instant::now();
         let polled = loop {
             tokio::select! {
@@ -302,7 +311,10 @@ async fn poll_bot(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, bot: Bot, stop:
         if let Some(ms) = resp["longpolling_timeout_ms"].as_u64().filter(|m| *m > 0) {
             hold = Duration::from_millis(ms.min(120_000));
         }
-        let next = resp["get_updates_buf"].as_str().unwrap_or_default().to_owned();
+        let next = resp["get_updates_buf"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let msgs = resp["msgs"].as_array().cloned().unwrap_or_default();
         let mut outcome = Handled::Done;
         let mut peers_changed = false;
@@ -314,8 +326,7 @@ async fn poll_bot(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, bot: Bot, stop:
                 break;
             }
         }
-        if peers_changed
-            && let Err(e) = host.kv_put(&peers_k, &peers.seal(&bot.creds.token)).await
+        if peers_changed && let Err(e) = host.kv_put(&peers_k, &peers.seal(&bot.creds.token)).await
         {
             tracing::warn!(bot_key = %bot.key, error = %e, "wechat reply tokens not stored; the batch is fetched again");
             outcome = Handled::Retry;
@@ -362,7 +373,12 @@ async fn poll_bot(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, bot: Bot, stop:
 }
 
 /// After a binding was made here: once the core stored it, wake the supervisor.
-pub(crate) fn after_bind(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, channel_id: String, stored: Value) {
+pub(crate) fn after_bind(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    channel_id: String,
+    stored: Value,
+) {
     let Some(want) = Credentials::from_stored(&stored) else {
         return;
     };

@@ -22,7 +22,11 @@ async fn one_poller_per_bot_and_a_dead_holder_is_replaced() {
         fake.push_text(&bot.token, &format!("m{n}"));
     }
     inbound_n(&cluster, 50).await;
-    assert_eq!(fake.max_concurrent_polls(&bot.token), 1, "one getupdates at a time");
+    assert_eq!(
+        fake.max_concurrent_polls(&bot.token),
+        1,
+        "one getupdates at a time"
+    );
     let lease = cluster
         .kv
         .lock()
@@ -40,7 +44,10 @@ async fn one_poller_per_bot_and_a_dead_holder_is_replaced() {
     }
     let got = inbound_n(&cluster, 100).await;
     let moved = t.elapsed();
-    assert_eq!(cluster.lease_holder(&lease).as_deref(), Some(alive.host.pod.as_str()));
+    assert_eq!(
+        cluster.lease_holder(&lease).as_deref(),
+        Some(alive.host.pod.as_str())
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let got2 = cluster.inbound();
     assert_eq!(got2.len(), 100, "nothing repeated");

@@ -225,7 +225,14 @@ impl Cluster {
             let mut sessions = self.sessions.lock().unwrap();
             let s = sessions.get_mut(session_id).expect("session");
             match step {
-                AuthStep::Pending { status, qr_code_text, qr_code_image, message, state, .. } => {
+                AuthStep::Pending {
+                    status,
+                    qr_code_text,
+                    qr_code_image,
+                    message,
+                    state,
+                    ..
+                } => {
                     s.status = status;
                     s.qr_code_text = qr_code_text;
                     s.qr_code_image = qr_code_image;
@@ -249,7 +256,12 @@ impl Cluster {
     }
 
     pub fn session(&self, id: &str) -> Session {
-        self.sessions.lock().unwrap().get(id).cloned().expect("session")
+        self.sessions
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .expect("session")
     }
 
     pub fn kv(&self, key: &str) -> Option<String> {
@@ -439,7 +451,12 @@ impl ProviderHost for FakeHost {
             .lock()
             .unwrap()
             .get(auth_session_id)
-            .filter(|s| !matches!(s.status, AuthStatus::Authenticated | AuthStatus::Failed | AuthStatus::Canceled))
+            .filter(|s| {
+                !matches!(
+                    s.status,
+                    AuthStatus::Authenticated | AuthStatus::Failed | AuthStatus::Canceled
+                )
+            })
             .map(|s| (s.channel_id.clone(), s.status, s.state.clone())))
     }
 
@@ -552,7 +569,11 @@ impl Pod {
         if run {
             provider.start(host.clone(), stop.clone());
         }
-        Self { provider, host, stop }
+        Self {
+            provider,
+            host,
+            stop,
+        }
     }
 
     /// `auth.start` as the core runs it: the session exists first, the step is applied after.
@@ -569,7 +590,12 @@ impl Pod {
                 credentials: None,
             },
         );
-        let flow: AuthFlow = self.provider.card().flow("wechat_qr_login").unwrap().clone();
+        let flow: AuthFlow = self
+            .provider
+            .card()
+            .flow("wechat_qr_login")
+            .unwrap()
+            .clone();
         let input = Map::new();
         let step = self
             .provider
@@ -589,7 +615,12 @@ impl Pod {
     /// `auth.status` as the core runs it; returns the session afterwards.
     pub async fn auth_status(&self, session_id: &str, refresh: bool) -> Session {
         let s = self.host.cluster.session(session_id);
-        let flow: AuthFlow = self.provider.card().flow("wechat_qr_login").unwrap().clone();
+        let flow: AuthFlow = self
+            .provider
+            .card()
+            .flow("wechat_qr_login")
+            .unwrap()
+            .clone();
         let step = self
             .provider
             .auth_poll(switchyard_core::provider::AuthPoll {
@@ -609,11 +640,20 @@ impl Pod {
     }
 
     /// Full QR login of `channel_id`; returns the bot the fake created.
-    pub async fn login(&self, fake: &FakeWechat, channel_id: &str) -> switchyard_fake_wechat::ConfirmedBot {
+    pub async fn login(
+        &self,
+        fake: &FakeWechat,
+        channel_id: &str,
+    ) -> switchyard_fake_wechat::ConfirmedBot {
         let sid = format!("auth_{channel_id}");
         self.auth_start(channel_id, &sid).await;
         let qr = eventually(WAIT, "QR code", || async {
-            self.host.cluster.session(&sid).qr_code_text.is_some().then_some(())
+            self.host
+                .cluster
+                .session(&sid)
+                .qr_code_text
+                .is_some()
+                .then_some(())
         })
         .await;
         let _ = qr;
@@ -656,7 +696,11 @@ impl Pod {
         let binding = self.host.cluster.binding(channel_id);
         let mut files = Vec::new();
         for r in file_refs {
-            let (f, _) = self.host.open_file(channel_id, r).await.expect("uploaded file");
+            let (f, _) = self
+                .host
+                .open_file(channel_id, r)
+                .await
+                .expect("uploaded file");
             files.push(f);
         }
         self.provider
