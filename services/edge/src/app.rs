@@ -223,9 +223,17 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>) -> Vec<Arc<dyn Provider>> {
         .mode
         .parse()
         .unwrap_or(switchyard_provider_telegram::Mode::Auto);
+    let mut wx = switchyard_provider_wechat::WechatConfig::new(
+        build_info(),
+        &cfg.wechat.api_base,
+        &cfg.wechat.cdn_base,
+    );
+    wx.poll_lease_ttl = cfg.wechat.poll_lease_ttl.0;
+    wx.lease_retry = cfg.wechat.lease_retry.0;
     vec![
         Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh)),
         Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
+        Arc::new(switchyard_provider_wechat::WechatProvider::new(wx)),
         Arc::new(switchyard_provider_agent_host::AgentHostProvider::new(
             build_info(),
             true,

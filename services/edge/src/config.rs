@@ -488,6 +488,31 @@ impl Default for TelegramConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+pub struct WechatConfig {
+    /// iLink bot API root (`{api_base}/ilink/bot/...`).
+    pub api_base: String,
+    /// Media CDN root (`{cdn_base}/upload`, `{cdn_base}/download`).
+    pub cdn_base: String,
+    /// Lifetime of a bot's poller lease (renewed every third of it): how long a dead pod's
+    /// bots wait before another pod polls them.
+    pub poll_lease_ttl: Dur,
+    /// How often a pod that does not hold a bot's lease tries to take it.
+    pub lease_retry: Dur,
+}
+
+impl Default for WechatConfig {
+    fn default() -> Self {
+        Self {
+            api_base: "https://ilinkai.weixin.qq.com".into(),
+            cdn_base: "https://novac2c.cdn.weixin.qq.com/c2c".into(),
+            poll_lease_ttl: Dur(Duration::from_secs(15)),
+            lease_retry: Dur(Duration::from_secs(2)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` or `json`.
     pub format: String,
@@ -531,6 +556,7 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub quotas: QuotasConfig,
     pub telegram: TelegramConfig,
+    pub wechat: WechatConfig,
     pub log: LogConfig,
     /// The pods' mTLS listener for host agents; empty = off.
     pub hosts_tls_listen: String,
@@ -578,6 +604,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             quotas: QuotasConfig::default(),
             telegram: TelegramConfig::default(),
+            wechat: WechatConfig::default(),
             log: LogConfig::default(),
             hosts_tls_listen: "127.0.0.1:8443".into(),
             hosts_ca_cert: None,
@@ -696,6 +723,16 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "telegram.mode must be auto, webhook or polling".into(),
             ));
+        }
+        for (name, v) in [
+            ("wechat.api_base", &self.wechat.api_base),
+            ("wechat.cdn_base", &self.wechat.cdn_base),
+        ] {
+            if !url::Url::parse(v).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be an http(s) URL"
+                )));
+            }
         }
         if !matches!(self.hosts.lost_policy.as_str(), "requeue" | "fail") {
             return Err(ConfigError::Invalid(

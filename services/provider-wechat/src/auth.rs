@@ -1,0 +1,221 @@
+//! The `wechat_qr_login` flow. Its state (the iLink `qrcode`, the QR text, the refresh count)
+//! is the auth session's provider state, stored encrypted by the core, so any pod answers
+//! `auth.status`. The QR of `auth.start` is fetched in the background and handed to the
+//! session with `advance_auth`; a pod that finds a fetch abandoned (its pod died) fetches
+//! again itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use switchyard_core::crypto::Secret;
+use switchyard_core::ids::now_ms;
+use switchyard_core::model::AuthStatus;
+use switchyard_core::provider::{AuthPoll, AuthStep, ProviderError};
+use switchyard_protocol::ErrorCode;
+
+use crate::Runtime;
+use crate::creds::{Credentials, binding_key};
+use crate::ilink::accepted_base;
+use crate::media::qr_data_url;
+
+const SESSION_TTL_MS: i64 = 5 * 60 * 1000;
+/// A background fetch not finished after this is taken over by whoever polls.
+const FETCH_STALE_MS: i64 = 10_000;
+const POLL_FETCHING_MS: u64 = 500;
+const POLL_READY_MS: u64 = 2000;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct QrState {
+    /// `fetching` or `ready`.
+    pub phase: String,
+    pub started_at: i64,
+    pub qrcode: String,
+    pub qr_text: String,
+    pub refreshes: u32,
+}
+
+fn fetching_state() -> QrState {
+    QrState {
+        phase: "fetching".into(),
+        started_at: now_ms(),
+        ..Default::default()
+    }
+}
+
+fn pending(status: AuthStatus, st: &QrState, message: &str) -> AuthStep {
+    let ready = st.phase == "ready";
+    AuthStep::Pending {
+        status,
+        qr_code_text: ready.then(|| st.qr_text.clone()),
+        qr_code_image: if ready {
+            qr_data_url(&st.qr_text)
+        } else {
+            None
+        },
+        message: message.into(),
+        poll_interval_ms: if ready {
+            POLL_READY_MS
+        } else {
+            POLL_FETCHING_MS
+        },
+        expires_at: now_ms() + SESSION_TTL_MS,
+        state: serde_json::to_value(st).unwrap_or(Value::Null),
+    }
+}
+
+fn failed(code: &str, message: &str) -> AuthStep {
+    AuthStep::Failed {
+        code: code.into(),
+        message: message.into(),
+    }
+}
+
+const SCAN_MESSAGE: &str = "请用手机微信扫描二维码，并在手机上确认授权。Scan the QR code with WeChat and confirm on the phone.";
+
+/// A new QR from iLink, as the next state.
+async fn fetch(rt: &Runtime, refreshes: u32) -> Result<QrState, ProviderError> {
+    let (qrcode, text) = rt.api.get_bot_qrcode().await.map_err(|e| {
+        tracing::info!(error = %e.summary(), "wechat QR code not fetched");
+        e.to_provider()
+    })?;
+    Ok(QrState {
+        phase: "ready".into(),
+        started_at: now_ms(),
+        qrcode,
+        qr_text: text,
+        refreshes,
+    })
+}
+
+/// `auth.start`: pending at once; the QR arrives through the session a moment later.
+pub(crate) fn start(rt: &Arc<Runtime>, auth_session_id: &str) -> AuthStep {
+    let st = fetching_state();
+    if let Some(host) = rt.host.get().cloned() {
+        let rt = rt.clone();
+        let session = auth_session_id.to_owned();
+        tokio::spawn(async move {
+            let step = match fetch(&rt, 0).await {
+                Ok(st) => pending(AuthStatus::Pending, &st, SCAN_MESSAGE),
+                Err(e) => failed(
+                    &e.code,
+                    &format!("the WeChat QR code could not be created: {}", e.message),
+                ),
+            };
+            // The core stores the start's own (fetching) step after this call returns; wait
+            // for it, so the QR is not overwritten by it.
+            for _ in 0..100 {
+                match host.auth_state(&session).await {
+                    Ok(Some((_, _, state))) if state["phase"] == "fetching" => break,
+                    Ok(None) => return,
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            if let Err(e) = host.advance_auth(&session, step).await {
+                tracing::debug!(error = %e, "wechat QR not handed to its session (canceled or expired)");
+            }
+        });
+    }
+    pending(
+        AuthStatus::Pending,
+        &st,
+        "正在获取微信二维码。Fetching the WeChat QR code.",
+    )
+}
+
+/// `auth.status`: one look at iLink; None keeps what the session shows.
+pub(crate) async fn poll(
+    rt: &Runtime,
+    poll: &AuthPoll<'_>,
+) -> Result<Option<AuthStep>, ProviderError> {
+    let st: QrState = serde_json::from_value(poll.state.clone()).unwrap_or_default();
+    if poll.refresh || (st.phase == "fetching" && now_ms() - st.started_at > FETCH_STALE_MS) {
+        return Ok(Some(match fetch(rt, 0).await {
+            Ok(st) => pending(AuthStatus::Pending, &st, SCAN_MESSAGE),
+            Err(e) if e.retryable() => return Ok(None),
+            Err(e) => failed(&e.code, &e.message),
+        }));
+    }
+    if st.phase != "ready" {
+        return Ok(None);
+    }
+    let v = match rt
+        .api
+        .get_qrcode_status(&st.qrcode, rt.cfg.qr_status_timeout)
+        .await
+    {
+        Ok(v) => v,
+        Err(e) if e.is_transient() => return Ok(None),
+        Err(e) => {
+            tracing::info!(error = %e.summary(), "wechat QR status failed");
+            return Ok(Some(failed(
+                ErrorCode::TargetAuthFailed.as_str(),
+                "WeChat refused the QR status request; start the login again",
+            )));
+        }
+    };
+    let status = v["status"].as_str().unwrap_or("wait");
+    Ok(match status {
+        "wait" => None,
+        "scaned" | "scaned_but_redirect" => (poll.status != AuthStatus::Scanned).then(|| {
+            pending(
+                AuthStatus::Scanned,
+                &st,
+                "已扫码，等待手机确认。Scanned; confirm on the phone.",
+            )
+        }),
+        "expired" => {
+            if st.refreshes >= rt.cfg.qr_refreshes {
+                Some(failed(
+                    "qr_expired",
+                    "二维码多次失效，请重新发起认证。The QR code expired too often; start the login again.",
+                ))
+            } else {
+                match fetch(rt, st.refreshes + 1).await {
+                    Ok(next) => Some(pending(
+                        AuthStatus::Pending,
+                        &next,
+                        "二维码已过期，已刷新。The QR code expired and was replaced; scan the new one.",
+                    )),
+                    Err(e) if e.retryable() => Some(pending(
+                        AuthStatus::QrRefreshRequired,
+                        &st,
+                        "the QR code expired and a new one could not be fetched yet",
+                    )),
+                    Err(e) => Some(failed(&e.code, &e.message)),
+                }
+            }
+        }
+        "confirmed" => Some(confirmed(rt, &v)),
+        "need_verifycode" | "verify_code_blocked" => Some(failed(
+            ErrorCode::TargetAuthFailed.as_str(),
+            "WeChat asked for a verification code on the phone, which this connector cannot enter; start the login again",
+        )),
+        _ => None,
+    })
+}
+
+fn confirmed(rt: &Runtime, v: &Value) -> AuthStep {
+    let s = |k: &str| v[k].as_str().map(str::trim).unwrap_or_default().to_owned();
+    let (token, bot_id) = (s("bot_token"), s("ilink_bot_id"));
+    if token.is_empty() || bot_id.is_empty() {
+        return failed(
+            ErrorCode::TargetAuthFailed.as_str(),
+            "WeChat confirmed the login without a complete bot account; start the login again",
+        );
+    }
+    let c = Credentials {
+        token: Secret::new(token),
+        base_url: accepted_base(&rt.cfg.api_base, v["baseurl"].as_str()),
+        user_id: s("ilink_user_id"),
+        bot_id,
+    };
+    tracing::info!(bot_key = %c.key(), "wechat login confirmed");
+    AuthStep::Authenticated {
+        credentials: c.to_stored(),
+        view: c.view(),
+        binding_key: Some(binding_key(&c.bot_id)),
+    }
+}

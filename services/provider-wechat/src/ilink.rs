@@ -1,0 +1,439 @@
+//! The iLink bot API and CDN client. The bot token travels only in the `Authorization`
+//! header; neither a request, a header nor a `reqwest::Error` is logged or returned:
+//! failures become [`ApiError`], which holds only a code, a status or a category.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use futures::{Stream, TryStreamExt};
+use serde_json::{Value, json};
+use switchyard_core::crypto::Secret;
+use switchyard_core::provider::{ProviderError, ProviderErrorKind};
+use switchyard_protocol::ErrorCode;
+
+/// iLink's "stale token" answer (`ret` or `errcode`).
+pub(crate) const STALE: i64 = -14;
+const APP_ID: &str = "bot";
+const CLIENT_VERSION: &str = "132102";
+const MAX_ANSWER: usize = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NetKind {
+    Connect,
+    Timeout,
+    Body,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ApiError {
+    /// `ret`/`errcode` -14: the bot token is no longer valid.
+    Stale,
+    /// Another non-zero `ret`/`errcode`, with iLink's message (bounded).
+    Ret {
+        code: i64,
+        message: String,
+    },
+    Http {
+        status: u16,
+    },
+    Network(NetKind),
+}
+
+impl ApiError {
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Network(_) => true,
+            Self::Http { status } => *status == 429 || *status >= 500,
+            _ => false,
+        }
+    }
+
+    pub fn summary(&self) -> String {
+        match self {
+            Self::Stale => "ret -14 (stale token)".into(),
+            Self::Ret { code, message } => format!("ret {code}: {message}"),
+            Self::Http { status } => format!("http {status}"),
+            Self::Network(k) => format!("network {k:?}").to_ascii_lowercase(),
+        }
+    }
+
+    pub fn to_provider(&self) -> ProviderError {
+        match self {
+            Self::Stale => ProviderError::new(
+                ProviderErrorKind::Rejected,
+                "target_unauthorized",
+                "the WeChat login expired; scan a new QR code to bind the channel again",
+            ),
+            Self::Network(NetKind::Connect) => {
+                ProviderError::transient("WeChat could not be reached; retry later")
+            }
+            Self::Network(NetKind::Timeout) => {
+                ProviderError::transient("WeChat did not answer in time; retry later")
+            }
+            Self::Network(_) => {
+                ProviderError::transient("the request to WeChat failed; retry later")
+            }
+            Self::Http { status } if *status == 429 || *status >= 500 => ProviderError::transient(
+                format!("WeChat is unavailable (http {status}); retry later"),
+            ),
+            Self::Http { status } => ProviderError::new(
+                ProviderErrorKind::Rejected,
+                ErrorCode::TargetDeliveryFailed.as_str(),
+                format!("WeChat refused the request (http {status})"),
+            ),
+            Self::Ret { code, message } => ProviderError::new(
+                ProviderErrorKind::Rejected,
+                ErrorCode::TargetDeliveryFailed.as_str(),
+                format!("WeChat refused the request (ret {code}): {message}"),
+            ),
+        }
+    }
+}
+
+fn net_kind(e: &reqwest::Error) -> NetKind {
+    if e.is_timeout() {
+        NetKind::Timeout
+    } else if e.is_connect() {
+        NetKind::Connect
+    } else if e.is_body() || e.is_decode() {
+        NetKind::Body
+    } else {
+        NetKind::Other
+    }
+}
+
+/// iLink's messages never carry the token; scrubbing guards against an echoing proxy, and
+/// the bound keeps acks small.
+fn scrub(msg: &str, token: Option<&Secret>) -> String {
+    let mut m = match token {
+        Some(t) if !t.expose().is_empty() => msg.replace(t.expose(), "***"),
+        _ => msg.to_owned(),
+    };
+    if m.len() > 200 {
+        let mut cut = 200;
+        while !m.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        m.truncate(cut);
+    }
+    m
+}
+
+/// `X-WECHAT-UIN`: base64 of the decimal form of a random u32, new per request.
+fn uin() -> String {
+    let n: u32 = rand::random();
+    base64::engine::general_purpose::STANDARD.encode(n.to_string())
+}
+
+fn metric(endpoint: &'static str, outcome: &str) {
+    metrics::counter!("switchyard_wechat_api_calls_total", "endpoint" => endpoint, "outcome" => outcome.to_owned()).increment(1);
+}
+
+pub(crate) struct Api {
+    client: reqwest::Client,
+    pub api_base: String,
+    pub cdn_base: String,
+    timeout: Duration,
+}
+
+impl Api {
+    pub fn new(api_base: &str, cdn_base: &str, timeout: Duration) -> Self {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            // A redirect would carry the bearer token to a host nobody chose.
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(1024)
+            .user_agent(concat!("switchyard-wechat/", env!("CARGO_PKG_VERSION")))
+            .build()
+            // Only fails when the TLS backend cannot initialise, which is a broken build.
+            .expect("reqwest client with static settings");
+        Self {
+            client,
+            api_base: api_base.trim_end_matches('/').to_owned(),
+            cdn_base: cdn_base.trim_end_matches('/').to_owned(),
+            timeout,
+        }
+    }
+
+    fn base_info() -> Value {
+        json!({"channel_version": "1.0.6", "bot_agent": concat!("switchyard/", env!("CARGO_PKG_VERSION"))})
+    }
+
+    async fn finish(
+        endpoint: &'static str,
+        token: Option<&Secret>,
+        sent: Result<reqwest::Response, reqwest::Error>,
+    ) -> Result<Value, ApiError> {
+        let out = async {
+            let resp = sent.map_err(|e| ApiError::Network(net_kind(&e)))?;
+            let status = resp.status().as_u16();
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| ApiError::Network(net_kind(&e)))?;
+            if body.len() > MAX_ANSWER {
+                return Err(ApiError::Network(NetKind::Body));
+            }
+            let v: Option<Value> = serde_json::from_slice(&body).ok();
+            let code = |k: &str| v.as_ref().and_then(|v| v.get(k)).and_then(Value::as_i64);
+            let (ret, errcode) = (code("ret"), code("errcode"));
+            if ret == Some(STALE) || errcode == Some(STALE) {
+                return Err(ApiError::Stale);
+            }
+            if !(200..300).contains(&status) {
+                return Err(ApiError::Http { status });
+            }
+            let Some(v) = v.filter(Value::is_object) else {
+                return Err(ApiError::Network(NetKind::Body));
+            };
+            match ret.filter(|c| *c != 0).or(errcode.filter(|c| *c != 0)) {
+                Some(code) => Err(ApiError::Ret {
+                    code,
+                    message: scrub(v["errmsg"].as_str().unwrap_or(""), token),
+                }),
+                None => Ok(v),
+            }
+        }
+        .await;
+        let label = match &out {
+            Ok(_) => "ok".to_owned(),
+            Err(ApiError::Stale) => "stale".into(),
+            Err(ApiError::Ret { code, .. }) => format!("ret_{code}"),
+            Err(ApiError::Http { status }) => format!("http_{status}"),
+            Err(ApiError::Network(_)) => "network".into(),
+        };
+        metric(endpoint, &label);
+        out
+    }
+
+    /// One bot call: `POST {base}/ilink/bot/{path}` with the bot headers and `base_info`.
+    pub async fn bot(
+        &self,
+        base: &str,
+        token: &Secret,
+        endpoint: &'static str,
+        path: &str,
+        mut body: Value,
+        timeout: Option<Duration>,
+    ) -> Result<Value, ApiError> {
+        body["base_info"] = Self::base_info();
+        let sent = self
+            .client
+            .post(format!("{}/ilink/bot/{path}", base.trim_end_matches('/')))
+            .timeout(timeout.unwrap_or(self.timeout))
+            .header("iLink-App-Id", APP_ID)
+            .header("iLink-App-ClientVersion", CLIENT_VERSION)
+            .header("AuthorizationType", "ilink_bot_token")
+            .header("Authorization", format!("Bearer {}", token.expose()))
+            .header("X-WECHAT-UIN", uin())
+            .json(&body)
+            .send()
+            .await;
+        Self::finish(endpoint, Some(token), sent).await
+    }
+
+    /// A new login QR code: (`qrcode`, `qrcode_img_content`).
+    pub async fn get_bot_qrcode(&self) -> Result<(String, String), ApiError> {
+        let sent = self
+            .client
+            .get(format!(
+                "{}/ilink/bot/get_bot_qrcode?bot_type=3",
+                self.api_base
+            ))
+            .timeout(self.timeout)
+            .header("iLink-App-Id", APP_ID)
+            .header("iLink-App-ClientVersion", CLIENT_VERSION)
+            .send()
+            .await;
+        let v = Self::finish("get_bot_qrcode", None, sent).await?;
+        let code = v["qrcode"].as_str().unwrap_or_default();
+        let img = v["qrcode_img_content"].as_str().unwrap_or_default();
+        if code.is_empty() || img.is_empty() {
+            return Err(ApiError::Ret {
+                code: -1,
+                message: "no QR code in the answer".into(),
+            });
+        }
+        Ok((code.to_owned(), img.to_owned()))
+    }
+
+    pub async fn get_qrcode_status(
+        &self,
+        qrcode: &str,
+        timeout: Duration,
+    ) -> Result<Value, ApiError> {
+        let mut url = url::Url::parse(&format!("{}/ilink/bot/get_qrcode_status", self.api_base))
+            .map_err(|_| ApiError::Network(NetKind::Other))?;
+        url.query_pairs_mut().append_pair("qrcode", qrcode);
+        let sent = self
+            .client
+            .get(url)
+            .timeout(timeout)
+            .header("iLink-App-Id", APP_ID)
+            .header("iLink-App-ClientVersion", CLIENT_VERSION)
+            .send()
+            .await;
+        Self::finish("get_qrcode_status", None, sent).await
+    }
+
+    /// Streams ciphertext of `len` bytes to the CDN; returns the download parameter.
+    pub async fn cdn_upload<S>(
+        &self,
+        upload_param: &str,
+        filekey: &str,
+        len: u64,
+        body: S,
+        timeout: Duration,
+    ) -> Result<String, ApiError>
+    where
+        S: Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
+    {
+        let mut url = url::Url::parse(&format!("{}/upload", self.cdn_base))
+            .map_err(|_| ApiError::Network(NetKind::Other))?;
+        url.query_pairs_mut()
+            .append_pair("encrypted_query_param", upload_param)
+            .append_pair("filekey", filekey);
+        let sent = self
+            .client
+            .post(url)
+            .timeout(timeout)
+            .header("Content-Type", "application/octet-stream")
+            .header("Content-Length", len.to_string())
+            .body(reqwest::Body::wrap_stream(body))
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                metric("cdn_upload", "network");
+                return Err(ApiError::Network(net_kind(&e)));
+            }
+        };
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            metric("cdn_upload", &format!("http_{status}"));
+            return Err(ApiError::Http { status });
+        }
+        match resp
+            .headers()
+            .get("x-encrypted-param")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+        {
+            Some(p) => {
+                metric("cdn_upload", "ok");
+                Ok(p.to_owned())
+            }
+            None => {
+                metric("cdn_upload", "no_param");
+                Err(ApiError::Ret {
+                    code: -1,
+                    message: "the CDN gave no download parameter".into(),
+                })
+            }
+        }
+    }
+
+    /// Downloads a CDN object (ciphertext), at most `max` bytes.
+    pub async fn cdn_download(
+        &self,
+        param: &str,
+        max: u64,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, ApiError> {
+        let mut url = url::Url::parse(&format!("{}/download", self.cdn_base))
+            .map_err(|_| ApiError::Network(NetKind::Other))?;
+        url.query_pairs_mut()
+            .append_pair("encrypted_query_param", param);
+        let resp = self
+            .client
+            .get(url)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| ApiError::Network(net_kind(&e)))?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            metric("cdn_download", &format!("http_{status}"));
+            return Err(ApiError::Http { status });
+        }
+        let mut out = Vec::new();
+        let mut s = resp.bytes_stream();
+        while let Some(chunk) = s
+            .try_next()
+            .await
+            .map_err(|e| ApiError::Network(net_kind(&e)))?
+        {
+            if out.len() as u64 + chunk.len() as u64 > max {
+                metric("cdn_download", "too_large");
+                return Err(ApiError::Http { status: 413 });
+            }
+            out.extend_from_slice(&chunk);
+        }
+        metric("cdn_download", "ok");
+        Ok(out)
+    }
+}
+
+/// Only a `baseurl` on the configured API origin is accepted; anything else (another host,
+/// a downgrade to http) would send the bot token where nobody configured it.
+pub(crate) fn accepted_base(api_base: &str, offered: Option<&str>) -> String {
+    let origin = |u: &str| {
+        url::Url::parse(u).ok().map(|u| {
+            (
+                u.scheme().to_owned(),
+                u.host_str().map(str::to_owned),
+                u.port_or_known_default(),
+            )
+        })
+    };
+    match offered.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(o) if origin(o).is_some() && origin(o) == origin(api_base) => {
+            o.trim_end_matches('/').to_owned()
+        }
+        Some(_) => {
+            tracing::info!(
+                "wechat confirmation named another baseurl; the configured api_base is used"
+            );
+            api_base.trim_end_matches('/').to_owned()
+        }
+        None => api_base.trim_end_matches('/').to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn baseurl_must_share_the_api_origin() {
+        let api = "https://ilinkai.weixin.qq.com";
+        assert_eq!(
+            accepted_base(api, Some("https://ilinkai.weixin.qq.com/")),
+            api
+        );
+        assert_eq!(accepted_base(api, Some("https://evil.example")), api);
+        assert_eq!(
+            accepted_base(api, Some("http://ilinkai.weixin.qq.com")),
+            api
+        );
+        assert_eq!(accepted_base(api, None), api);
+        assert_eq!(
+            accepted_base("http://127.0.0.1:9", Some("http://127.0.0.1:9/ilink-x")),
+            "http://127.0.0.1:9/ilink-x"
+        );
+        let t = Secret::new("tok-123");
+        assert_eq!(scrub("bad tok-123 here", Some(&t)), "bad *** here");
+        assert!(ApiError::Stale.to_provider().code == "target_unauthorized");
+        assert!(ApiError::Http { status: 502 }.to_provider().retryable());
+        assert!(
+            !ApiError::Ret {
+                code: -1,
+                message: String::new()
+            }
+            .to_provider()
+            .retryable()
+        );
+    }
+}

@@ -1,0 +1,419 @@
+//! One `getupdates` long poll per bot across the cluster.
+//!
+//! Every pod runs a supervisor that reloads the bound bots periodically (and when a binding
+//! is made or released here) and keeps a poller task per bot. Only the holder of the bot's
+//! lease `poll:<bot_key>` calls `getupdates`; the others wait to take over. The holder renews
+//! the lease on every loop, stores the whole batch, then moves the durable cursor, and only
+//! while it still holds the lease of the same generation (iLink's cursor is per batch: a
+//! batch with a message that could not be stored is fetched again; what was stored is
+//! de-duplicated by message id).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard_core::ProviderHost;
+use switchyard_core::provider::{Binding, ProviderError};
+use switchyard_protocol::ConnectionStatus;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::creds::{Credentials, Peers, peers_key};
+use crate::ilink::ApiError;
+use crate::inbound::{Handled, handle_message};
+use crate::{Runtime, credentials};
+
+/// A bound bot and the channel its messages go to.
+#[derive(Clone)]
+pub(crate) struct Bot {
+    pub creds: Credentials,
+    pub key: String,
+    pub token_fp: String,
+    pub channel_id: String,
+}
+
+struct Poller {
+    token_fp: String,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+fn stale_key(token_fp: &str) -> String {
+    format!("stale:{token_fp}")
+}
+
+pub(crate) fn cursor_key(bot_key: &str) -> String {
+    format!("cursor:{bot_key}")
+}
+
+/// The bound bots not marked stale, one channel each (the oldest binding keeps a bot that is
+/// bound twice across tenants).
+async fn load(host: &dyn ProviderHost) -> Result<Vec<Bot>, ()> {
+    let bindings = host.bound_channels().await.map_err(|e| {
+        tracing::warn!(error = %e, "bound wechat bots not reloaded");
+    })?;
+    let mut bots: HashMap<String, Bot> = HashMap::new();
+    for b in bindings {
+        let Some(c) = Credentials::from_stored(&b.credentials) else {
+            tracing::warn!(connector_channel_id = %b.channel_id, "wechat binding with unreadable credentials skipped");
+            continue;
+        };
+        let fp = c.token_fp();
+        match host.kv_get(&stale_key(&fp)).await {
+            Ok(Some(v)) if v == "1" => continue,
+            Ok(_) => {}
+            Err(_) => return Err(()),
+        }
+        let key = c.key();
+        bots.entry(key.clone()).or_insert(Bot {
+            key,
+            token_fp: fp,
+            channel_id: b.channel_id.clone(),
+            creds: c,
+        });
+    }
+    Ok(bots.into_values().collect())
+}
+
+/// The supervisor loop of one pod; ends (and stops its pollers) when `stop` is cancelled.
+pub(crate) async fn supervise(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    stop: CancellationToken,
+) {
+    let mut pollers: HashMap<String, Poller> = HashMap::new();
+    loop {
+        if let Ok(bots) = load(host.as_ref()).await {
+            let wanted: HashMap<&str, &Bot> = bots.iter().map(|b| (b.key.as_str(), b)).collect();
+            pollers.retain(|key, p| {
+                let keep = wanted
+                    .get(key.as_str())
+                    .is_some_and(|b| b.token_fp == p.token_fp)
+                    && !p.task.is_finished();
+                if !keep {
+                    p.stop.cancel();
+                }
+                keep
+            });
+            for b in &bots {
+                if pollers.contains_key(&b.key) {
+                    continue;
+                }
+                let child = stop.child_token();
+                let task =
+                    tokio::spawn(poll_bot(rt.clone(), host.clone(), b.clone(), child.clone()));
+                pollers.insert(
+                    b.key.clone(),
+                    Poller {
+                        token_fp: b.token_fp.clone(),
+                        stop: child,
+                        task,
+                    },
+                );
+            }
+            metrics::gauge!("switchyard_wechat_bots").set(bots.len() as f64);
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(rt.cfg.refresh_interval) => {}
+            _ = rt.kick.notified() => {}
+        }
+    }
+    for p in pollers.values() {
+        p.stop.cancel();
+    }
+    // Waiting lets each poller give its lease up, so another pod takes over at once.
+    let tasks = pollers.into_values().map(|p| p.task);
+    let _ = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(tasks)).await;
+}
+
+async fn pause(stop: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+fn jittered(d: Duration) -> Duration {
+    let ms = d.as_millis().max(1) as u64;
+    Duration::from_millis(ms / 2 + rand::random::<u64>() % ms)
+}
+
+async fn notify(rt: &Runtime, bot: &Bot, start: bool) {
+    let (ep, path) = if start {
+        ("notifystart", "msg/notifystart")
+    } else {
+        ("notifystop", "msg/notifystop")
+    };
+    if let Err(e) = rt
+        .api
+        .bot(
+            &bot.creds.base_url,
+            &bot.creds.token,
+            ep,
+            path,
+            json!({}),
+            Some(Duration::from_secs(10)),
+        )
+        .await
+    {
+        tracing::debug!(bot_key = %bot.key, error = %e.summary(), "wechat notify call failed");
+    }
+}
+
+/// iLink says the token is stale: the channel shows `expired`, no pod polls the bot again,
+/// and the peers' reply tokens are forgotten.
+pub(crate) async fn on_stale(rt: &Runtime, host: &dyn ProviderHost, bot: &Bot) {
+    tracing::warn!(bot_key = %bot.key, "wechat reported the bot token stale; the channel is marked expired");
+    metrics::counter!("switchyard_wechat_tokens_stale_total").increment(1);
+    if let Err(e) = host.kv_put(&stale_key(&bot.token_fp), "1").await {
+        tracing::warn!(error = %e, "stale mark not stored");
+    }
+    let _ = host.kv_put(&peers_key(&bot.key), "").await;
+    if let Err(e) = host
+        .set_target_status(&bot.channel_id, ConnectionStatus::Expired)
+        .await
+    {
+        tracing::warn!(connector_channel_id = %bot.channel_id, error = %e, "channel not marked expired");
+    }
+    rt.kick.notify_one();
+}
+
+async fn poll_bot(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    bot: Bot,
+    stop: CancellationToken,
+) {
+    let lease = format!("poll:{}", bot.key);
+    let cursor_k = cursor_key(&bot.key);
+    let peers_k = peers_key(&bot.key);
+    let backoff = rt.cfg.poll_error_backoff;
+    let mut held: Option<i64> = None;
+    let mut cursor = String::new();
+    let mut peers = Peers::default();
+    let mut failures = 0u32;
+    let mut hold = rt.cfg.long_poll_timeout;
+    loop {
+        if stop.is_cancelled() {
+            break;
+        }
+        match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
+            Ok(Some(generation)) => {
+                if held != Some(generation) {
+                    // A new term: the previous holder (maybe another pod) moved the cursor.
+                    let read = async {
+                        let c = host.kv_get(&cursor_k).await?;
+                        let p = host.kv_get(&peers_k).await?;
+                        Ok::<_, switchyard_core::BackendError>((c, p))
+                    };
+                    match read.await {
+                        Ok((c, p)) => {
+                            cursor = c.unwrap_or_default();
+                            peers = p
+                                .map(|p| Peers::open(&p, &bot.creds.token))
+                                .unwrap_or_default();
+                        }
+                        Err(e) => {
+                            tracing::warn!(bot_key = %bot.key, error = %e, "wechat cursor unreadable");
+                            if !pause(&stop, backoff).await {
+                                break;
+                            }
+                            continue;
+                        }
+                    }
+                    tracing::info!(bot_key = %bot.key, generation, "wechat poller holds the lease");
+                    held = Some(generation);
+                    notify(&rt, &bot, true).await;
+                }
+            }
+            Ok(None) => {
+                if held.take().is_some() {
+                    tracing::info!(bot_key = %bot.key, "wechat poller lost the lease");
+                }
+                if !pause(&stop, jittered(rt.cfg.lease_retry)).await {
+                    break;
+                }
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(bot_key = %bot.key, error = %e, "wechat poll lease unavailable");
+                held = None;
+                if !pause(&stop, backoff).await {
+                    break;
+                }
+                continue;
+            }
+        }
+        // The lease is renewed while the long poll waits, so its TTL can be shorter than a
+        // poll and a dead holder is replaced quickly.
+        let call = rt.api.bot(
+            &bot.creds.base_url,
+            &bot.creds.token,
+            "getupdates",
+            "getupdates",
+            json!({"get_updates_buf": cursor}),
+            Some(hold + Duration::from_secs(10)),
+        );
+        tokio::pin!(call);
+        let renew_every = (rt.cfg.poll_lease_ttl / 3).max(Duration::from_millis(100));
+        let mut renew =
+            tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+        let mut renewed_at = tokio::time::Instant::now();
+        let polled = loop {
+            tokio::select! {
+                _ = stop.cancelled() => break None,
+                r = &mut call => break Some(r),
+                _ = renew.tick() => {
+                    match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
+                        Ok(Some(g)) if Some(g) == held => renewed_at = tokio::time::Instant::now(),
+                        Ok(_) => {
+                            tracing::info!(bot_key = %bot.key, "wechat poller lost the lease during a poll");
+                            held = None;
+                            break Some(Err(ApiError::Network(crate::ilink::NetKind::Other)));
+                        }
+                        Err(e) => {
+                            tracing::warn!(bot_key = %bot.key, error = %e, "wechat poll lease not renewed");
+                            // Past its TTL another pod may poll: this one stops.
+                            if renewed_at.elapsed() >= rt.cfg.poll_lease_ttl {
+                                held = None;
+                                break Some(Err(ApiError::Network(crate::ilink::NetKind::Other)));
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let Some(polled) = polled else { break };
+        if held.is_none() {
+            continue;
+        }
+        let resp = match polled {
+            Ok(v) => {
+                failures = 0;
+                v
+            }
+            Err(ApiError::Stale) => {
+                on_stale(&rt, host.as_ref(), &bot).await;
+                break;
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::info!(bot_key = %bot.key, error = %e.summary(), failures, "wechat poll failed");
+                let wait = if failures >= 3 { backoff * 15 } else { backoff };
+                if !pause(&stop, wait).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        if let Some(ms) = resp["longpolling_timeout_ms"].as_u64().filter(|m| *m > 0) {
+            hold = Duration::from_millis(ms.min(120_000));
+        }
+        let next = resp["get_updates_buf"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let msgs = resp["msgs"].as_array().cloned().unwrap_or_default();
+        let mut outcome = Handled::Done;
+        let mut peers_changed = false;
+        for m in &msgs {
+            let (h, changed) = handle_message(&rt, host.as_ref(), &bot, &mut peers, m).await;
+            peers_changed |= changed;
+            if h != Handled::Done {
+                outcome = h;
+                break;
+            }
+        }
+        if peers_changed && let Err(e) = host.kv_put(&peers_k, &peers.seal(&bot.creds.token)).await
+        {
+            tracing::warn!(bot_key = %bot.key, error = %e, "wechat reply tokens not stored; the batch is fetched again");
+            outcome = Handled::Retry;
+        }
+        if outcome == Handled::Done && !next.is_empty() && next != cursor {
+            // Fencing: only the holder of this term moves the cursor.
+            match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
+                Ok(Some(g)) if Some(g) == held => match host.kv_put(&cursor_k, &next).await {
+                    Ok(()) => cursor = next,
+                    Err(e) => {
+                        tracing::warn!(bot_key = %bot.key, error = %e, "wechat cursor not stored; the batch is fetched again")
+                    }
+                },
+                _ => {
+                    tracing::info!(bot_key = %bot.key, "wechat poller lost the lease during a batch");
+                    held = None;
+                    continue;
+                }
+            }
+        }
+        match outcome {
+            Handled::Done => {}
+            Handled::Stale => {
+                on_stale(&rt, host.as_ref(), &bot).await;
+                break;
+            }
+            Handled::Gone => {
+                rt.kick.notify_one();
+                break;
+            }
+            Handled::Retry => {
+                if !pause(&stop, backoff).await {
+                    break;
+                }
+            }
+        }
+    }
+    if held.is_some() {
+        notify(&rt, &bot, false).await;
+        if let Err(e) = host.release_lease(&lease).await {
+            tracing::warn!(bot_key = %bot.key, error = %e, "wechat poll lease not released; it expires");
+        }
+    }
+}
+
+/// After a binding was made here: once the core stored it, wake the supervisor.
+pub(crate) fn after_bind(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    channel_id: String,
+    stored: Value,
+) {
+    let Some(want) = Credentials::from_stored(&stored) else {
+        return;
+    };
+    tokio::spawn(async move {
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let bound = matches!(host.binding(&channel_id).await, Ok(Some(b))
+                if Credentials::from_stored(&b.credentials).is_some_and(|c| c.token_fp() == want.token_fp()));
+            if bound {
+                rt.kick.notify_one();
+                return;
+            }
+        }
+    });
+}
+
+/// Logout: the poller stops (here at once; elsewhere at the next reload), the lease is given
+/// up and the peers' reply tokens are forgotten.
+pub(crate) async fn release(rt: Arc<Runtime>, binding: &Binding) -> Result<(), ProviderError> {
+    let host = rt.host()?.clone();
+    let c = credentials(binding)?;
+    let key = c.key();
+    let _ = host.kv_put(&peers_key(&key), "").await;
+    if let Err(e) = host.release_lease(&format!("poll:{key}")).await {
+        tracing::warn!(error = %e, "wechat poll lease not released");
+    }
+    let channel_id = binding.channel_id.clone();
+    tokio::spawn(async move {
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if matches!(host.binding(&channel_id).await, Ok(None)) {
+                break;
+            }
+        }
+        rt.kick.notify_one();
+    });
+    Ok(())
+}

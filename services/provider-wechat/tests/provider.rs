@@ -1,0 +1,445 @@
+//! `im.wechat` against the fake iLink server: QR login, ingress of every item type, egress
+//! of text and media, typing, stale tokens and failures.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+use switchyard_core::model::AuthStatus;
+use switchyard_core::provider::AuthStep;
+use switchyard_fake_wechat::{Failure, FakeWechat, Item};
+use switchyard_protocol::ConnectionStatus;
+
+const CH: &str = "cch_wx_1";
+
+#[tokio::test]
+async fn qr_login_pending_at_once_then_scanned_then_authenticated() {
+    let fake = FakeWechat::start().await;
+    fake.slow("get_bot_qrcode", Duration::from_millis(300));
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), false).await;
+    let t = Instant::now();
+    let step = pod.auth_start(CH, "auth_1").await;
+    assert!(
+        t.elapsed() < Duration::from_millis(250),
+        "auth.start does not wait for the QR"
+    );
+    match &step {
+        AuthStep::Pending {
+            status,
+            qr_code_text,
+            poll_interval_ms,
+            ..
+        } => {
+            assert_eq!(*status, AuthStatus::Pending);
+            assert!(qr_code_text.is_none());
+            assert_eq!(*poll_interval_ms, 500);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Polled while the QR is being fetched: nothing changes.
+    let s = pod.auth_status("auth_1", false).await;
+    assert!(s.qr_code_text.is_none());
+    let s = eventually(WAIT, "QR in the session", || async {
+        let s = cluster.session("auth_1");
+        s.qr_code_text.is_some().then_some(s)
+    })
+    .await;
+    let code = fake.qr_codes()[0].clone();
+    assert_eq!(s.qr_code_text, fake.qr_content(&code));
+    assert!(
+        s.qr_code_image
+            .as_deref()
+            .unwrap()
+            .starts_with("data:image/png;base64,iVBOR")
+    );
+    // Any pod answers auth.status from the session state alone.
+    let other = Pod::start(cluster.clone(), "b", config(&fake), false).await;
+    assert_eq!(
+        other.auth_status("auth_1", false).await.status,
+        AuthStatus::Pending
+    );
+    fake.scan(&code);
+    let s = other.auth_status("auth_1", false).await;
+    assert_eq!(s.status, AuthStatus::Scanned);
+    assert!(s.qr_code_text.is_some(), "the QR stays while scanned");
+    // A confirmation naming another host is not followed: the configured api_base is used.
+    fake.set_confirm_baseurl(Some("http://203.0.113.9:1"));
+    let bot = fake.confirm(&code).unwrap();
+    let s = pod.auth_status("auth_1", false).await;
+    assert_eq!(s.status, AuthStatus::Authenticated);
+    let creds = s.credentials.unwrap();
+    assert_eq!(creds["ilink_bot_id"], bot.bot_id);
+    assert_eq!(creds["ilink_user_id"], bot.user_id);
+    assert_eq!(creds["base_url"], fake.base_url());
+    assert_eq!(cluster.binding(CH).credentials["bot_token"], bot.token);
+    assert!(!captured_logs().contains(&bot.token));
+}
+
+#[tokio::test]
+async fn expired_qr_is_refreshed_three_times_then_the_flow_fails() {
+    let fake = FakeWechat::start().await;
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), false).await;
+    pod.auth_start(CH, "auth_2").await;
+    eventually(WAIT, "QR", || async {
+        cluster
+            .session("auth_2")
+            .qr_code_text
+            .is_some()
+            .then_some(())
+    })
+    .await;
+    for n in 1..=3 {
+        let code = fake.qr_codes().last().cloned().unwrap();
+        fake.expire_qr(&code);
+        let s = pod.auth_status("auth_2", false).await;
+        assert_eq!(s.status, AuthStatus::Pending, "refresh {n}");
+        assert_eq!(fake.qr_codes().len(), n + 1);
+        assert_eq!(
+            s.qr_code_text,
+            fake.qr_content(fake.qr_codes().last().unwrap())
+        );
+    }
+    fake.expire_qr(fake.qr_codes().last().unwrap());
+    let s = pod.auth_status("auth_2", false).await;
+    assert_eq!(s.status, AuthStatus::Failed);
+    assert_eq!(fake.qr_codes().len(), 4);
+    // refresh=true asks for a new QR explicitly.
+    pod.auth_start(CH, "auth_3").await;
+    eventually(WAIT, "QR", || async {
+        cluster
+            .session("auth_3")
+            .qr_code_text
+            .is_some()
+            .then_some(())
+    })
+    .await;
+    let before = fake.qr_codes().len();
+    pod.auth_status("auth_3", true).await;
+    assert_eq!(fake.qr_codes().len(), before + 1);
+}
+
+#[tokio::test]
+async fn inbound_every_item_type_and_replies_with_the_context_token() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(500));
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), true).await;
+    let bot = pod.login(&fake, CH).await;
+    eventually(WAIT, "poller", || async {
+        (fake.call_count("getupdates") > 0).then_some(())
+    })
+    .await;
+    assert_eq!(fake.notifies(&bot.token).0, 1, "notifystart once");
+    let me = bot.user_id.clone();
+    let id_text = fake.push_named(&bot.token, &me, Some("张三"), &[Item::Text("你好".into())]);
+    fake.push(&bot.token, &me, &[Item::Image(b"PNG-BYTES-1".to_vec())]);
+    fake.push(
+        &bot.token,
+        &me,
+        &[Item::Voice(Some("帮我查一下日程".into()))],
+    );
+    fake.push(&bot.token, &me, &[Item::Voice(None)]);
+    fake.push(
+        &bot.token,
+        &me,
+        &[Item::File {
+            name: "report.pdf".into(),
+            bytes: b"%PDF-1.4 body".to_vec(),
+        }],
+    );
+    fake.push(&bot.token, &me, &[Item::Video(vec![7u8; 5000])]);
+    fake.push(
+        &bot.token,
+        &me,
+        &[Item::Quote {
+            text: "this one".into(),
+            title: "张三".into(),
+            quoted: Box::new(Item::Text("earlier words".into())),
+        }],
+    );
+    let got = inbound_n(&cluster, 7).await;
+    let m = |i: usize| &got[i].1;
+    assert_eq!(m(0).message_id, id_text.to_string());
+    assert_eq!(m(0).text.as_deref(), Some("你好"));
+    assert_eq!(m(0).sender_id.as_deref(), Some(me.as_str()));
+    assert_eq!(m(0).sender_name.as_deref(), Some("张三"));
+    assert_eq!(m(1).files.len(), 1);
+    assert_eq!(m(1).files[0].file_type, "image");
+    assert_eq!(cluster.file(&m(1).files[0].file_ref).bytes, b"PNG-BYTES-1");
+    assert_eq!(m(2).text.as_deref(), Some("[Voice message] 帮我查一下日程"));
+    assert!(m(2).files.is_empty());
+    assert!(m(3).text.as_deref().unwrap().contains("no transcript"));
+    assert_eq!(m(4).files[0].filename.as_deref(), Some("report.pdf"));
+    assert_eq!(
+        cluster.file(&m(4).files[0].file_ref).bytes,
+        b"%PDF-1.4 body"
+    );
+    assert_eq!(cluster.file(&m(5).files[0].file_ref).bytes, vec![7u8; 5000]);
+    assert_eq!(m(5).files[0].file_type, "video");
+    assert_eq!(
+        m(6).text.as_deref(),
+        Some("[Quoting 张三: \"earlier words\"]\nthis one")
+    );
+    // The cursor moved; nothing arrives twice.
+    eventually(WAIT, "cursor stored", || async {
+        cluster
+            .kv
+            .lock()
+            .unwrap()
+            .keys()
+            .any(|k| k.starts_with("cursor:"))
+            .then_some(())
+    })
+    .await;
+    // The reply goes to the latest sender with its latest context token, once.
+    pod.deliver(CH, "msg_r1", Some("收到"), &[]).await.unwrap();
+    pod.deliver(CH, "msg_r1", Some("收到"), &[]).await.unwrap();
+    let sent = fake.sent(&bot.token);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].to_user_id, me);
+    assert_eq!(sent[0].text(), Some("收到"));
+    assert!(
+        fake.context_tokens(&bot.token, &me)
+            .contains(&sent[0].context_token)
+    );
+    // No context token is in the store in readable form.
+    for v in cluster.kv.lock().unwrap().values() {
+        assert!(!v.contains(&sent[0].context_token));
+    }
+    assert_eq!(cluster.inbound().len(), 7);
+    let logs = captured_logs();
+    assert!(!logs.contains(&bot.token));
+    assert!(!logs.contains(&sent[0].context_token));
+}
+
+#[tokio::test]
+async fn a_timed_out_send_is_repeated_with_the_same_client_id() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(300));
+    let cluster = Cluster::new();
+    let mut cfg = config(&fake);
+    cfg.request_timeout = Duration::from_millis(400);
+    let pod = Pod::start(cluster.clone(), "a", cfg, true).await;
+    let bot = pod.login(&fake, CH).await;
+    fake.push_text(&bot.token, "hi");
+    inbound_n(&cluster, 1).await;
+    eventually(WAIT, "reply token stored", || async {
+        cluster
+            .kv
+            .lock()
+            .unwrap()
+            .keys()
+            .any(|k| k.starts_with("peers:"))
+            .then_some(())
+    })
+    .await;
+    // iLink takes the message but answers too late; the retry carries the same client_id.
+    fake.lag("sendmessage", Duration::from_millis(700));
+    let r = pod.deliver(CH, "msg_slow", Some("only once"), &[]).await;
+    fake.lag("sendmessage", Duration::ZERO);
+    if r.is_err() {
+        // The core would retry the same message_id later: same client id again.
+        pod.deliver(CH, "msg_slow", Some("only once"), &[])
+            .await
+            .unwrap();
+    }
+    let sent = fake.sent(&bot.token);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].attempts >= 2, "{sent:?}");
+}
+
+#[tokio::test]
+async fn media_out_is_encrypted_for_the_cdn_and_typing_ends_before_the_reply() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(300));
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), true).await;
+    let bot = pod.login(&fake, CH).await;
+    fake.push_text(&bot.token, "send me the chart");
+    inbound_n(&cluster, 1).await;
+    eventually(WAIT, "reply token", || async {
+        cluster
+            .kv
+            .lock()
+            .unwrap()
+            .keys()
+            .any(|k| k.starts_with("peers:"))
+            .then_some(())
+    })
+    .await;
+    let binding = cluster.binding(CH);
+    use switchyard_core::provider::Provider;
+    pod.provider
+        .activity(&binding, switchyard_protocol::im::ActivityStatus::Thinking)
+        .await
+        .unwrap();
+    assert_eq!(fake.typing(&bot.token), vec![(bot.user_id.clone(), 1)]);
+    let png: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    cluster.add_upload(CH, "file_up_1", "chart.png", "image/png", &png);
+    cluster.add_upload(CH, "file_up_2", "notes.txt", "text/plain", b"plain notes");
+    cluster.add_upload(CH, "file_up_3", "clip.mp4", "video/mp4", &[9u8; 100]);
+    pod.deliver(
+        CH,
+        "msg_media",
+        Some("here it is"),
+        &["file_up_1", "file_up_2"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        fake.typing(&bot.token),
+        vec![(bot.user_id.clone(), 1), (bot.user_id.clone(), 2)],
+        "typing cancelled before the reply"
+    );
+    let sent = fake.sent(&bot.token);
+    assert_eq!(sent.len(), 3);
+    assert_eq!(sent[0].text(), Some("here it is"));
+    assert_eq!(sent[1].item_list[0]["type"], 2);
+    assert_eq!(
+        sent[1].media[0], png,
+        "the CDN ciphertext decrypts to the file"
+    );
+    let param = sent[1].item_list[0]["image_item"]["media"]["encrypt_query_param"]
+        .as_str()
+        .unwrap();
+    let obj = fake.cdn_object(param).unwrap();
+    assert_eq!(obj.ciphertext.len(), (png.len() / 16 + 1) * 16);
+    assert_ne!(&obj.ciphertext[..16], &png[..16]);
+    assert_eq!(sent[2].item_list[0]["type"], 4);
+    assert_eq!(sent[2].item_list[0]["file_item"]["file_name"], "notes.txt");
+    assert_eq!(sent[2].media[0], b"plain notes");
+    // The media tool: caption first, then the video.
+    let r = pod
+        .tool(
+            CH,
+            "wechat_message_send_media",
+            json!({"file_ref": "file_up_3", "text": "clip"}),
+            "call_1",
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["status"], "sent");
+    let sent = fake.sent(&bot.token);
+    assert_eq!(sent.len(), 5);
+    assert_eq!(sent[3].text(), Some("clip"));
+    assert_eq!(sent[4].item_list[0]["type"], 5);
+    assert_eq!(r["message_id"], sent[4].client_id);
+    // Repeating the call sends nothing new.
+    pod.tool(
+        CH,
+        "wechat_message_send_media",
+        json!({"file_ref": "file_up_3", "text": "clip"}),
+        "call_1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(fake.sent(&bot.token).len(), 5);
+    // Unknown files and strangers are refused with clear errors.
+    let e = pod
+        .tool(
+            CH,
+            "wechat_message_send_media",
+            json!({"file_ref": "nope"}),
+            "call_2",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "file_not_found");
+    let e = pod
+        .tool(
+            CH,
+            "wechat_message_send",
+            json!({"text": "x", "recipient_ref": "stranger@im.wechat"}),
+            "call_3",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "invalid_arguments");
+    let r = pod
+        .tool(
+            CH,
+            "wechat_message_send",
+            json!({"text": "tool text"}),
+            "call_4",
+        )
+        .await
+        .unwrap();
+    assert!(!r.to_string().contains(&sent[0].context_token));
+    assert_eq!(
+        fake.sent(&bot.token).last().unwrap().text(),
+        Some("tool text")
+    );
+}
+
+#[tokio::test]
+async fn stale_token_marks_the_channel_expired_and_stops_polling() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(300));
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), true).await;
+    let bot = pod.login(&fake, CH).await;
+    fake.push_text(&bot.token, "hello");
+    inbound_n(&cluster, 1).await;
+    fake.expire_token(&bot.token);
+    eventually(WAIT, "expired status", || async {
+        cluster
+            .statuses()
+            .contains(&(CH.to_owned(), ConnectionStatus::Expired))
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let polls = fake.call_count("getupdates");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(fake.call_count("getupdates"), polls, "no poll after -14");
+    let e = pod
+        .deliver(CH, "msg_x", Some("hello?"), &[])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code, "recipient_unreachable",
+        "the reply tokens were forgotten"
+    );
+}
+
+#[tokio::test]
+async fn failures_back_off_and_keep_the_cursor() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(300));
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), true).await;
+    let bot = pod.login(&fake, CH).await;
+    fake.fail_next("getupdates", 2, Failure::Http(502));
+    fake.fail_next("getupdates", 1, Failure::Ret(-1));
+    fake.push_text(&bot.token, "one");
+    inbound_n(&cluster, 1).await;
+    // The store refuses: the batch is fetched again and stored once it accepts.
+    cluster.full.store(true, Ordering::SeqCst);
+    fake.push_text(&bot.token, "two");
+    eventually(WAIT, "refused attempts", || async {
+        (cluster.accept_calls.load(Ordering::SeqCst) >= 3).then_some(())
+    })
+    .await;
+    // A CDN outage holds a media message back the same way.
+    fake.fail_next("cdn_download", 2, Failure::Http(503));
+    fake.push(&bot.token, &bot.user_id, &[Item::Image(b"IMG".to_vec())]);
+    cluster.full.store(false, Ordering::SeqCst);
+    let got = inbound_n(&cluster, 3).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let got2 = cluster.inbound();
+    assert_eq!(got.len(), 3);
+    assert_eq!(got2.len(), 3);
+    assert_eq!(got2[1].1.text.as_deref(), Some("two"));
+    assert_eq!(cluster.file(&got2[2].1.files[0].file_ref).bytes, b"IMG");
+    assert_eq!(cluster.files.lock().unwrap().len(), 1, "media stored once");
+    assert!(
+        fake.calls()
+            .iter()
+            .any(|c| c.endpoint == "getupdates" && c.outcome == "http_502")
+    );
+}
