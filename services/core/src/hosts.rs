@@ -22,6 +22,8 @@ use switchyard_protocol::hosts::{
     Timeouts, format_rfc3339, transition,
 };
 
+mod reads;
+
 use crate::engine::Hub;
 use crate::error::{BackendError, ErrorKind};
 use crate::hoststore::*;
@@ -59,7 +61,7 @@ impl Default for HostsConfig {
             run_retention: Duration::from_secs(7 * 24 * 3600),
             max_active_runs_per_tenant: 1000,
             max_artifact_bytes: 100 * 1024 * 1024,
-            device_card_id: "device.agent-host".into(),
+            device_card_id: switchyard_protocol::hosts::AGENT_HOST_CARD_ID.into(),
             tick: Duration::from_secs(2),
         }
     }

@@ -463,7 +463,7 @@ impl HostsSection {
             run_retention: self.run_retention.0,
             max_active_runs_per_tenant: self.max_active_runs_per_tenant,
             max_artifact_bytes: self.max_artifact_bytes,
-            device_card_id: "device.agent-host".into(),
+            device_card_id: switchyard_protocol::hosts::AGENT_HOST_CARD_ID.into(),
             tick: self.tick.0,
         }
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use rustls::ClientConfig;
 
 use crate::pki::PkiError;
-use crate::server::{parse_certs, parse_key, provider};
+use crate::tls::{parse_certs, parse_key, provider};
 
 /// rustls client configuration that trusts only `ca_pem` (the host CA received at enrollment)
 /// and presents `cert_pem` + `key_pem` when both are given (none before enrollment). Uses the

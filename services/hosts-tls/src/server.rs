@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
 use crate::pki::PkiError;
+use crate::tls::{parse_certs, parse_key, provider};
 
 /// A client that has not finished its TLS handshake by then is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,27 +41,6 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 pub struct PeerCertificate(pub Option<Vec<u8>>);
 
 /// The ring provider, chosen explicitly so no process-wide default is needed.
-pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-pub(crate) fn parse_certs(
-    pem: &str,
-    what: &'static str,
-) -> Result<Vec<CertificateDer<'static>>, PkiError> {
-    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| PkiError::Pem(what))?;
-    if certs.is_empty() {
-        return Err(PkiError::Pem(what));
-    }
-    Ok(certs)
-}
-
-pub(crate) fn parse_key(pem: &str, what: &'static str) -> Result<PrivateKeyDer<'static>, PkiError> {
-    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|_| PkiError::Pem(what))
-}
-
 /// rustls server configuration: the listener's certificate chain and key; client
 /// certificates optional, but one that is presented must chain to `client_ca_pem` (with the
 /// client-auth EKU), or the handshake fails. ALPN `http/1.1` only.

@@ -8,7 +8,7 @@ use switchyard_protocol::card::{
 use switchyard_protocol::profile::DEVICE_V1;
 use switchyard_protocol::{CARD_SCHEMA, PROTOCOL_VERSION};
 
-pub const CARD_ID: &str = "device.agent-host";
+pub const CARD_ID: &str = switchyard_protocol::hosts::AGENT_HOST_CARD_ID;
 pub const FLOW_PAIRING: &str = "agent_host_pairing";
 pub const FIELD_HOST_NAME: &str = "host_name";
 pub const FIELD_PAIRING_CODE: &str = "pairing_code";

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use switchyard_core::hosts::{
-    Hosts, HostsError, NewRun, binding_key, connection_status, run_topic,
+    Hosts, HostsError, NewRun, binding_key, connection_status,
 };
 use switchyard_core::hoststore::{HostRecord, HostStatus, RunRecord};
 use switchyard_core::provider::{
@@ -72,7 +72,7 @@ impl AgentHostProvider {
             .get("host_id")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        match self.hosts.hub.store.get_host(host_id).await {
+        match self.hosts.host(host_id).await {
             Ok(Some(h)) if h.tenant_id == binding.tenant_id => {
                 if h.status == HostStatus::Revoked {
                     return Err(ProviderError::new(
@@ -112,9 +112,7 @@ impl AgentHostProvider {
     ) -> Result<RunRecord, ProviderError> {
         let run = self
             .hosts
-            .hub
-            .store
-            .get_run(run_id)
+            .run(run_id)
             .await
             .map_err(|e| map_err(e.into()))?;
         match run {
@@ -132,13 +130,14 @@ impl AgentHostProvider {
     }
 
     async fn host_status(&self, host: &HostRecord) -> Result<Value, ProviderError> {
-        let store = &self.hosts.hub.store;
-        let agents = store
-            .list_agents(&host.id)
+        let agents = self
+            .hosts
+            .agents(&host.id)
             .await
             .map_err(|e| map_err(e.into()))?;
-        let runs = store
-            .host_runs(&host.id, &switchyard_core::hosts::LIVE)
+        let runs = self
+            .hosts
+            .live_runs(&host.id)
             .await
             .map_err(|e| map_err(e.into()))?;
         Ok(json!({
@@ -176,9 +175,7 @@ impl AgentHostProvider {
             None => {
                 let agents = self
                     .hosts
-                    .hub
-                    .store
-                    .list_agents(&host.id)
+                    .agents(&host.id)
                     .await
                     .map_err(|e| map_err(e.into()))?;
                 match agents.as_slice() {
@@ -250,8 +247,6 @@ impl AgentHostProvider {
         if with_artifacts {
             let listed = self
                 .hosts
-                .hub
-                .store
                 .run_artifacts(&run.id)
                 .await
                 .map_err(|e| map_err(e.into()))?;
@@ -292,12 +287,12 @@ impl AgentHostProvider {
             .map_or(Duration::from_secs(25), Duration::from_secs)
             .min(self.max_wait);
         let deadline = tokio::time::Instant::now() + wait;
-        let mut bells = self.hosts.hub.bus.subscribe(&run_topic(&run.id)).await.ok();
+        let mut bells = self.hosts.run_bells(&run.id).await;
         let mut cursor = run.event_count;
-        let store = &self.hosts.hub.store;
         loop {
             // Progress for events that arrived since the call started (or the last look).
-            let events = store
+            let events = self
+                .hosts
                 .run_events(&run.id, cursor, 200)
                 .await
                 .map_err(|e| map_err(e.into()))?;
@@ -355,8 +350,6 @@ impl AgentHostProvider {
             .clamp(1, 500) as u32;
         let events = self
             .hosts
-            .hub
-            .store
             .run_events(&run.id, after, limit)
             .await
             .map_err(|e| map_err(e.into()))?;
@@ -414,7 +407,6 @@ impl AgentHostProvider {
         host: &HostRecord,
     ) -> Result<Value, ProviderError> {
         let id = required_str(call.arguments, "artifact_id")?;
-        let store = &self.hosts.hub.store;
         let not_found = || {
             ProviderError::new(
                 ProviderErrorKind::Rejected,
@@ -431,8 +423,9 @@ impl AgentHostProvider {
             .ok_or_else(not_found)?;
         // Artifacts of handed-off runs may live on another host of the tenant; the run must
         // at least belong to this channel's host or descend from one of its runs.
-        let run = store
-            .get_run(&art.run_id)
+        let run = self
+            .hosts
+            .run(&art.run_id)
             .await
             .map_err(|e| map_err(e.into()))?
             .ok_or_else(not_found)?;
@@ -443,9 +436,7 @@ impl AgentHostProvider {
         }
         let body = self
             .hosts
-            .hub
-            .files
-            .get(&art.object_key)
+            .artifact_bytes(&art)
             .await
             .map_err(|e| map_err(e.into()))?;
         let item = self
@@ -594,9 +585,7 @@ impl Provider for AgentHostProvider {
         }
         let host = self
             .hosts
-            .hub
-            .store
-            .find_host(req.tenant_id, name)
+            .host_named(req.tenant_id, name)
             .await
             .map_err(|e| map_err(e.into()))?;
         // One answer for an unknown host and a wrong code: names are not probed this way.
@@ -628,7 +617,7 @@ impl Provider for AgentHostProvider {
             .get("host_id")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        match self.hosts.hub.store.get_host(id).await {
+        match self.hosts.host(id).await {
             Ok(Some(h)) => connection_status(h.status),
             _ => ConnectionStatus::Error,
         }

@@ -25,7 +25,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use crate::now_ms;
 
 /// Card of the device bridge whose channels bind to hosts.
-pub const DEVICE_CARD: &str = "device.agent-host";
+pub const DEVICE_CARD: &str = switchyard_protocol::hosts::AGENT_HOST_CARD_ID;
 /// Profile of the device bridge's tools.
 pub const DEVICE_V1: &str = "xagent.device.v1";
 /// Form flow binding a device channel to a host.

@@ -5,6 +5,10 @@
 //! their retry policy ([`error`]), the timeouts table and reconnect back-off ([`timeouts`]),
 //! the run state machine ([`run`]) and the JWT claims a host presents ([`jwt`]).
 
+/// The Card id of the device bridge that exposes agent hosts to xAgent as `device` channels:
+/// written once, here, for the provider, the core's hosts service, the pod and the simulator.
+pub const AGENT_HOST_CARD_ID: &str = "device.agent-host";
+
 pub mod error;
 pub mod jwt;
 pub mod message;
