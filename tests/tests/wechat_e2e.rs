@@ -408,3 +408,35 @@ async fn wechat_inbound_throughput() {
         deliveries.duplicates().len()
     );
 }
+
+/// A channel that negotiated only IM v1 gets the legacy `message.push`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wechat_v1_channels_get_message_push() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(500));
+    let pod = pod_for(&fake).await;
+    let sim = wechat_sim(&pod);
+    let conn = sim.connect().await.expect("connect /ws");
+    conn.hello(CARD, None, &[IM_V1])
+        .await
+        .expect("hello")
+        .expect_kind("connector.hello.ack")
+        .expect("hello ack");
+    let (ch, _) = open(&conn, None).await;
+    let (bot, _) = login(&conn, &fake, &ch).await;
+    let id = fake.push_named(
+        &bot.token,
+        &bot.user_id,
+        Some("李四"),
+        &[Item::Text("早上好".into())],
+    );
+    let push = conn
+        .next_push_of("message.push", WAIT)
+        .await
+        .expect("message.push");
+    assert_eq!(push.connector_channel_id.as_deref(), Some(ch.as_str()));
+    assert_eq!(push.str_at("/message_id"), Some(id.to_string().as_str()));
+    assert_eq!(push.str_at("/raw_text"), Some("早上好"));
+    assert_eq!(push.str_at("/provider"), Some("wechat"));
+    assert_no_secrets(&conn, &[bot.token.as_str()]);
+}

@@ -1,5 +1,9 @@
 //! The iLink surface (`/ilink/bot/...`) and the CDN (`/c2c/upload`, `/c2c/download`).
 
+// The helpers return the answer to give as their error, the axum way; it is built once per
+// refused request, so its size does not matter.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

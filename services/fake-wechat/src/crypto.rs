@@ -24,7 +24,7 @@ pub fn encrypt(key: &[u8; 16], plain: &[u8]) -> Vec<u8> {
 
 /// None when the length or the padding is wrong.
 pub fn decrypt(key: &[u8; 16], ct: &[u8]) -> Option<Vec<u8>> {
-    if ct.is_empty() || ct.len() % 16 != 0 {
+    if ct.is_empty() || !ct.len().is_multiple_of(16) {
         return None;
     }
     let c = Aes128::new(GenericArray::from_slice(key));

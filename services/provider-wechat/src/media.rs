@@ -16,7 +16,7 @@ pub(crate) fn padded_len(n: u64) -> u64 {
 }
 
 pub(crate) fn decrypt(key: &[u8; 16], ct: &[u8]) -> Option<Vec<u8>> {
-    if ct.is_empty() || ct.len() % 16 != 0 {
+    if ct.is_empty() || !ct.len().is_multiple_of(16) {
         return None;
     }
     let c = Aes128::new(GenericArray::from_slice(key));

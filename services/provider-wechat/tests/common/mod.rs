@@ -647,7 +647,7 @@ impl Pod {
     ) -> switchyard_fake_wechat::ConfirmedBot {
         let sid = format!("auth_{channel_id}");
         self.auth_start(channel_id, &sid).await;
-        let qr = eventually(WAIT, "QR code", || async {
+        eventually(WAIT, "QR code", || async {
             self.host
                 .cluster
                 .session(&sid)
@@ -656,7 +656,6 @@ impl Pod {
                 .then_some(())
         })
         .await;
-        let _ = qr;
         let code = fake.qr_codes().last().cloned().expect("qr");
         let bot = fake.confirm(&code).expect("confirmed");
         let s = self.auth_status(&sid, false).await;
