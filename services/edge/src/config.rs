@@ -488,6 +488,28 @@ impl Default for TelegramConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+pub struct FeishuConfig {
+    /// Feishu Open Platform root (`{base}/open-apis/...`, the long-connection endpoint).
+    pub api_base: String,
+    /// The same for Lark (international) apps.
+    pub lark_api_base: String,
+    /// Lifetime of an app's long-connection lease: how soon another pod takes over after
+    /// the holder dies.
+    pub lease_ttl: Dur,
+}
+
+impl Default for FeishuConfig {
+    fn default() -> Self {
+        Self {
+            api_base: "https://open.feishu.cn".into(),
+            lark_api_base: "https://open.larksuite.com".into(),
+            lease_ttl: Dur(Duration::from_secs(30)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` or `json`.
     pub format: String,
@@ -531,6 +553,7 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub quotas: QuotasConfig,
     pub telegram: TelegramConfig,
+    pub feishu: FeishuConfig,
     pub log: LogConfig,
     /// The pods' mTLS listener for host agents; empty = off.
     pub hosts_tls_listen: String,
@@ -578,6 +601,7 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             quotas: QuotasConfig::default(),
             telegram: TelegramConfig::default(),
+            feishu: FeishuConfig::default(),
             log: LogConfig::default(),
             hosts_tls_listen: "127.0.0.1:8443".into(),
             hosts_ca_cert: None,
