@@ -62,7 +62,14 @@ async fn push(
     };
     let mut ids = Vec::new();
     for _ in 0..t.count.unwrap_or(1).max(1) {
-        let p = s.push_message(&app, &chat, "text", json!({"text": t.text}), Vec::new(), None);
+        let p = s.push_message(
+            &app,
+            &chat,
+            "text",
+            json!({"text": t.text}),
+            Vec::new(),
+            None,
+        );
         ids.push(p.message_id);
     }
     Json(json!({ "message_ids": ids }))

@@ -37,7 +37,14 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-pub(crate) fn record(s: &Shared, method: &str, route: &str, app: Option<&str>, status: u16, code: i64) {
+pub(crate) fn record(
+    s: &Shared,
+    method: &str,
+    route: &str,
+    app: Option<&str>,
+    status: u16,
+    code: i64,
+) {
     s.lock().log.push(LogEntry {
         method: method.into(),
         route: route.into(),
@@ -118,9 +125,7 @@ fn authorize(s: &Shared, headers: &HeaderMap) -> Result<String, Fail> {
         Some(Token {
             app_id,
             expires_at_ms,
-        }) if *expires_at_ms > now_ms()
-            && g.apps.get(app_id).is_some_and(|a| !a.disabled) =>
-        {
+        }) if *expires_at_ms > now_ms() && g.apps.get(app_id).is_some_and(|a| !a.disabled) => {
             Ok(app_id.clone())
         }
         _ => Err(Fail(token_invalid(), CODE_TOKEN_INVALID)),
@@ -293,7 +298,12 @@ const MSG_TYPES: &[&str] = &[
 ];
 
 /// Checks `msg_type` and `content` (keys must be the app's uploads); the parsed content.
-fn check_content(s: &Shared, app: &str, msg_type: &str, content: &str) -> Result<Value, (i64, String)> {
+fn check_content(
+    s: &Shared,
+    app: &str,
+    msg_type: &str,
+    content: &str,
+) -> Result<Value, (i64, String)> {
     if !MSG_TYPES.contains(&msg_type) {
         return Err((230001, format!("invalid msg_type: {msg_type}")));
     }
@@ -555,7 +565,12 @@ async fn upload_image(State(s): State<Arc<Shared>>, headers: HeaderMap, mp: Mult
     let key = s.rand_key("img_v3_");
     s.add_resource(&app, &key, "image", None, &bytes);
     record(&s, "POST", route, Some(&app), 200, 0);
-    envelope(StatusCode::OK, 0, "success", Some(json!({ "image_key": key })))
+    envelope(
+        StatusCode::OK,
+        0,
+        "success",
+        Some(json!({ "image_key": key })),
+    )
 }
 
 const FILE_TYPES: &[&str] = &["opus", "mp4", "pdf", "doc", "xls", "ppt", "stream"];
@@ -578,7 +593,12 @@ async fn upload_file(State(s): State<Arc<Shared>>, headers: HeaderMap, mp: Multi
     if !FILE_TYPES.contains(&file_type.as_str()) {
         return fail(234001, "Invalid request param: file_type");
     }
-    let Some(name) = up.fields.get("file_name").filter(|n| !n.is_empty()).cloned() else {
+    let Some(name) = up
+        .fields
+        .get("file_name")
+        .filter(|n| !n.is_empty())
+        .cloned()
+    else {
         return fail(234001, "Invalid request param: file_name");
     };
     let Some((_, bytes)) = up.file.filter(|(_, b)| !b.is_empty()) else {
@@ -590,7 +610,12 @@ async fn upload_file(State(s): State<Arc<Shared>>, headers: HeaderMap, mp: Multi
     let key = s.rand_key("file_v3_");
     s.add_resource(&app, &key, &file_type, Some(&name), &bytes);
     record(&s, "POST", route, Some(&app), 200, 0);
-    envelope(StatusCode::OK, 0, "success", Some(json!({ "file_key": key })))
+    envelope(
+        StatusCode::OK,
+        0,
+        "success",
+        Some(json!({ "file_key": key })),
+    )
 }
 
 #[derive(Deserialize)]
@@ -612,7 +637,12 @@ async fn get_resource(
     };
     if !matches!(q.kind.as_str(), "image" | "file") {
         record(&s, "GET", route, Some(&app), 400, 234001);
-        return envelope(StatusCode::BAD_REQUEST, 234001, "Invalid request param: type", None);
+        return envelope(
+            StatusCode::BAD_REQUEST,
+            234001,
+            "Invalid request param: type",
+            None,
+        );
     }
     let found = {
         let g = s.lock();
@@ -623,12 +653,7 @@ async fn get_resource(
     };
     let Some(r) = found else {
         record(&s, "GET", route, Some(&app), 400, 234003);
-        return envelope(
-            StatusCode::BAD_REQUEST,
-            234003,
-            "File not in msg.",
-            None,
-        );
+        return envelope(StatusCode::BAD_REQUEST, 234003, "File not in msg.", None);
     };
     record(&s, "GET", route, Some(&app), 200, 0);
     let mut resp = (StatusCode::OK, r.bytes).into_response();
@@ -640,7 +665,10 @@ async fn get_resource(
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
     if let Some(name) = r.filename
-        && let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{}\"", name.replace('"', "")))
+        && let Ok(v) = HeaderValue::from_str(&format!(
+            "attachment; filename=\"{}\"",
+            name.replace('"', "")
+        ))
     {
         resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
     }

@@ -40,11 +40,7 @@ struct EndpointReq {
 
 async fn endpoint(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
     let route = "ws_endpoint";
-    let injected = s
-        .lock()
-        .failures
-        .get_mut(route)
-        .and_then(|q| q.pop_front());
+    let injected = s.lock().failures.get_mut(route).and_then(|q| q.pop_front());
     if let Some(f) = injected {
         let st = match f {
             crate::Failure::Status(st) => st,
@@ -105,8 +101,10 @@ async fn upgrade(
     let app = s.lock().tickets.remove(&q.ticket);
     let Some(app) = app else {
         let mut r = StatusCode::FORBIDDEN.into_response();
-        r.headers_mut()
-            .insert("Handshake-Status", axum::http::HeaderValue::from_static("403"));
+        r.headers_mut().insert(
+            "Handshake-Status",
+            axum::http::HeaderValue::from_static("403"),
+        );
         r.headers_mut().insert(
             "Handshake-Msg",
             axum::http::HeaderValue::from_static("ticket invalid"),
@@ -274,7 +272,11 @@ fn on_frame(s: &Shared, app: &str, f: Frame) -> Option<Vec<u8>> {
 }
 
 /// The body and headers an HTTP delivery carries.
-fn http_request(s: &Shared, app: &str, plain: &[u8]) -> Option<(String, Vec<u8>, Vec<(String, String)>)> {
+fn http_request(
+    s: &Shared,
+    app: &str,
+    plain: &[u8],
+) -> Option<(String, Vec<u8>, Vec<(String, String)>)> {
     let g = s.lock();
     let a = g.apps.get(app)?;
     let url = a.event_url.clone()?;
@@ -284,7 +286,10 @@ fn http_request(s: &Shared, app: &str, plain: &[u8]) -> Option<(String, Vec<u8>,
             let body = serde_json::to_vec(&json!({"encrypt": crypto::encrypt(k, plain)})).ok()?;
             let ts = (now_ms() / 1000).to_string();
             let nonce = format!("{:016x}", rand::random::<u64>());
-            headers.push(("X-Lark-Signature".into(), crypto::signature(&ts, &nonce, k, &body)));
+            headers.push((
+                "X-Lark-Signature".into(),
+                crypto::signature(&ts, &nonce, k, &body),
+            ));
             headers.push(("X-Lark-Request-Timestamp".into(), ts));
             headers.push(("X-Lark-Request-Nonce".into(), nonce));
             body
@@ -294,7 +299,12 @@ fn http_request(s: &Shared, app: &str, plain: &[u8]) -> Option<(String, Vec<u8>,
     Some((url, body, headers))
 }
 
-async fn post_json(s: &Shared, url: &str, body: Vec<u8>, headers: Vec<(String, String)>) -> Option<(u16, Value)> {
+async fn post_json(
+    s: &Shared,
+    url: &str,
+    body: Vec<u8>,
+    headers: Vec<(String, String)>,
+) -> Option<(u16, Value)> {
     let mut req = s
         .http
         .post(url)
@@ -325,7 +335,11 @@ pub(crate) async fn http_sender(s: Arc<Shared>) {
             let mut w = Vec::new();
             for app in subscribed {
                 if let Some(ev) = g.events.get_mut(&app) {
-                    for e in ev.queue.iter_mut().filter(|e| e.inflight.is_none_or(|(_, at)| now - at > 300)) {
+                    for e in ev
+                        .queue
+                        .iter_mut()
+                        .filter(|e| e.inflight.is_none_or(|(_, at)| now - at > 300))
+                    {
                         e.inflight = Some((0, now));
                         e.attempts += 1;
                         w.push((app.clone(), e.event_id.clone(), e.body.clone()));
@@ -375,20 +389,29 @@ pub(crate) async fn verify_url(s: &Shared, app: &str, url: &str) -> (u16, Value)
     let (token, key) = {
         let g = s.lock();
         match g.apps.get(app) {
-            Some(a) => (a.verification_token.clone().unwrap_or_default(), a.encrypt_key.clone()),
+            Some(a) => (
+                a.verification_token.clone().unwrap_or_default(),
+                a.encrypt_key.clone(),
+            ),
             None => return (0, Value::Null),
         }
     };
     let challenge = format!("{:016x}", rand::random::<u64>());
-    let plain = serde_json::to_vec(&json!({"challenge": challenge, "token": token, "type": "url_verification"}))
-        .unwrap_or_default();
+    let plain = serde_json::to_vec(
+        &json!({"challenge": challenge, "token": token, "type": "url_verification"}),
+    )
+    .unwrap_or_default();
     let mut headers = Vec::new();
     let body = match key {
         Some(k) => {
-            let body = serde_json::to_vec(&json!({"encrypt": crypto::encrypt(&k, &plain)})).unwrap_or_default();
+            let body = serde_json::to_vec(&json!({"encrypt": crypto::encrypt(&k, &plain)}))
+                .unwrap_or_default();
             let ts = (now_ms() / 1000).to_string();
             let nonce = format!("{:016x}", rand::random::<u64>());
-            headers.push(("X-Lark-Signature".into(), crypto::signature(&ts, &nonce, &k, &body)));
+            headers.push((
+                "X-Lark-Signature".into(),
+                crypto::signature(&ts, &nonce, &k, &body),
+            ));
             headers.push(("X-Lark-Request-Timestamp".into(), ts));
             headers.push(("X-Lark-Request-Nonce".into(), nonce));
             body

@@ -212,11 +212,7 @@ impl Shared {
     }
 
     pub(crate) fn rand_key(&self, prefix: &str) -> String {
-        format!(
-            "{prefix}{:x}{:08x}",
-            self.next_id(),
-            rand::random::<u32>()
-        )
+        format!("{prefix}{:x}{:08x}", self.next_id(), rand::random::<u32>())
     }
 }
 
@@ -548,11 +544,7 @@ impl FakeFeishu {
 
     /// Ping frames received on the app's connections.
     pub fn pings(&self, app_id: &str) -> u64 {
-        self.shared
-            .lock()
-            .events
-            .get(app_id)
-            .map_or(0, |e| e.pings)
+        self.shared.lock().events.get(app_id).map_or(0, |e| e.pings)
     }
 
     // ---- inspection ---------------------------------------------------------------------
@@ -599,7 +591,10 @@ impl FakeFeishu {
 
 impl Shared {
     pub(crate) fn add_app(&self, app_id: &str, app_secret: &str, name: &str) -> String {
-        let open_id = format!("ou_bot_{}", &hex::encode(app_id.as_bytes())[..8.min(app_id.len() * 2)]);
+        let open_id = format!(
+            "ou_bot_{}",
+            &hex::encode(app_id.as_bytes())[..8.min(app_id.len() * 2)]
+        );
         self.lock().apps.insert(
             app_id.to_owned(),
             App {
@@ -746,9 +741,9 @@ impl Shared {
         let ev = g.events.entry(app_id.to_owned()).or_default();
         ev.bodies.insert(event_id.to_owned(), bytes.clone());
         ev.queue.push_back(Event {
-                event_id: event_id.to_owned(),
-                body: bytes,
-                inflight: None,
+            event_id: event_id.to_owned(),
+            body: bytes,
+            inflight: None,
             attempts: 0,
         });
         drop(g);

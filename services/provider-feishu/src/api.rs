@@ -48,7 +48,9 @@ pub(crate) enum ApiError {
         reset: Option<u64>,
     },
     /// A non-JSON answer.
-    Http { status: u16 },
+    Http {
+        status: u16,
+    },
     Network(NetKind),
 }
 
@@ -78,7 +80,12 @@ impl ApiError {
 
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::Feishu { status, code, reset, .. } if *status == 429 || *code == RATE_LIMITED => {
+            Self::Feishu {
+                status,
+                code,
+                reset,
+                ..
+            } if *status == 429 || *code == RATE_LIMITED => {
                 Some(Duration::from_secs(reset.unwrap_or(1).clamp(1, 60)))
             }
             Self::Http { status: 429 } => Some(Duration::from_secs(1)),
@@ -100,7 +107,9 @@ impl ApiError {
     /// A short, secret-free text for logs.
     pub fn summary(&self) -> String {
         match self {
-            Self::Feishu { status, code, msg, .. } => format!("http {status} code {code} {msg}"),
+            Self::Feishu {
+                status, code, msg, ..
+            } => format!("http {status} code {code} {msg}"),
             Self::Http { status } => format!("http {status}"),
             Self::Network(k) => format!("network {k:?}").to_ascii_lowercase(),
         }
@@ -122,7 +131,9 @@ impl ApiError {
             Self::Network(NetKind::Timeout) => {
                 ProviderError::transient("Feishu did not answer in time; retry later")
             }
-            Self::Network(_) => ProviderError::transient("Feishu could not be reached; retry later"),
+            Self::Network(_) => {
+                ProviderError::transient("Feishu could not be reached; retry later")
+            }
             _ if self.status().is_some_and(|s| s >= 500) => ProviderError::transient(format!(
                 "Feishu is unavailable (http {}); retry later",
                 self.status().unwrap_or(500)
@@ -211,7 +222,12 @@ fn cache_key(app_key: &str) -> String {
 }
 
 impl Api {
-    pub fn new(feishu_base: &str, lark_base: &str, timeout: Duration, refresh_margin: Duration) -> Self {
+    pub fn new(
+        feishu_base: &str,
+        lark_base: &str,
+        timeout: Duration,
+        refresh_margin: Duration,
+    ) -> Self {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .redirect(reqwest::redirect::Policy::none())
@@ -240,7 +256,9 @@ impl Api {
     fn count(route: &'static str, outcome: &Result<(), &ApiError>) {
         let label = match outcome {
             Ok(()) => "ok".to_owned(),
-            Err(ApiError::Feishu { code, .. }) if TOKEN_INVALID.contains(code) => "token_invalid".into(),
+            Err(ApiError::Feishu { code, .. }) if TOKEN_INVALID.contains(code) => {
+                "token_invalid".into()
+            }
             Err(e) if e.retry_after().is_some() => "rate_limited".into(),
             Err(ApiError::Network(_)) => "network".into(),
             Err(e) => e.status().map_or_else(|| "error".into(), |s| s.to_string()),
@@ -262,7 +280,10 @@ impl Api {
             .get("x-ogw-ratelimit-reset")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
-        let body = resp.bytes().await.map_err(|e| ApiError::Network(net_kind(&e)));
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| ApiError::Network(net_kind(&e)));
         let outcome = match body {
             Err(e) => Err(e),
             Ok(body) => match serde_json::from_slice::<Value>(&body) {
@@ -274,7 +295,10 @@ impl Api {
                         Err(ApiError::Feishu {
                             status,
                             code,
-                            msg: bounded(v.get("msg").and_then(Value::as_str).unwrap_or(""), secrets),
+                            msg: bounded(
+                                v.get("msg").and_then(Value::as_str).unwrap_or(""),
+                                secrets,
+                            ),
                             reset,
                         })
                     }
@@ -293,7 +317,12 @@ impl Api {
     }
 
     /// A tenant access token for the app: the cached one, or a new one.
-    pub async fn token(&self, host: &dyn ProviderHost, c: &Credentials, fresh: bool) -> Result<Secret, ApiError> {
+    pub async fn token(
+        &self,
+        host: &dyn ProviderHost,
+        c: &Credentials,
+        fresh: bool,
+    ) -> Result<Secret, ApiError> {
         let key = c.app_key();
         let now = now_ms();
         if !fresh {
@@ -322,7 +351,10 @@ impl Api {
         {
             return Ok(t.token.clone());
         }
-        let url = format!("{}/open-apis/auth/v3/tenant_access_token/internal", self.base(c.domain));
+        let url = format!(
+            "{}/open-apis/auth/v3/tenant_access_token/internal",
+            self.base(c.domain)
+        );
         let sent = self
             .client
             .post(url)
@@ -353,13 +385,20 @@ impl Api {
         let life_ms = a.expire.max(1) * 1000;
         let margin = (self.refresh_margin.as_millis() as i64).min(life_ms / 2);
         let use_until = now_ms() + life_ms - margin;
-        self.local
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), CachedToken { token: token.clone(), use_until });
+        self.local.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            key.clone(),
+            CachedToken {
+                token: token.clone(),
+                use_until,
+            },
+        );
         let stored = json!({"t": token.expose(), "u": use_until}).to_string();
         let ttl = Duration::from_millis((life_ms - margin).max(1000) as u64);
-        if let Err(e) = host.ephemeral().put(&cache_key(&key), stored.into_bytes(), ttl).await {
+        if let Err(e) = host
+            .ephemeral()
+            .put(&cache_key(&key), stored.into_bytes(), ttl)
+            .await
+        {
             tracing::debug!(error = %e, "feishu token not shared; each pod fetches its own");
         }
         Ok(token)
@@ -373,10 +412,13 @@ impl Api {
             return None;
         }
         let token = Secret::new(v.get("t")?.as_str()?);
-        self.local
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_owned(), CachedToken { token: token.clone(), use_until });
+        self.local.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            key.to_owned(),
+            CachedToken {
+                token: token.clone(),
+                use_until,
+            },
+        );
         Some(token)
     }
 
@@ -385,14 +427,21 @@ impl Api {
         let key = c.app_key();
         {
             let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
-            if local.get(&key).is_some_and(|t| t.token.expose() == bad.expose()) {
+            if local
+                .get(&key)
+                .is_some_and(|t| t.token.expose() == bad.expose())
+            {
                 local.remove(&key);
             }
         }
         if let Ok(Some(raw)) = host.ephemeral().get(&cache_key(&key)).await
             && serde_json::from_slice::<Value>(&raw)
                 .ok()
-                .and_then(|v| v.get("t").and_then(Value::as_str).map(|t| t == bad.expose()))
+                .and_then(|v| {
+                    v.get("t")
+                        .and_then(Value::as_str)
+                        .map(|t| t == bad.expose())
+                })
                 .unwrap_or(true)
         {
             let _ = host.ephemeral().delete(&cache_key(&key)).await;
@@ -421,17 +470,31 @@ impl Api {
             // An invalid-token answer is small JSON; look before handing the response on.
             if !fresh && resp.status().as_u16() == 400 {
                 let status = resp.status().as_u16();
-                let body = resp.bytes().await.map_err(|e| ApiError::Network(net_kind(&e)))?;
+                let body = resp
+                    .bytes()
+                    .await
+                    .map_err(|e| ApiError::Network(net_kind(&e)))?;
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let code = v.get("code").and_then(Value::as_i64).unwrap_or(-1);
                 if TOKEN_INVALID.contains(&code) {
-                    Self::count(route, &Err(&ApiError::Feishu { status, code, msg: String::new(), reset: None }));
+                    Self::count(
+                        route,
+                        &Err(&ApiError::Feishu {
+                            status,
+                            code,
+                            msg: String::new(),
+                            reset: None,
+                        }),
+                    );
                     tracing::info!(route, "feishu token refused; renewing it once");
                     self.drop_token(host, c, &token).await;
                     fresh = true;
                     continue;
                 }
-                let rebuilt = http::Response::builder().status(status).body(body).map_err(|_| ApiError::Http { status })?;
+                let rebuilt = http::Response::builder()
+                    .status(status)
+                    .body(body)
+                    .map_err(|_| ApiError::Http { status })?;
                 return Ok(reqwest::Response::from(rebuilt));
             }
             return Ok(resp);
@@ -514,7 +577,10 @@ impl Api {
         let url = format!("{}{path}", self.base(c.domain));
         let resp = self
             .authorised(host, c, "resource", |t| {
-                self.client.get(&url).timeout(timeout).bearer_auth(t.expose())
+                self.client
+                    .get(&url)
+                    .timeout(timeout)
+                    .bearer_auth(t.expose())
             })
             .await;
         let resp = match resp {
@@ -525,9 +591,9 @@ impl Api {
             }
         };
         if !resp.status().is_success() {
-            return Self::finish("resource", Ok(resp), &[]).await.map(|_| {
-                unreachable_stream()
-            });
+            return Self::finish("resource", Ok(resp), &[])
+                .await
+                .map(|_| unreachable_stream());
         }
         Self::count("resource", &Ok(()));
         let mime = resp
@@ -540,7 +606,10 @@ impl Api {
             .get(reqwest::header::CONTENT_DISPOSITION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.split("filename=").nth(1))
-            .map(|n| n.trim_matches(|c| c == '"' || c == ' ' || c == ';').to_owned())
+            .map(|n| {
+                n.trim_matches(|c| c == '"' || c == ' ' || c == ';')
+                    .to_owned()
+            })
             .filter(|n| !n.is_empty());
         let len = resp.content_length();
         let stream = resp
@@ -585,7 +654,11 @@ fn unreachable_stream() -> (ByteStream, Option<String>, Option<String>, Option<u
 /// Runs `attempt` until it succeeds, waiting out Feishu's frequency limit while `deadline`
 /// allows. Other failures are repeated only when nothing can have happened at Feishu, or the
 /// call is `idempotent` (reads, and sends carrying a `uuid`).
-pub(crate) async fn retrying<T, F, Fut>(deadline: Instant, idempotent: bool, mut attempt: F) -> Result<T, ApiError>
+pub(crate) async fn retrying<T, F, Fut>(
+    deadline: Instant,
+    idempotent: bool,
+    mut attempt: F,
+) -> Result<T, ApiError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ApiError>>,
@@ -599,7 +672,9 @@ where
         };
         let wait = match err.retry_after() {
             Some(w) => w,
-            None if repeats < 3 && (err.nothing_happened() || (idempotent && err.is_transient())) => {
+            None if repeats < 3
+                && (err.nothing_happened() || (idempotent && err.is_transient())) =>
+            {
                 repeats += 1;
                 backoff *= 2;
                 backoff
@@ -611,7 +686,10 @@ where
         }
         if err.retry_after().is_some() {
             metrics::counter!("switchyard_feishu_rate_limited_total").increment(1);
-            tracing::info!(wait_ms = wait.as_millis() as u64, "feishu frequency limit; waiting for the reset");
+            tracing::info!(
+                wait_ms = wait.as_millis() as u64,
+                "feishu frequency limit; waiting for the reset"
+            );
         }
         tokio::time::sleep(wait).await;
     }
@@ -623,13 +701,28 @@ mod tests {
 
     #[test]
     fn mapping() {
-        let e = ApiError::Feishu { status: 400, code: 99991663, msg: "x".into(), reset: None };
+        let e = ApiError::Feishu {
+            status: 400,
+            code: 99991663,
+            msg: "x".into(),
+            reset: None,
+        };
         assert!(e.is_token_invalid());
         assert_eq!(e.to_provider().kind, ProviderErrorKind::Unauthorized);
-        let e = ApiError::Feishu { status: 429, code: 99991400, msg: "limit".into(), reset: Some(3) };
+        let e = ApiError::Feishu {
+            status: 429,
+            code: 99991400,
+            msg: "limit".into(),
+            reset: Some(3),
+        };
         assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
         assert!(e.to_provider().retryable());
-        let e = ApiError::Feishu { status: 400, code: 230001, msg: "bad".into(), reset: None };
+        let e = ApiError::Feishu {
+            status: 400,
+            code: 230001,
+            msg: "bad".into(),
+            reset: None,
+        };
         assert_eq!(e.to_provider().kind, ProviderErrorKind::Rejected);
         assert!(ApiError::Http { status: 502 }.to_provider().retryable());
         assert_eq!(bounded("echo s3cr3t here", &["s3cr3t"]), "echo *** here");

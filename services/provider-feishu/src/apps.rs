@@ -44,7 +44,12 @@ impl Registry {
     }
 
     pub fn all(&self) -> Vec<Arc<App>> {
-        self.apps.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.apps
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 
     pub async fn refresh(&self, host: &dyn ProviderHost) -> Result<(), BackendError> {
@@ -52,7 +57,11 @@ impl Registry {
         self.load(host).await
     }
 
-    pub async fn refresh_if_older(&self, host: &dyn ProviderHost, max_age: Duration) -> Result<(), BackendError> {
+    pub async fn refresh_if_older(
+        &self,
+        host: &dyn ProviderHost,
+        max_age: Duration,
+    ) -> Result<(), BackendError> {
         let _one = self.refreshing.lock().await;
         let fresh = self
             .loaded_at
@@ -75,7 +84,11 @@ impl Registry {
                 continue;
             };
             let key = c.app_key();
-            let app = Arc::new(App { key: key.clone(), channel_id: b.channel_id.clone(), creds: c });
+            let app = Arc::new(App {
+                key: key.clone(),
+                channel_id: b.channel_id.clone(),
+                creds: c,
+            });
             by_channel.insert(b.channel_id.clone(), app.clone());
             if apps.contains_key(&key) {
                 // The core refuses the same app twice in a tenant; across tenants the first

@@ -20,7 +20,8 @@ pub const TOOL_REPLY: &str = "feishu_message_reply";
 pub const TOOL_REPLY_IMAGE: &str = "feishu_message_reply_image";
 pub const TOOL_SEND_FILE: &str = "feishu_message_send_file";
 
-const REPLY_REF_DOC: &str = "The message_id of the inbound chat.message to answer (om_...), unchanged.";
+const REPLY_REF_DOC: &str =
+    "The message_id of the inbound chat.message to answer (om_...), unchanged.";
 const FILE_REF_DOC: &str = "file_ref returned by POST /files/uploads for this channel.";
 
 pub(crate) fn build(build: BuildInfo, api_key_required: bool) -> Card {
@@ -204,14 +205,39 @@ mod tests {
         assert_eq!(c.violations(), Vec::<String>::new());
         assert_eq!(c.connector_card_id, "im.feishu");
         let ids: Vec<&str> = c.tools.iter().map(|t| t.tool_id.as_str()).collect();
-        assert_eq!(ids, vec![TOOL_SEND, TOOL_SEND_IMAGE, TOOL_REPLY, TOOL_REPLY_IMAGE, TOOL_SEND_FILE]);
+        assert_eq!(
+            ids,
+            vec![
+                TOOL_SEND,
+                TOOL_SEND_IMAGE,
+                TOOL_REPLY,
+                TOOL_REPLY_IMAGE,
+                TOOL_SEND_FILE
+            ]
+        );
         for t in &c.tools {
-            assert_eq!(t.input_schema["required"][0], "connector_channel_id", "{}", t.tool_id);
+            assert_eq!(
+                t.input_schema["required"][0], "connector_channel_id",
+                "{}",
+                t.tool_id
+            );
             assert_eq!(t.related_skill_ids, vec!["connector-im-feishu".to_owned()]);
         }
         let f = c.flow(FLOW_APP_BINDING).unwrap();
-        let secret: Vec<&str> = f.fields.iter().filter(|x| x.secret).map(|x| x.name.as_str()).collect();
-        assert_eq!(secret, vec![FIELD_APP_SECRET, FIELD_VERIFICATION_TOKEN, FIELD_ENCRYPT_KEY]);
+        let secret: Vec<&str> = f
+            .fields
+            .iter()
+            .filter(|x| x.secret)
+            .map(|x| x.name.as_str())
+            .collect();
+        assert_eq!(
+            secret,
+            vec![
+                FIELD_APP_SECRET,
+                FIELD_VERIFICATION_TOKEN,
+                FIELD_ENCRYPT_KEY
+            ]
+        );
         let s = skill();
         assert!(s.lines().any(|l| l == "name: connector-im-feishu"));
     }

@@ -65,7 +65,10 @@ impl Credentials {
     /// From stored credentials; None when they are not ours.
     pub fn from_stored(v: &Value) -> Option<Self> {
         let app_id = v.get(FIELD_APP_ID)?.as_str().filter(|a| app_id_ok(a))?;
-        let secret = v.get(FIELD_APP_SECRET)?.as_str().filter(|s| !s.is_empty())?;
+        let secret = v
+            .get(FIELD_APP_SECRET)?
+            .as_str()
+            .filter(|s| !s.is_empty())?;
         Some(Self {
             app_id: app_id.to_owned(),
             app_secret: Secret::new(secret),
@@ -168,7 +171,10 @@ mod tests {
         let v = back.view();
         assert_eq!(v.display_name, "Helper");
         assert_eq!(v.account_hint.as_deref(), Some("Lark app …d4e5"));
-        assert_ne!(app_key(Domain::Feishu, "cli_a"), app_key(Domain::Lark, "cli_a"));
+        assert_ne!(
+            app_key(Domain::Feishu, "cli_a"),
+            app_key(Domain::Lark, "cli_a")
+        );
         assert!(app_id_ok("cli_a1b2"));
         assert!(!app_id_ok("cli_a/b"));
         assert!(!app_id_ok("xyz_abc"));

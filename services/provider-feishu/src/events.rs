@@ -44,12 +44,18 @@ pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>) -> Router {
 fn answer(status: StatusCode, code: &str) -> Response {
     let mut r = (status, axum::Json(json!({ "error": code }))).into_response();
     if status == StatusCode::SERVICE_UNAVAILABLE {
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
     }
     r
 }
 
-async fn read_bounded(headers: &HeaderMap, body: Body, max: usize, timeout: Duration) -> Result<Bytes, StatusCode> {
+async fn read_bounded(
+    headers: &HeaderMap,
+    body: Body,
+    max: usize,
+    timeout: Duration,
+) -> Result<Bytes, StatusCode> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -69,14 +75,21 @@ async fn read_bounded(headers: &HeaderMap, body: Body, max: usize, timeout: Dura
         }
         Ok(buf.freeze())
     };
-    tokio::time::timeout(timeout, read).await.unwrap_or(Err(StatusCode::REQUEST_TIMEOUT))
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or(Err(StatusCode::REQUEST_TIMEOUT))
 }
 
 fn header_str<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
     h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
-async fn event(State(st): State<St>, Path(channel_id): Path<String>, headers: HeaderMap, body: Body) -> Response {
+async fn event(
+    State(st): State<St>,
+    Path(channel_id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let Ok(_slot) = st.slots.clone().try_acquire_owned() else {
         limits::hit("ingress_concurrency_pod");
         return answer(StatusCode::SERVICE_UNAVAILABLE, "busy");
@@ -85,7 +98,12 @@ async fn event(State(st): State<St>, Path(channel_id): Path<String>, headers: He
     let app = match st.rt.registry.of_channel(&channel_id) {
         Some(a) => Some(a),
         None => {
-            if let Err(e) = st.rt.registry.refresh_if_older(host, Duration::from_millis(500)).await {
+            if let Err(e) = st
+                .rt
+                .registry
+                .refresh_if_older(host, Duration::from_millis(500))
+                .await
+            {
                 tracing::warn!(error = %e, "bound feishu apps not reloaded");
                 return answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
             }
@@ -95,7 +113,14 @@ async fn event(State(st): State<St>, Path(channel_id): Path<String>, headers: He
     let Some(app) = app.filter(|a| a.creds.http_events()) else {
         return answer(StatusCode::NOT_FOUND, "unknown_channel");
     };
-    let body = match read_bounded(&headers, body, st.rt.cfg.max_event_bytes, st.rt.cfg.http_body_timeout).await {
+    let body = match read_bounded(
+        &headers,
+        body,
+        st.rt.cfg.max_event_bytes,
+        st.rt.cfg.http_body_timeout,
+    )
+    .await
+    {
         Ok(b) => b,
         Err(s) => {
             limits::hit("ingress_body_bytes");
@@ -106,15 +131,25 @@ async fn event(State(st): State<St>, Path(channel_id): Path<String>, headers: He
         Ok(v) => v,
         Err(_) => return answer(StatusCode::BAD_REQUEST, "invalid_json"),
     };
-    let plain: Vec<u8> = match (raw.get("encrypt").and_then(Value::as_str), &app.creds.encrypt_key) {
+    let plain: Vec<u8> = match (
+        raw.get("encrypt").and_then(Value::as_str),
+        &app.creds.encrypt_key,
+    ) {
         (Some(enc), Some(key)) => {
             let sig = header_str(&headers, "x-lark-signature");
             let ts = header_str(&headers, "x-lark-request-timestamp");
             let nonce = header_str(&headers, "x-lark-request-nonce");
             let signed = !sig.is_empty();
             if signed {
-                let fresh = ts.parse::<i64>().is_ok_and(|t| (now_ms() / 1000 - t).abs() <= 300);
-                if !fresh || !ct_eq(signature(ts, nonce, key.expose(), &body).as_bytes(), sig.as_bytes()) {
+                let fresh = ts
+                    .parse::<i64>()
+                    .is_ok_and(|t| (now_ms() / 1000 - t).abs() <= 300);
+                if !fresh
+                    || !ct_eq(
+                        signature(ts, nonce, key.expose(), &body).as_bytes(),
+                        sig.as_bytes(),
+                    )
+                {
                     tracing::warn!(connector_channel_id = %channel_id, "feishu event with a bad or stale signature refused");
                     return answer(StatusCode::UNAUTHORIZED, "invalid_signature");
                 }
@@ -150,7 +185,11 @@ async fn event(State(st): State<St>, Path(channel_id): Path<String>, headers: He
     }
     if v.get("type").and_then(Value::as_str) == Some("url_verification") {
         let challenge = v.get("challenge").and_then(Value::as_str).unwrap_or("");
-        return (StatusCode::OK, axum::Json(json!({ "challenge": challenge }))).into_response();
+        return (
+            StatusCode::OK,
+            axum::Json(json!({ "challenge": challenge })),
+        )
+            .into_response();
     }
     if !p.app_id.is_empty() && p.app_id != app.creds.app_id {
         return answer(StatusCode::UNAUTHORIZED, "foreign_app");

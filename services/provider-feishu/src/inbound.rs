@@ -127,7 +127,11 @@ struct Attachment {
 fn replace_mentions(text: &str, mentions: &[Mention]) -> String {
     let mut t = text.to_owned();
     for m in mentions.iter().filter(|m| !m.key.is_empty()) {
-        let name = if m.name.is_empty() { "someone" } else { &m.name };
+        let name = if m.name.is_empty() {
+            "someone"
+        } else {
+            &m.name
+        };
         t = t.replace(&m.key, &format!("@{name}"));
     }
     t
@@ -144,10 +148,19 @@ fn flatten_post(v: &Value, id: &str, out: &mut Vec<Attachment>) -> String {
             .unwrap_or(v)
     };
     let mut lines = Vec::new();
-    if let Some(t) = post.get("title").and_then(Value::as_str).filter(|t| !t.trim().is_empty()) {
+    if let Some(t) = post
+        .get("title")
+        .and_then(Value::as_str)
+        .filter(|t| !t.trim().is_empty())
+    {
         lines.push(t.to_owned());
     }
-    for para in post.get("content").and_then(Value::as_array).into_iter().flatten() {
+    for para in post
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         let mut line = String::new();
         for el in para.as_array().into_iter().flatten() {
             let s = |k: &str| el.get(k).and_then(Value::as_str).unwrap_or("");
@@ -162,7 +175,11 @@ fn flatten_post(v: &Value, id: &str, out: &mut Vec<Attachment>) -> String {
                     }
                 }
                 "at" => {
-                    let name = if s("user_name").is_empty() { "someone" } else { s("user_name") };
+                    let name = if s("user_name").is_empty() {
+                        "someone"
+                    } else {
+                        s("user_name")
+                    };
                     line.push_str(&format!("@{name}"));
                 }
                 "emotion" => line.push_str(&format!("[{}]", s("emoji_type"))),
@@ -201,27 +218,59 @@ fn normalise(m: &Message) -> (Option<String>, Vec<Attachment>) {
     let mut files = Vec::new();
     let text = match m.message_type.as_str() {
         "text" => Some(replace_mentions(&s("text"), &m.mentions)),
-        "post" => Some(replace_mentions(&flatten_post(&v, id, &mut files), &m.mentions)),
+        "post" => Some(replace_mentions(
+            &flatten_post(&v, id, &mut files),
+            &m.mentions,
+        )),
         "image" => {
-            files.push(Attachment { key: s("image_key"), kind: "image", filename: format!("image_{id}.png"), mime: None });
+            files.push(Attachment {
+                key: s("image_key"),
+                kind: "image",
+                filename: format!("image_{id}.png"),
+                mime: None,
+            });
             None
         }
         "file" => {
-            let name = Some(s("file_name")).filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("file_{id}"));
-            files.push(Attachment { key: s("file_key"), kind: "file", filename: name, mime: None });
+            let name = Some(s("file_name"))
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| format!("file_{id}"));
+            files.push(Attachment {
+                key: s("file_key"),
+                kind: "file",
+                filename: name,
+                mime: None,
+            });
             None
         }
         "audio" => {
-            files.push(Attachment { key: s("file_key"), kind: "file", filename: format!("audio_{id}.opus"), mime: Some("audio/opus") });
+            files.push(Attachment {
+                key: s("file_key"),
+                kind: "file",
+                filename: format!("audio_{id}.opus"),
+                mime: Some("audio/opus"),
+            });
             None
         }
         "media" => {
-            let name = Some(s("file_name")).filter(|n| !n.trim().is_empty()).unwrap_or_else(|| format!("video_{id}.mp4"));
-            files.push(Attachment { key: s("file_key"), kind: "file", filename: name, mime: Some("video/mp4") });
+            let name = Some(s("file_name"))
+                .filter(|n| !n.trim().is_empty())
+                .unwrap_or_else(|| format!("video_{id}.mp4"));
+            files.push(Attachment {
+                key: s("file_key"),
+                kind: "file",
+                filename: name,
+                mime: Some("video/mp4"),
+            });
             None
         }
         "sticker" => {
-            files.push(Attachment { key: s("file_key"), kind: "file", filename: format!("sticker_{id}"), mime: None });
+            files.push(Attachment {
+                key: s("file_key"),
+                kind: "file",
+                filename: format!("sticker_{id}"),
+                mime: None,
+            });
             Some("[sticker]".to_owned())
         }
         other => Some(format!("[{other} message]")),
@@ -237,7 +286,13 @@ enum Fetch {
     Revoked,
 }
 
-async fn fetch(rt: &Runtime, host: &dyn ProviderHost, app: &App, message_id: &str, a: &Attachment) -> Fetch {
+async fn fetch(
+    rt: &Runtime,
+    host: &dyn ProviderHost,
+    app: &App,
+    message_id: &str,
+    a: &Attachment,
+) -> Fetch {
     let path = format!(
         "/open-apis/im/v1/messages/{}/resources/{}?type={}",
         url::form_urlencoded::byte_serialize(message_id.as_bytes()).collect::<String>(),
@@ -245,24 +300,44 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderHost, app: &App, message_id: &st
         a.kind
     );
     let deadline = Instant::now() + rt.cfg.request_timeout * 2;
-    let got = retrying(deadline, true, || rt.api.download(host, &app.creds, &path, rt.cfg.transfer_timeout)).await;
+    let got = retrying(deadline, true, || {
+        rt.api
+            .download(host, &app.creds, &path, rt.cfg.transfer_timeout)
+    })
+    .await;
     let (stream, mime, name, len) = match got {
         Ok(x) => x,
         Err(e) if e.is_app_refused() => return Fetch::Revoked,
         Err(e) if e.is_transient() => return Fetch::Retry,
         Err(e) => {
             tracing::info!(app_key = %app.key, error = %e.summary(), "feishu resource not downloadable");
-            return Fetch::Skipped(format!("[{} could not be downloaded from Feishu]", a.filename));
+            return Fetch::Skipped(format!(
+                "[{} could not be downloaded from Feishu]",
+                a.filename
+            ));
         }
     };
     if len.is_some_and(|l| l > rt.cfg.max_download_bytes) {
         return Fetch::Skipped(format!("[{} was not downloaded: too large]", a.filename));
     }
-    let filename = if a.kind == "file" { name.unwrap_or_else(|| a.filename.clone()) } else { a.filename.clone() };
-    let mime = a.mime.map(str::to_owned).or(mime).filter(|m| m != "application/octet-stream" || a.kind == "file");
-    match host.store_inbound_file(&app.channel_id, &filename, mime.as_deref(), stream).await {
+    let filename = if a.kind == "file" {
+        name.unwrap_or_else(|| a.filename.clone())
+    } else {
+        a.filename.clone()
+    };
+    let mime = a
+        .mime
+        .map(str::to_owned)
+        .or(mime)
+        .filter(|m| m != "application/octet-stream" || a.kind == "file");
+    match host
+        .store_inbound_file(&app.channel_id, &filename, mime.as_deref(), stream)
+        .await
+    {
         Ok(item) => Fetch::Stored(item),
-        Err(HostError::TooLarge) => Fetch::Skipped(format!("[{filename} was not stored: larger than this server accepts]")),
+        Err(HostError::TooLarge) => Fetch::Skipped(format!(
+            "[{filename} was not stored: larger than this server accepts]"
+        )),
         Err(e) if e.retryable() => Fetch::Retry,
         Err(e) => {
             tracing::warn!(connector_channel_id = %app.channel_id, error = %e, "inbound feishu file refused");
@@ -277,7 +352,12 @@ fn counted(outcome: &'static str, h: Handled) -> Handled {
 }
 
 /// Handles one event body for `app` (already authenticated by its transport).
-pub(crate) async fn handle_event(rt: &Runtime, host: &dyn ProviderHost, app: &App, raw: &[u8]) -> Handled {
+pub(crate) async fn handle_event(
+    rt: &Runtime,
+    host: &dyn ProviderHost,
+    app: &App,
+    raw: &[u8],
+) -> Handled {
     let env: Envelope = match serde_json::from_slice(raw) {
         Ok(e) => e,
         Err(_) => {
@@ -314,8 +394,15 @@ pub(crate) async fn handle_event(rt: &Runtime, host: &dyn ProviderHost, app: &Ap
     let group = m.chat_type != "p2p";
     let mut lines = Vec::new();
     if group {
-        let kind = if m.thread_id.is_some() { "topic" } else { "group" };
-        lines.push(format!("[{kind} message: reply with reply_ref {}]", m.message_id));
+        let kind = if m.thread_id.is_some() {
+            "topic"
+        } else {
+            "group"
+        };
+        lines.push(format!(
+            "[{kind} message: reply with reply_ref {}]",
+            m.message_id
+        ));
     }
     lines.extend(text);
     lines.extend(notes);
@@ -343,7 +430,10 @@ pub(crate) async fn handle_event(rt: &Runtime, host: &dyn ProviderHost, app: &Ap
         }
     };
     if had_files {
-        let _ = host.ephemeral().put(&seen_key, vec![1], Duration::from_secs(24 * 3600)).await;
+        let _ = host
+            .ephemeral()
+            .put(&seen_key, vec![1], Duration::from_secs(24 * 3600))
+            .await;
     }
     remember(rt, host, &app.channel_id, &m).await;
     outcome
@@ -358,7 +448,9 @@ async fn remember(rt: &Runtime, host: &dyn ProviderHost, channel_id: &str, m: &M
         reply_to: group.then(|| m.message_id.clone()),
         in_thread: m.thread_id.is_some(),
     };
-    let Ok(json) = serde_json::to_string(&conv) else { return };
+    let Ok(json) = serde_json::to_string(&conv) else {
+        return;
+    };
     let changed = rt.remember_local(&conversation_key(channel_id), &json);
     if changed && let Err(e) = host.kv_put(&conversation_key(channel_id), &json).await {
         tracing::warn!(connector_channel_id = channel_id, error = %e, "feishu conversation not recorded");
@@ -382,7 +474,10 @@ mod tests {
             chat_type: "group".into(),
             message_type: kind.into(),
             content: content.to_string(),
-            mentions: vec![Mention { key: "@_user_1".into(), name: "Bot".into() }],
+            mentions: vec![Mention {
+                key: "@_user_1".into(),
+                name: "Bot".into(),
+            }],
             ..Message::default()
         }
     }
@@ -402,10 +497,16 @@ mod tests {
         let (t, f) = normalise(&msg("audio", json!({"file_key": "file_1", "duration": 3})));
         assert!(t.is_none());
         assert_eq!(f[0].mime, Some("audio/opus"));
-        let (t, f) = normalise(&msg("file", json!({"file_key": "file_2", "file_name": "a.pdf"})));
+        let (t, f) = normalise(&msg(
+            "file",
+            json!({"file_key": "file_2", "file_name": "a.pdf"}),
+        ));
         assert!(t.is_none());
         assert_eq!(f[0].filename, "a.pdf");
-        assert_eq!(normalise(&msg("share_chat", json!({}))).0.as_deref(), Some("[share_chat message]"));
+        assert_eq!(
+            normalise(&msg("share_chat", json!({}))).0.as_deref(),
+            Some("[share_chat message]")
+        );
         assert_eq!(normalise(&msg("text", json!({"text": "  "}))).0, None);
     }
 }

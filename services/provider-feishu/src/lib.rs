@@ -43,11 +43,11 @@ use switchyard_protocol::{BuildInfo, Card, ConnectionStatus, ErrorCode};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::apps::App;
 pub use crate::card::{
     CARD_ID, FLOW_APP_BINDING, TOOL_REPLY, TOOL_REPLY_IMAGE, TOOL_SEND, TOOL_SEND_FILE,
     TOOL_SEND_IMAGE,
 };
-use crate::apps::App;
 use crate::creds::{
     Credentials, Domain, FIELD_APP_ID, FIELD_APP_SECRET, FIELD_DOMAIN, FIELD_ENCRYPT_KEY,
     FIELD_VERIFICATION_TOKEN, app_id_ok,
@@ -165,19 +165,35 @@ impl Runtime {
 
     pub async fn is_revoked(&self, host: &dyn ProviderHost, app: &App) -> bool {
         let fp = creds_fingerprint(&app.creds);
-        if self.revoked.lock().unwrap_or_else(|p| p.into_inner()).contains(&fp) {
+        if self
+            .revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&fp)
+        {
             return true;
         }
-        if self.known_good.lock().unwrap_or_else(|p| p.into_inner()).contains(&fp) {
+        if self
+            .known_good
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&fp)
+        {
             return false;
         }
         match host.kv_get(&format!("revoked:{fp}")).await {
             Ok(Some(v)) if v == "1" => {
-                self.revoked.lock().unwrap_or_else(|p| p.into_inner()).insert(fp);
+                self.revoked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(fp);
                 true
             }
             Ok(_) => {
-                self.known_good.lock().unwrap_or_else(|p| p.into_inner()).insert(fp);
+                self.known_good
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(fp);
                 false
             }
             Err(_) => false,
@@ -188,8 +204,15 @@ impl Runtime {
     /// mark its channels `revoked`, which pushes their Descriptors.
     pub async fn on_revoked(&self, host: &dyn ProviderHost, app: &App) {
         let fp = creds_fingerprint(&app.creds);
-        let first = self.revoked.lock().unwrap_or_else(|p| p.into_inner()).insert(fp.clone());
-        self.known_good.lock().unwrap_or_else(|p| p.into_inner()).remove(&fp);
+        let first = self
+            .revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fp.clone());
+        self.known_good
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fp);
         if first {
             tracing::warn!(app_key = %app.key, "feishu refused an app's credentials; its channels are marked revoked");
             metrics::counter!("switchyard_feishu_apps_revoked_total").increment(1);
@@ -200,7 +223,10 @@ impl Runtime {
         let channels: Vec<String> = match host.bound_channels().await {
             Ok(all) => all
                 .into_iter()
-                .filter(|b| Credentials::from_stored(&b.credentials).is_some_and(|c| creds_fingerprint(&c) == fp))
+                .filter(|b| {
+                    Credentials::from_stored(&b.credentials)
+                        .is_some_and(|c| creds_fingerprint(&c) == fp)
+                })
                 .map(|b| b.channel_id)
                 .collect(),
             Err(e) => {
@@ -218,7 +244,10 @@ impl Runtime {
 
     pub async fn clear_revoked(&self, host: &dyn ProviderHost, c: &Credentials) {
         let fp = creds_fingerprint(c);
-        self.revoked.lock().unwrap_or_else(|p| p.into_inner()).remove(&fp);
+        self.revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fp);
         if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "0").await {
             tracing::warn!(error = %e, "revocation mark not cleared");
         }
@@ -240,7 +269,11 @@ fn creds_fingerprint(c: &Credentials) -> String {
 }
 
 pub(crate) fn internal(message: &str) -> ProviderError {
-    ProviderError::new(ProviderErrorKind::Internal, ErrorCode::Internal.as_str(), message)
+    ProviderError::new(
+        ProviderErrorKind::Internal,
+        ErrorCode::Internal.as_str(),
+        message,
+    )
 }
 
 pub(crate) fn credentials(binding: &Binding) -> Result<Credentials, ProviderError> {
@@ -263,7 +296,12 @@ pub struct FeishuProvider {
 impl FeishuProvider {
     pub fn new(cfg: FeishuConfig) -> Self {
         let card = card::build(cfg.build.clone(), cfg.api_key_required);
-        let api = api::Api::new(&cfg.api_base, &cfg.lark_api_base, cfg.request_timeout, cfg.token_refresh_margin);
+        let api = api::Api::new(
+            &cfg.api_base,
+            &cfg.lark_api_base,
+            cfg.request_timeout,
+            cfg.token_refresh_margin,
+        );
         Self {
             card,
             skill: card::skill(),
@@ -313,7 +351,11 @@ fn flow_failed(code: &str, message: &str) -> AuthStep {
 }
 
 fn input_str<'a>(input: &'a serde_json::Map<String, Value>, k: &str) -> &'a str {
-    input.get(k).and_then(Value::as_str).map(str::trim).unwrap_or_default()
+    input
+        .get(k)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .unwrap_or_default()
 }
 
 /// After a binding was made or released here: once the core stored the change, wake the
@@ -362,15 +404,25 @@ impl Provider for FeishuProvider {
             return Ok(flow_failed("invalid_input", "app_id is required"));
         }
         if !app_id_ok(app_id) {
-            return Ok(flow_failed("invalid_input", "app_id is not a Feishu App ID (expected cli_ followed by letters and digits)"));
+            return Ok(flow_failed(
+                "invalid_input",
+                "app_id is not a Feishu App ID (expected cli_ followed by letters and digits)",
+            ));
         }
         if secret.is_empty() {
             return Ok(flow_failed("invalid_input", "app_secret is required"));
         }
         let Some(domain) = Domain::parse(input_str(req.input, FIELD_DOMAIN)) else {
-            return Ok(flow_failed("invalid_input", "domain must be feishu or lark"));
+            return Ok(flow_failed(
+                "invalid_input",
+                "domain must be feishu or lark",
+            ));
         };
-        let opt = |k: &str| Some(input_str(req.input, k)).filter(|s| !s.is_empty()).map(switchyard_core::crypto::Secret::new);
+        let opt = |k: &str| {
+            Some(input_str(req.input, k))
+                .filter(|s| !s.is_empty())
+                .map(switchyard_core::crypto::Secret::new)
+        };
         let c = Credentials {
             app_id: app_id.to_owned(),
             app_secret: switchyard_core::crypto::Secret::new(secret),
@@ -400,13 +452,23 @@ impl Provider for FeishuProvider {
         true
     }
 
-    async fn delta(&self, binding: &Binding, message_id: &str, text: &str) -> Result<(), ProviderError> {
+    async fn delta(
+        &self,
+        binding: &Binding,
+        message_id: &str,
+        text: &str,
+    ) -> Result<(), ProviderError> {
         outbound::delta(&self.rt, binding, message_id, text).await
     }
 
     async fn release(&self, binding: &Binding) -> Result<(), ProviderError> {
         if let Some(host) = self.rt.host.get() {
-            after_change(self.rt.clone(), host.clone(), binding.channel_id.clone(), false);
+            after_change(
+                self.rt.clone(),
+                host.clone(),
+                binding.channel_id.clone(),
+                false,
+            );
         }
         Ok(())
     }

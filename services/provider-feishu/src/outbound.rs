@@ -55,7 +55,14 @@ pub(crate) async fn validate_binding(
         Err(e) => return Err(e.to_provider()),
     }
     let info = retrying(deadline, true, || {
-        rt.api.call(host, &c, "bot_info", Method::GET, "/open-apis/bot/v3/info", None)
+        rt.api.call(
+            host,
+            &c,
+            "bot_info",
+            Method::GET,
+            "/open-apis/bot/v3/info",
+            None,
+        )
     })
     .await;
     let bot = match info {
@@ -68,8 +75,16 @@ pub(crate) async fn validate_binding(
             ));
         }
     };
-    c.bot_name = bot.get("app_name").and_then(Value::as_str).unwrap_or("").to_owned();
-    c.bot_open_id = bot.get("open_id").and_then(Value::as_str).unwrap_or("").to_owned();
+    c.bot_name = bot
+        .get("app_name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    c.bot_open_id = bot
+        .get("open_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     // A secret that works is not revoked, whatever an earlier failure recorded.
     rt.clear_revoked(host, &c).await;
     Ok(AuthStep::Authenticated {
@@ -106,9 +121,14 @@ struct Sent {
 
 fn file_kind(mime: &str, filename: &str, size: u64) -> (&'static str, &'static str) {
     let mime = mime.to_ascii_lowercase();
-    let ext = filename.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
-    if matches!(mime.as_str(), "image/png" | "image/jpeg" | "image/gif" | "image/webp" | "image/bmp" | "image/tiff")
-        && size <= MAX_IMAGE
+    let ext = filename
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    if matches!(
+        mime.as_str(),
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp" | "image/bmp" | "image/tiff"
+    ) && size <= MAX_IMAGE
     {
         return ("image", "image");
     }
@@ -128,9 +148,17 @@ pub(crate) fn split_text(text: &str, max: usize) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = text;
     while rest.chars().count() > max {
-        let cut = rest.char_indices().nth(max).map(|(i, _)| i).unwrap_or(rest.len());
+        let cut = rest
+            .char_indices()
+            .nth(max)
+            .map(|(i, _)| i)
+            .unwrap_or(rest.len());
         let window = &rest[..cut];
-        let at = window.rfind('\n').filter(|&i| i >= cut / 2).map(|i| i + 1).unwrap_or(cut);
+        let at = window
+            .rfind('\n')
+            .filter(|&i| i >= cut / 2)
+            .map(|i| i + 1)
+            .unwrap_or(cut);
         out.push(rest[..at].to_owned());
         rest = &rest[at..];
     }
@@ -140,7 +168,11 @@ pub(crate) fn split_text(text: &str, max: usize) -> Vec<String> {
 }
 
 impl Target<'_> {
-    async fn new<'a>(rt: &'a Runtime, binding: &'a Binding, budget: Duration) -> Result<Target<'a>, ProviderError> {
+    async fn new<'a>(
+        rt: &'a Runtime,
+        binding: &'a Binding,
+        budget: Duration,
+    ) -> Result<Target<'a>, ProviderError> {
         Ok(Target {
             rt,
             host: rt.host()?.as_ref(),
@@ -163,14 +195,23 @@ impl Target<'_> {
     }
 
     /// Creates (or replies with) one message; `uuid` makes repeats harmless.
-    async fn send(&self, dest: &Dest, msg_type: &str, content: &Value, uuid: &str) -> Result<String, ProviderError> {
+    async fn send(
+        &self,
+        dest: &Dest,
+        msg_type: &str,
+        content: &Value,
+        uuid: &str,
+    ) -> Result<String, ProviderError> {
         let content = content.to_string();
         let (path, body) = match dest {
             Dest::Chat(chat) => (
                 "/open-apis/im/v1/messages?receive_id_type=chat_id".to_owned(),
                 json!({"receive_id": chat, "msg_type": msg_type, "content": content, "uuid": uuid}),
             ),
-            Dest::Reply { message_id, in_thread } => (
+            Dest::Reply {
+                message_id,
+                in_thread,
+            } => (
                 format!(
                     "/open-apis/im/v1/messages/{}/reply",
                     url::form_urlencoded::byte_serialize(message_id.as_bytes()).collect::<String>()
@@ -183,13 +224,22 @@ impl Target<'_> {
             Dest::Reply { .. } => "message_reply",
         };
         let got = retrying(self.deadline, true, || {
-            self.rt.api.call(self.host, &self.creds, route, Method::POST, &path, Some(&body))
+            self.rt.api.call(
+                self.host,
+                &self.creds,
+                route,
+                Method::POST,
+                &path,
+                Some(&body),
+            )
         })
         .await;
         match got {
             Ok(v) => serde_json::from_value::<Sent>(v.get("data").cloned().unwrap_or(Value::Null))
                 .map(|s| s.message_id)
-                .map_err(|_| ProviderError::transient("Feishu answered without a message id; retry later")),
+                .map_err(|_| {
+                    ProviderError::transient("Feishu answered without a message id; retry later")
+                }),
             Err(e) => Err(self.fail(e).await),
         }
     }
@@ -201,7 +251,14 @@ impl Target<'_> {
         );
         let body = json!({"msg_type": "text", "content": json!({"text": text}).to_string()});
         retrying(self.deadline, true, || {
-            self.rt.api.call(self.host, &self.creds, "message_edit", Method::PUT, &path, Some(&body))
+            self.rt.api.call(
+                self.host,
+                &self.creds,
+                "message_edit",
+                Method::PUT,
+                &path,
+                Some(&body),
+            )
         })
         .await
         .map(|_| ())
@@ -226,9 +283,12 @@ impl Target<'_> {
                 ));
             }
         };
-        let (file_type, msg_type) = file_kind(&f.record.mime_type, &f.record.filename, f.record.byte_size);
+        let (file_type, msg_type) =
+            file_kind(&f.record.mime_type, &f.record.filename, f.record.byte_size);
         if f.record.byte_size > MAX_FILE {
-            return Err(ProviderError::invalid("the file is larger than Feishu's 30 MB limit"));
+            return Err(ProviderError::invalid(
+                "the file is larger than Feishu's 30 MB limit",
+            ));
         }
         let bytes = collect(stream, MAX_FILE)
             .await
@@ -236,21 +296,43 @@ impl Target<'_> {
         let name = f.record.filename.clone();
         let got = if msg_type == "image" {
             retrying(self.deadline, true, || {
-                self.rt.api.upload(self.host, &self.creds, "image_upload", "/open-apis/im/v1/images", self.rt.cfg.transfer_timeout, || {
-                    reqwest::multipart::Form::new()
-                        .text("image_type", "message")
-                        .part("image", reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.clone()))
-                })
+                self.rt.api.upload(
+                    self.host,
+                    &self.creds,
+                    "image_upload",
+                    "/open-apis/im/v1/images",
+                    self.rt.cfg.transfer_timeout,
+                    || {
+                        reqwest::multipart::Form::new()
+                            .text("image_type", "message")
+                            .part(
+                                "image",
+                                reqwest::multipart::Part::bytes(bytes.to_vec())
+                                    .file_name(name.clone()),
+                            )
+                    },
+                )
             })
             .await
         } else {
             retrying(self.deadline, true, || {
-                self.rt.api.upload(self.host, &self.creds, "file_upload", "/open-apis/im/v1/files", self.rt.cfg.transfer_timeout, || {
-                    reqwest::multipart::Form::new()
-                        .text("file_type", file_type)
-                        .text("file_name", name.clone())
-                        .part("file", reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.clone()))
-                })
+                self.rt.api.upload(
+                    self.host,
+                    &self.creds,
+                    "file_upload",
+                    "/open-apis/im/v1/files",
+                    self.rt.cfg.transfer_timeout,
+                    || {
+                        reqwest::multipart::Form::new()
+                            .text("file_type", file_type)
+                            .text("file_name", name.clone())
+                            .part(
+                                "file",
+                                reqwest::multipart::Part::bytes(bytes.to_vec())
+                                    .file_name(name.clone()),
+                            )
+                    },
+                )
             })
             .await
         };
@@ -258,22 +340,54 @@ impl Target<'_> {
             Ok(v) => v,
             Err(e) => return Err(self.fail(e).await),
         };
-        let key_field = if msg_type == "image" { "image_key" } else { "file_key" };
+        let key_field = if msg_type == "image" {
+            "image_key"
+        } else {
+            "file_key"
+        };
         let key = v
             .pointer(&format!("/data/{key_field}"))
             .and_then(Value::as_str)
-            .ok_or_else(|| ProviderError::transient("Feishu answered the upload without a key; retry later"))?;
+            .ok_or_else(|| {
+                ProviderError::transient("Feishu answered the upload without a key; retry later")
+            })?;
         Ok((key.to_owned(), msg_type))
     }
 
     /// Uploads and sends a file, then the optional text; the ids sent, in order.
-    async fn send_file(&self, dest: &Dest, file_ref: &str, text: Option<&str>, key: &str) -> Result<Vec<String>, ProviderError> {
+    async fn send_file(
+        &self,
+        dest: &Dest,
+        file_ref: &str,
+        text: Option<&str>,
+        key: &str,
+    ) -> Result<Vec<String>, ProviderError> {
         let (res, msg_type) = self.upload(file_ref).await?;
-        let content = if msg_type == "image" { json!({"image_key": res}) } else { json!({"file_key": res}) };
-        let mut ids = vec![self.send(dest, msg_type, &content, &uuid_for(key, &format!("file:{file_ref}"))).await?];
+        let content = if msg_type == "image" {
+            json!({"image_key": res})
+        } else {
+            json!({"file_key": res})
+        };
+        let mut ids = vec![
+            self.send(
+                dest,
+                msg_type,
+                &content,
+                &uuid_for(key, &format!("file:{file_ref}")),
+            )
+            .await?,
+        ];
         if let Some(t) = text.filter(|t| !t.trim().is_empty()) {
             for (i, part) in split_text(t, MAX_TEXT_CHARS).iter().enumerate() {
-                ids.push(self.send(dest, "text", &json!({"text": part}), &uuid_for(key, &format!("caption:{i}"))).await?);
+                ids.push(
+                    self.send(
+                        dest,
+                        "text",
+                        &json!({"text": part}),
+                        &uuid_for(key, &format!("caption:{i}")),
+                    )
+                    .await?,
+                );
             }
         }
         Ok(ids)
@@ -284,7 +398,9 @@ impl Target<'_> {
             Ok(v) => Ok(v.and_then(|s| serde_json::from_str(&s).ok())),
             Err(e) => {
                 tracing::warn!(connector_channel_id = self.channel_id, error = %e, "feishu conversation unreadable");
-                Err(ProviderError::transient("the conversation could not be read; retry later"))
+                Err(ProviderError::transient(
+                    "the conversation could not be read; retry later",
+                ))
             }
         }
     }
@@ -297,20 +413,28 @@ impl Target<'_> {
                 ErrorCode::TargetDeliveryFailed.as_str(),
                 "no direct chat yet: a user must write to the bot directly first (or reply to a group message with reply_ref)",
             )),
-            Err(_) => Err(ProviderError::transient("the default chat could not be read; retry later")),
+            Err(_) => Err(ProviderError::transient(
+                "the default chat could not be read; retry later",
+            )),
         }
     }
 }
 
 fn dest_of(conv: &Conversation) -> Dest {
     match &conv.reply_to {
-        Some(m) => Dest::Reply { message_id: m.clone(), in_thread: conv.in_thread },
+        Some(m) => Dest::Reply {
+            message_id: m.clone(),
+            in_thread: conv.in_thread,
+        },
         None => Dest::Chat(conv.chat_id.clone()),
     }
 }
 
 fn arg<'a>(args: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
-    args.get(name).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty())
+    args.get(name)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
 }
 
 fn required<'a>(args: &'a Map<String, Value>, name: &str) -> Result<&'a str, ProviderError> {
@@ -319,11 +443,19 @@ fn required<'a>(args: &'a Map<String, Value>, name: &str) -> Result<&'a str, Pro
 
 fn reply_ref(args: &Map<String, Value>) -> Result<Dest, ProviderError> {
     let r = required(args, "reply_ref")?;
-    let ok = r.starts_with("om_") && r.len() <= 128 && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let ok = r.starts_with("om_")
+        && r.len() <= 128
+        && r.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if !ok {
-        return Err(ProviderError::invalid("reply_ref must be the message_id of an inbound Feishu message (om_...)"));
+        return Err(ProviderError::invalid(
+            "reply_ref must be the message_id of an inbound Feishu message (om_...)",
+        ));
     }
-    Ok(Dest::Reply { message_id: r.to_owned(), in_thread: false })
+    Ok(Dest::Reply {
+        message_id: r.to_owned(),
+        in_thread: false,
+    })
 }
 
 pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Value, ProviderError> {
@@ -336,7 +468,15 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
             let dest = t.default_chat().await?;
             let mut ids = Vec::new();
             for (i, part) in split_text(text, MAX_TEXT_CHARS).iter().enumerate() {
-                ids.push(t.send(&dest, "text", &json!({"text": part}), &uuid_for(&key, &format!("text:{i}"))).await?);
+                ids.push(
+                    t.send(
+                        &dest,
+                        "text",
+                        &json!({"text": part}),
+                        &uuid_for(&key, &format!("text:{i}")),
+                    )
+                    .await?,
+                );
             }
             ids
         }
@@ -345,28 +485,49 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
             let text = required(args, "text")?;
             let mut ids = Vec::new();
             for (i, part) in split_text(text, MAX_TEXT_CHARS).iter().enumerate() {
-                ids.push(t.send(&dest, "text", &json!({"text": part}), &uuid_for(&key, &format!("text:{i}"))).await?);
+                ids.push(
+                    t.send(
+                        &dest,
+                        "text",
+                        &json!({"text": part}),
+                        &uuid_for(&key, &format!("text:{i}")),
+                    )
+                    .await?,
+                );
             }
             ids
         }
         TOOL_SEND_IMAGE | TOOL_REPLY_IMAGE | TOOL_SEND_FILE => {
             let file_ref = required(args, "file_ref")?;
-            let dest = if call.tool_id == TOOL_REPLY_IMAGE || (call.tool_id == TOOL_SEND_FILE && arg(args, "reply_ref").is_some()) {
+            let dest = if call.tool_id == TOOL_REPLY_IMAGE
+                || (call.tool_id == TOOL_SEND_FILE && arg(args, "reply_ref").is_some())
+            {
                 reply_ref(args)?
             } else {
                 t.default_chat().await?
             };
             if call.tool_id != TOOL_SEND_FILE {
-                let (f, _) = t.host.open_file(t.channel_id, file_ref).await.map_err(|_| {
-                    ProviderError::new(ProviderErrorKind::InvalidInput, ErrorCode::FileNotFound.as_str(), "file_ref is not a file of this channel (unknown or expired)")
-                })?;
-                if file_kind(&f.record.mime_type, &f.record.filename, f.record.byte_size).1 != "image" {
+                let (f, _) = t
+                    .host
+                    .open_file(t.channel_id, file_ref)
+                    .await
+                    .map_err(|_| {
+                        ProviderError::new(
+                            ProviderErrorKind::InvalidInput,
+                            ErrorCode::FileNotFound.as_str(),
+                            "file_ref is not a file of this channel (unknown or expired)",
+                        )
+                    })?;
+                if file_kind(&f.record.mime_type, &f.record.filename, f.record.byte_size).1
+                    != "image"
+                {
                     return Err(ProviderError::invalid(format!(
                         "file_ref is not an image Feishu accepts (png, jpeg, gif, webp, bmp, tiff up to 10 MB); use {TOOL_SEND_FILE}"
                     )));
                 }
             }
-            t.send_file(&dest, file_ref, arg(args, "text"), &key).await?
+            t.send_file(&dest, file_ref, arg(args, "text"), &key)
+                .await?
         }
         other => {
             return Err(ProviderError::new(
@@ -392,7 +553,10 @@ struct Stream {
 }
 
 fn stream_key(channel_id: &str, message_id: &str) -> String {
-    format!("fs:stream:{channel_id}:{}", sha256_hex(message_id.as_bytes()))
+    format!(
+        "fs:stream:{channel_id}:{}",
+        sha256_hex(message_id.as_bytes())
+    )
 }
 
 async fn read_stream(host: &dyn ProviderHost, key: &str) -> Option<Stream> {
@@ -405,7 +569,12 @@ async fn read_stream(host: &dyn ProviderHost, key: &str) -> Option<Stream> {
 /// Shows the text so far: the first delta creates a message, later ones edit it at most once
 /// per `edit_interval` and at most `max_stream_edits` times (Feishu limits edits per
 /// message); the final message settles the text. Deltas are best effort.
-pub(crate) async fn delta(rt: &Runtime, binding: &Binding, message_id: &str, text: &str) -> Result<(), ProviderError> {
+pub(crate) async fn delta(
+    rt: &Runtime,
+    binding: &Binding,
+    message_id: &str,
+    text: &str,
+) -> Result<(), ProviderError> {
     let shown: String = text.chars().take(MAX_TEXT_CHARS).collect();
     if shown.trim().is_empty() {
         return Ok(());
@@ -417,16 +586,32 @@ pub(crate) async fn delta(rt: &Runtime, binding: &Binding, message_id: &str, tex
     let interval = rt.cfg.edit_interval.as_millis() as i64;
     match read_stream(t.host, &key).await {
         None => {
-            let Some(conv) = t.conversation().await? else { return Ok(()) };
+            let Some(conv) = t.conversation().await? else {
+                return Ok(());
+            };
             let claim = serde_json::to_vec(&Stream::default()).unwrap_or_default();
-            if !eph.put_if_absent(&key, claim, STREAM_TTL).await.unwrap_or(false) {
+            if !eph
+                .put_if_absent(&key, claim, STREAM_TTL)
+                .await
+                .unwrap_or(false)
+            {
                 return Ok(());
             }
             let uuid = uuid_for(&format!("msg:{}:{message_id}", t.channel_id), "stream");
-            match t.send(&dest_of(&conv), "text", &json!({"text": shown}), &uuid).await {
+            match t
+                .send(&dest_of(&conv), "text", &json!({"text": shown}), &uuid)
+                .await
+            {
                 Ok(id) => {
-                    let s = Stream { id: Some(id), shown: hash, edits: 0, at: now_ms() };
-                    let _ = eph.put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL).await;
+                    let s = Stream {
+                        id: Some(id),
+                        shown: hash,
+                        edits: 0,
+                        at: now_ms(),
+                    };
+                    let _ = eph
+                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
+                        .await;
                     Ok(())
                 }
                 Err(e) => {
@@ -436,15 +621,27 @@ pub(crate) async fn delta(rt: &Runtime, binding: &Binding, message_id: &str, tex
             }
         }
         Some(Stream { id: None, .. }) => Ok(()),
-        Some(Stream { id: Some(id), shown: prev, edits, at }) => {
+        Some(Stream {
+            id: Some(id),
+            shown: prev,
+            edits,
+            at,
+        }) => {
             // Deltas of one message come one after another, so the state read is current.
             if prev == hash || edits >= rt.cfg.max_stream_edits || now_ms() - at < interval {
                 return Ok(());
             }
             match t.edit(&id, &shown).await {
                 Ok(()) => {
-                    let s = Stream { id: Some(id), shown: hash, edits: edits + 1, at: now_ms() };
-                    let _ = eph.put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL).await;
+                    let s = Stream {
+                        id: Some(id),
+                        shown: hash,
+                        edits: edits + 1,
+                        at: now_ms(),
+                    };
+                    let _ = eph
+                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
+                        .await;
                     Ok(())
                 }
                 Err(e) if e.retry_after().is_some() => Ok(()),
@@ -480,18 +677,36 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
     }
     let streamed = stream.and_then(|s| s.id);
     let key = format!("msg:{}:{}", t.channel_id, msg.message_id);
-    for (i, part) in split_text(msg.text.unwrap_or_default(), MAX_TEXT_CHARS).iter().enumerate() {
+    for (i, part) in split_text(msg.text.unwrap_or_default(), MAX_TEXT_CHARS)
+        .iter()
+        .enumerate()
+    {
         match (i, &streamed) {
             (0, Some(id)) => match t.edit(id, part).await {
                 Ok(()) => {}
                 // Cannot be edited any more (limit reached, recalled): sent anew, once.
-                Err(e) if matches!(e, ApiError::Feishu { status: 400, .. }) && !e.is_token_invalid() => {
-                    t.send(&dest, "text", &json!({"text": part}), &uuid_for(&key, "final")).await?;
+                Err(e)
+                    if matches!(e, ApiError::Feishu { status: 400, .. })
+                        && !e.is_token_invalid() =>
+                {
+                    t.send(
+                        &dest,
+                        "text",
+                        &json!({"text": part}),
+                        &uuid_for(&key, "final"),
+                    )
+                    .await?;
                 }
                 Err(e) => return Err(t.fail(e).await),
             },
             _ => {
-                t.send(&dest, "text", &json!({"text": part}), &uuid_for(&key, &format!("text:{i}"))).await?;
+                t.send(
+                    &dest,
+                    "text",
+                    &json!({"text": part}),
+                    &uuid_for(&key, &format!("text:{i}")),
+                )
+                .await?;
             }
         }
     }
@@ -509,11 +724,17 @@ mod tests {
     #[test]
     fn kinds_and_splits() {
         assert_eq!(file_kind("image/png", "a.png", 10), ("image", "image"));
-        assert_eq!(file_kind("image/png", "a.png", 11 * 1024 * 1024), ("stream", "file"));
+        assert_eq!(
+            file_kind("image/png", "a.png", 11 * 1024 * 1024),
+            ("stream", "file")
+        );
         assert_eq!(file_kind("audio/opus", "v.opus", 10), ("opus", "audio"));
         assert_eq!(file_kind("video/mp4", "v.mp4", 10), ("mp4", "media"));
         assert_eq!(file_kind("application/pdf", "a.pdf", 10), ("pdf", "file"));
-        assert_eq!(file_kind("application/octet-stream", "r.xlsx", 10), ("xls", "file"));
+        assert_eq!(
+            file_kind("application/octet-stream", "r.xlsx", 10),
+            ("xls", "file")
+        );
         assert_eq!(file_kind("text/plain", "a.txt", 10), ("stream", "file"));
         let parts = split_text(&format!("{}\n{}", "a".repeat(6000), "b".repeat(6000)), 8000);
         assert_eq!(parts.len(), 2);

@@ -34,7 +34,11 @@ struct Task {
 }
 
 /// The supervisor loop of one pod; ends (giving its leases up) when `stop` is cancelled.
-pub(crate) async fn supervise(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, stop: CancellationToken) {
+pub(crate) async fn supervise(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    stop: CancellationToken,
+) {
     let mut tasks: HashMap<String, Task> = HashMap::new();
     loop {
         reconcile(&rt, &host, &mut tasks, &stop).await;
@@ -69,7 +73,8 @@ async fn reconcile(
         wanted.insert(app.key.clone(), (rt.fingerprint(&app), app));
     }
     tasks.retain(|key, t| {
-        let keep = wanted.get(key).is_some_and(|(fp, _)| *fp == t.fingerprint) && !t.task.is_finished();
+        let keep =
+            wanted.get(key).is_some_and(|(fp, _)| *fp == t.fingerprint) && !t.task.is_finished();
         if !keep {
             t.stop.cancel();
         }
@@ -81,7 +86,14 @@ async fn reconcile(
         }
         let child = stop.child_token();
         let task = tokio::spawn(run_app(rt.clone(), host.clone(), app, child.clone()));
-        tasks.insert(key, Task { fingerprint: fp, stop: child, task });
+        tasks.insert(
+            key,
+            Task {
+                fingerprint: fp,
+                stop: child,
+                task,
+            },
+        );
     }
     metrics::gauge!("switchyard_feishu_long_connection_apps").set(tasks.len() as f64);
 }
@@ -105,7 +117,12 @@ enum Ended {
     Failed,
 }
 
-async fn run_app(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, app: Arc<App>, stop: CancellationToken) {
+async fn run_app(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    app: Arc<App>,
+    stop: CancellationToken,
+) {
     let lease = format!("ws:{}", app.key);
     let mut held = false;
     let mut failures: u32 = 0;
@@ -166,7 +183,8 @@ async fn run_app(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, app: Arc<App>, s
 
 fn ack_frame(mut f: Frame, code: u16, biz_ms: u128) -> Vec<u8> {
     f.headers.push(("biz_rt".into(), biz_ms.to_string()));
-    f.payload = serde_json::to_vec(&json!({"code": code, "headers": {}, "data": null})).unwrap_or_default();
+    f.payload =
+        serde_json::to_vec(&json!({"code": code, "headers": {}, "data": null})).unwrap_or_default();
     f.encode()
 }
 
@@ -179,7 +197,14 @@ struct Fragments {
 }
 
 impl Fragments {
-    fn add(&mut self, id: &str, sum: usize, seq: usize, payload: Vec<u8>, max_bytes: usize) -> Option<Vec<u8>> {
+    fn add(
+        &mut self,
+        id: &str,
+        sum: usize,
+        seq: usize,
+        payload: Vec<u8>,
+        max_bytes: usize,
+    ) -> Option<Vec<u8>> {
         if sum <= 1 {
             return Some(payload);
         }
@@ -187,14 +212,23 @@ impl Fragments {
             return None;
         }
         let now = Instant::now();
-        self.parts.retain(|_, (t, _)| now.duration_since(*t) < Duration::from_secs(5));
-        self.bytes = self.parts.values().flat_map(|(_, v)| v.iter().flatten()).map(Vec::len).sum();
+        self.parts
+            .retain(|_, (t, _)| now.duration_since(*t) < Duration::from_secs(5));
+        self.bytes = self
+            .parts
+            .values()
+            .flat_map(|(_, v)| v.iter().flatten())
+            .map(Vec::len)
+            .sum();
         if self.bytes + payload.len() > max_bytes {
             metrics::counter!("switchyard_feishu_fragments_dropped_total").increment(1);
             return None;
         }
         self.bytes += payload.len();
-        let entry = self.parts.entry(id.to_owned()).or_insert_with(|| (now, vec![None; sum]));
+        let entry = self
+            .parts
+            .entry(id.to_owned())
+            .or_insert_with(|| (now, vec![None; sum]));
         if entry.1.len() != sum {
             return None;
         }
@@ -227,10 +261,18 @@ async fn connect_and_serve(
     };
     let service: i32 = url::Url::parse(url.expose())
         .ok()
-        .and_then(|u| u.query_pairs().find(|(k, _)| k == "service_id").map(|(_, v)| v.into_owned()))
+        .and_then(|u| {
+            u.query_pairs()
+                .find(|(k, _)| k == "service_id")
+                .map(|(_, v)| v.into_owned())
+        })
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let connected = tokio::time::timeout(rt.cfg.request_timeout, tokio_tungstenite::connect_async(url.expose())).await;
+    let connected = tokio::time::timeout(
+        rt.cfg.request_timeout,
+        tokio_tungstenite::connect_async(url.expose()),
+    )
+    .await;
     let ws = match connected {
         Ok(Ok((ws, _))) => ws,
         // The error text can hold the URL (with its ticket): only a fixed text is logged.
@@ -243,7 +285,11 @@ async fn connect_and_serve(
     metrics::counter!("switchyard_feishu_connections_total").increment(1);
     let (mut sink, mut stream) = ws.split();
     let ping_every = |secs: u64| Duration::from_secs(secs.clamp(1, 120));
-    let mut ping = tokio::time::interval(if cfg.ping_interval > 0 { ping_every(cfg.ping_interval) } else { rt.cfg.ping_interval });
+    let mut ping = tokio::time::interval(if cfg.ping_interval > 0 {
+        ping_every(cfg.ping_interval)
+    } else {
+        rt.cfg.ping_interval
+    });
     let mut renew = tokio::time::interval(rt.cfg.lease_ttl / 3);
     renew.tick().await;
     let mut last_seen = Instant::now();

@@ -11,7 +11,10 @@ const TOKEN: &str = "VerificationTokenValue42";
 const KEY: &str = "EncryptKeyValueForTests";
 
 async fn post(url: &str, body: Vec<u8>, headers: &[(&str, String)]) -> (u16, Value) {
-    let mut r = reqwest::Client::new().post(url).header("content-type", "application/json").body(body);
+    let mut r = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
     for (k, v) in headers {
         r = r.header(*k, v);
     }
@@ -21,7 +24,11 @@ async fn post(url: &str, body: Vec<u8>, headers: &[(&str, String)]) -> (u16, Val
 }
 
 fn now_secs() -> String {
-    (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()).to_string()
+    (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs())
+    .to_string()
 }
 
 #[tokio::test]
@@ -42,12 +49,25 @@ async fn encrypted_and_signed_events_are_verified_before_storing() {
     assert_eq!(answer["challenge_matched"], true, "{answer}");
     // Events by HTTP: stored, then answered 200 (the fake then counts them acked).
     fs.subscribe_http(APP, Some(&url));
-    let pushed = fs.push_text(APP, &Chat::P2p { user_open_id: USER.into() }, "over http");
+    let pushed = fs.push_text(
+        APP,
+        &Chat::P2p {
+            user_open_id: USER.into(),
+        },
+        "over http",
+    );
     let got = inbound_n(&cluster, 1).await;
     assert_eq!(got[0].1.message_id, pushed.message_id);
     assert_eq!(got[0].1.text.as_deref(), Some("over http"));
-    eventually(WAIT, "acked", || async { (fs.pending_events(APP) == 0).then_some(()) }).await;
-    assert_eq!(fs.connections(APP), 0, "no long connection for an HTTP binding");
+    eventually(WAIT, "acked", || async {
+        (fs.pending_events(APP) == 0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        fs.connections(APP),
+        0,
+        "no long connection for an HTTP binding"
+    );
 
     // Forged calls: nothing is kept.
     let event = |id: &str, token: &str| {
@@ -56,31 +76,65 @@ async fn encrypted_and_signed_events_are_verified_before_storing() {
                          "message": {"message_id": id, "chat_id": "oc_x", "chat_type": "p2p", "message_type": "text", "content": "{\"text\":\"forged\"}"}}})
     };
     let signed = |plain: &Value, key: &str| {
-        let body = serde_json::to_vec(&json!({"encrypt": crypto::encrypt(key, &serde_json::to_vec(plain).unwrap())})).unwrap();
+        let body = serde_json::to_vec(
+            &json!({"encrypt": crypto::encrypt(key, &serde_json::to_vec(plain).unwrap())}),
+        )
+        .unwrap();
         let ts = now_secs();
         let sig = crypto::signature(&ts, "n1", key, &body);
-        (body, vec![("x-lark-request-timestamp", ts), ("x-lark-request-nonce", "n1".to_owned()), ("x-lark-signature", sig)])
+        (
+            body,
+            vec![
+                ("x-lark-request-timestamp", ts),
+                ("x-lark-request-nonce", "n1".to_owned()),
+                ("x-lark-signature", sig),
+            ],
+        )
     };
     let (body, mut h) = signed(&event("om_forged1", TOKEN), KEY);
     h[2].1 = "0".repeat(64);
     assert_eq!(post(&url, body, &h).await.0, 401, "bad signature");
     let (body, h) = signed(&event("om_forged2", "wrong-token"), KEY);
-    assert_eq!(post(&url, body, &h).await.0, 401, "wrong verification token");
+    assert_eq!(
+        post(&url, body, &h).await.0,
+        401,
+        "wrong verification token"
+    );
     let (body, h) = signed(&event("om_forged3", TOKEN), "another key");
     assert_eq!(post(&url, body, &h).await.0, 401, "signed with another key");
     let plain = serde_json::to_vec(&event("om_forged4", TOKEN)).unwrap();
-    assert_eq!(post(&url, plain, &[]).await.0, 401, "plaintext where encryption is configured");
+    assert_eq!(
+        post(&url, plain, &[]).await.0,
+        401,
+        "plaintext where encryption is configured"
+    );
     let (body, mut h) = signed(&event("om_forged5", TOKEN), KEY);
     h[0].1 = "1000".into();
     assert_eq!(post(&url, body, &h).await.0, 401, "stale timestamp");
     assert_eq!(post(&url, b"{".to_vec(), &[]).await.0, 400);
-    assert_eq!(post(&format!("{}/feishu/events/ch_unknown", pod.url), b"{}".to_vec(), &[]).await.0, 404);
+    assert_eq!(
+        post(
+            &format!("{}/feishu/events/ch_unknown", pod.url),
+            b"{}".to_vec(),
+            &[]
+        )
+        .await
+        .0,
+        404
+    );
     // A genuine repeat (same event): 200, stored once.
     let (body, h) = signed(&event("om_real", TOKEN), KEY);
     assert_eq!(post(&url, body.clone(), &h).await.0, 200);
     assert_eq!(post(&url, body, &h).await.0, 200);
     let got = cluster.inbound();
-    assert_eq!(got.len(), 2, "{:?}", got.iter().map(|(_, m)| m.message_id.clone()).collect::<Vec<_>>());
+    assert_eq!(
+        got.len(),
+        2,
+        "{:?}",
+        got.iter()
+            .map(|(_, m)| m.message_id.clone())
+            .collect::<Vec<_>>()
+    );
     let logs = captured_logs();
     assert!(!logs.contains(KEY) && !logs.contains(TOKEN) && !logs.contains(SECRET));
 }
@@ -91,15 +145,38 @@ async fn token_only_subscription_and_the_plain_challenge() {
     fs.set_event_security(APP, Some(TOKEN), None);
     let cluster = Cluster::new();
     let pod = Pod::start(cluster.clone(), "a", config(&fs.base_url()), true).await;
-    pod.bind("ch_1", json!({"app_id": APP, "app_secret": SECRET, "verification_token": TOKEN})).await;
+    pod.bind(
+        "ch_1",
+        json!({"app_id": APP, "app_secret": SECRET, "verification_token": TOKEN}),
+    )
+    .await;
     pod.provider.refresh().await.unwrap();
     let url = format!("{}/feishu/events/ch_1", pod.url);
     let (status, answer) = fs.verify_url(APP, &url).await;
-    assert_eq!((status, answer["challenge_matched"].clone()), (200, json!(true)));
+    assert_eq!(
+        (status, answer["challenge_matched"].clone()),
+        (200, json!(true))
+    );
     let bad = json!({"challenge": "c", "token": "nope", "type": "url_verification"});
-    assert_eq!(post(&url, serde_json::to_vec(&bad).unwrap(), &[]).await.0, 401);
+    assert_eq!(
+        post(&url, serde_json::to_vec(&bad).unwrap(), &[]).await.0,
+        401
+    );
     fs.subscribe_http(APP, Some(&url));
-    fs.push_text(APP, &Chat::Group { chat_id: GROUP.into() }, "@_user_1 plain");
+    fs.push_text(
+        APP,
+        &Chat::Group {
+            chat_id: GROUP.into(),
+        },
+        "@_user_1 plain",
+    );
     let got = inbound_n(&cluster, 1).await;
-    assert!(got[0].1.text.as_deref().unwrap().ends_with("@Switchyard Test Bot plain"));
+    assert!(
+        got[0]
+            .1
+            .text
+            .as_deref()
+            .unwrap()
+            .ends_with("@Switchyard Test Bot plain")
+    );
 }

@@ -500,7 +500,12 @@ impl Pod {
         if run {
             provider.start(host.clone(), stop.clone());
         }
-        Self { provider, host, stop, url }
+        Self {
+            provider,
+            host,
+            stop,
+            url,
+        }
     }
 
     /// Binds `channel_id` through the form flow and stores the binding as the core would.
@@ -513,8 +518,15 @@ impl Pod {
     }
 
     pub async fn auth(&self, channel_id: &str, fields: Value) -> AuthStep {
-        let flow: AuthFlow = self.provider.card().flow("feishu_app_binding").unwrap().clone();
-        let Value::Object(input) = fields else { panic!("object input") };
+        let flow: AuthFlow = self
+            .provider
+            .card()
+            .flow("feishu_app_binding")
+            .unwrap()
+            .clone();
+        let Value::Object(input) = fields else {
+            panic!("object input")
+        };
         let req = AuthRequest {
             tenant_id: "ten_1",
             channel_id,
@@ -533,7 +545,9 @@ impl Pod {
         key: &str,
     ) -> Result<Value, switchyard_core::provider::ProviderError> {
         let binding = self.host.cluster.binding(channel_id);
-        let Value::Object(arguments) = args else { panic!("object arguments") };
+        let Value::Object(arguments) = args else {
+            panic!("object arguments")
+        };
         self.provider
             .invoke_tool(ToolCall {
                 binding: &binding,
@@ -555,15 +569,29 @@ impl Pod {
         let binding = self.host.cluster.binding(channel_id);
         let mut files = Vec::new();
         for r in file_refs {
-            let (f, _) = self.host.open_file(channel_id, r).await.expect("uploaded file");
+            let (f, _) = self
+                .host
+                .open_file(channel_id, r)
+                .await
+                .expect("uploaded file");
             files.push(f);
         }
         self.provider
-            .deliver(OutboundMessage { binding: &binding, message_id, text, files: &files })
+            .deliver(OutboundMessage {
+                binding: &binding,
+                message_id,
+                text,
+                files: &files,
+            })
             .await
     }
 
-    pub async fn delta(&self, channel_id: &str, message_id: &str, text: &str) -> Result<(), switchyard_core::provider::ProviderError> {
+    pub async fn delta(
+        &self,
+        channel_id: &str,
+        message_id: &str,
+        text: &str,
+    ) -> Result<(), switchyard_core::provider::ProviderError> {
         let binding = self.host.cluster.binding(channel_id);
         self.provider.delta(&binding, message_id, text).await
     }
