@@ -271,12 +271,11 @@ fn on_frame(s: &Shared, app: &str, f: Frame) -> Option<Vec<u8>> {
     }
 }
 
+/// URL, body and headers of one HTTP delivery.
+type HttpDelivery = (String, Vec<u8>, Vec<(String, String)>);
+
 /// The body and headers an HTTP delivery carries.
-fn http_request(
-    s: &Shared,
-    app: &str,
-    plain: &[u8],
-) -> Option<(String, Vec<u8>, Vec<(String, String)>)> {
+fn http_request(s: &Shared, app: &str, plain: &[u8]) -> Option<HttpDelivery> {
     let g = s.lock();
     let a = g.apps.get(app)?;
     let url = a.event_url.clone()?;

@@ -455,10 +455,11 @@ async fn remember(rt: &Runtime, host: &dyn ProviderHost, channel_id: &str, m: &M
     if changed && let Err(e) = host.kv_put(&conversation_key(channel_id), &json).await {
         tracing::warn!(connector_channel_id = channel_id, error = %e, "feishu conversation not recorded");
     }
-    if !group && rt.remember_local(&default_chat_key(channel_id), &m.chat_id) {
-        if let Err(e) = host.kv_put(&default_chat_key(channel_id), &m.chat_id).await {
-            tracing::warn!(connector_channel_id = channel_id, error = %e, "feishu default chat not recorded");
-        }
+    if !group
+        && rt.remember_local(&default_chat_key(channel_id), &m.chat_id)
+        && let Err(e) = host.kv_put(&default_chat_key(channel_id), &m.chat_id).await
+    {
+        tracing::warn!(connector_channel_id = channel_id, error = %e, "feishu default chat not recorded");
     }
 }
 

@@ -188,11 +188,14 @@ fn ack_frame(mut f: Frame, code: u16, biz_ms: u128) -> Vec<u8> {
     f.encode()
 }
 
+/// When the first fragment came, and the fragments so far.
+type Partial = (Instant, Vec<Option<Vec<u8>>>);
+
 /// Partial events by frame message id, bounded in bytes: fragments older than 5 s or beyond
 /// the bound are dropped (Feishu sends an unacked event again).
 #[derive(Default)]
 struct Fragments {
-    parts: HashMap<String, (Instant, Vec<Option<Vec<u8>>>)>,
+    parts: HashMap<String, Partial>,
     bytes: usize,
 }
 
