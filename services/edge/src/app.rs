@@ -230,10 +230,20 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>) -> Vec<Arc<dyn Provider>> {
     );
     wx.poll_lease_ttl = cfg.wechat.poll_lease_ttl.0;
     wx.lease_retry = cfg.wechat.lease_retry.0;
+    let mut fs = switchyard_provider_feishu::FeishuConfig::new(
+        build_info(),
+        &cfg.feishu.api_base,
+        &cfg.feishu.lark_api_base,
+    );
+    fs.lease_ttl = cfg.feishu.lease_ttl.0;
+    fs.max_event_bytes = cfg.ingress.max_json_bytes as usize;
+    fs.http_body_timeout = cfg.ingress.body_timeout.0;
+    fs.max_http_concurrent = cfg.ingress.max_concurrent;
     vec![
         Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh)),
         Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
         Arc::new(switchyard_provider_wechat::WechatProvider::new(wx)),
+        Arc::new(switchyard_provider_feishu::FeishuProvider::new(fs)),
         Arc::new(switchyard_provider_agent_host::AgentHostProvider::new(
             build_info(),
             true,

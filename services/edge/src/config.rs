@@ -513,6 +513,28 @@ impl Default for WechatConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+pub struct FeishuConfig {
+    /// Feishu Open Platform root (`{base}/open-apis/...`, the long-connection endpoint).
+    pub api_base: String,
+    /// The same for Lark (international) apps.
+    pub lark_api_base: String,
+    /// Lifetime of an app's long-connection lease: how soon another pod takes over after
+    /// the holder dies.
+    pub lease_ttl: Dur,
+}
+
+impl Default for FeishuConfig {
+    fn default() -> Self {
+        Self {
+            api_base: "https://open.feishu.cn".into(),
+            lark_api_base: "https://open.larksuite.com".into(),
+            lease_ttl: Dur(Duration::from_secs(30)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` or `json`.
     pub format: String,
@@ -557,6 +579,7 @@ pub struct Config {
     pub quotas: QuotasConfig,
     pub telegram: TelegramConfig,
     pub wechat: WechatConfig,
+    pub feishu: FeishuConfig,
     pub log: LogConfig,
     /// The pods' mTLS listener for host agents; empty = off.
     pub hosts_tls_listen: String,
@@ -605,6 +628,7 @@ impl Default for Config {
             quotas: QuotasConfig::default(),
             telegram: TelegramConfig::default(),
             wechat: WechatConfig::default(),
+            feishu: FeishuConfig::default(),
             log: LogConfig::default(),
             hosts_tls_listen: "127.0.0.1:8443".into(),
             hosts_ca_cert: None,

@@ -1,0 +1,770 @@
+//! A fake Feishu / Lark Open Platform: a real HTTP server on `127.0.0.1:0` that follows the
+//! public API closely enough for a connector to be tested against it.
+//!
+//! - `POST /open-apis/auth/v3/tenant_access_token/internal` issues `t-...` tokens with an
+//!   `expire` in seconds; calls with an expired or unknown token answer code 99991663, a
+//!   missing or malformed `Authorization` 99991661.
+//! - `GET /open-apis/bot/v3/info`, `POST /open-apis/im/v1/messages?receive_id_type=...`,
+//!   `POST /open-apis/im/v1/messages/:id/reply`, `PUT /open-apis/im/v1/messages/:id` (edit,
+//!   text and post only, at most `edit_limit` edits), `POST /open-apis/im/v1/images` and
+//!   `/files` (multipart), `GET /open-apis/im/v1/messages/:id/resources/:key?type=...`.
+//!   A repeated `uuid` within an app answers the message it created (Feishu's one-hour
+//!   idempotency).
+//! - Answers use the envelope `{"code":0,"msg":"success","data":{...}}`; a frequency limit is
+//!   HTTP 429 with code 99991400 and `x-ogw-ratelimit-reset` (seconds).
+//! - Events (`im.message.receive_v1`, schema 2.0) go to the app's long connection
+//!   (`POST /callback/ws/endpoint`, then a WebSocket of protobuf frames with ping/pong, data
+//!   frames split into `sum` fragments, and the client's response frame as the ack) or, once
+//!   subscribed, by HTTP POST (plain or `{"encrypt": ...}`, `X-Lark-Signature`), until acked
+//!   (code 200 on the connection, HTTP 200 over HTTP). Unacked events are sent again.
+//! - Knobs inject failures, drop connections, expire tokens, disable apps; everything sent
+//!   is recorded. `/_fake/...` exposes the main knobs over HTTP.
+
+mod admin;
+mod api;
+pub mod crypto;
+mod events;
+pub mod frame;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+/// The invalid-token codes the Open Platform answers.
+pub const CODE_TOKEN_INVALID: i64 = 99991663;
+pub const CODE_TOKEN_MISSING: i64 = 99991661;
+/// The frequency limit.
+pub const CODE_RATE_LIMITED: i64 = 99991400;
+/// Edit refused: the message was edited too often (the fake's code for its `edit_limit`).
+pub const CODE_EDIT_LIMIT: i64 = 230072;
+
+/// An injected failure, answered instead of running the call (so nothing happens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// HTTP status with an Open Platform code equal to it (500, 502, 503...).
+    Status(u16),
+    /// HTTP 429, code 99991400, `x-ogw-ratelimit-reset: secs`.
+    RateLimited { reset_secs: u64 },
+    /// Code 99991663 although the token is good (Feishu rotated it).
+    TokenInvalid,
+}
+
+/// Where an inbound message is.
+#[derive(Debug, Clone)]
+pub enum Chat {
+    /// A direct chat of a user with the bot.
+    P2p { user_open_id: String },
+    /// A group chat (the bot was @-mentioned).
+    Group { chat_id: String },
+    /// A topic (thread) of a group.
+    Thread { chat_id: String, thread_id: String },
+}
+
+/// An event pushed to an app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pushed {
+    pub event_id: String,
+    pub message_id: String,
+    pub chat_id: String,
+}
+
+/// A message a bot sent (created or replied).
+#[derive(Debug, Clone, Serialize)]
+pub struct SentMessage {
+    pub app_id: String,
+    pub message_id: String,
+    pub chat_id: String,
+    pub msg_type: String,
+    /// The `content` JSON, parsed.
+    pub content: Value,
+    /// The message replied to.
+    pub reply_to: Option<String>,
+    pub reply_in_thread: bool,
+    pub uuid: Option<String>,
+    /// Earlier contents, oldest first, when the message was edited.
+    pub edits: Vec<Value>,
+    /// When each edit happened, ms since the epoch.
+    pub edit_times_ms: Vec<i64>,
+}
+
+impl SentMessage {
+    /// The text of a `text` message.
+    pub fn text(&self) -> Option<&str> {
+        self.content.get("text").and_then(Value::as_str)
+    }
+}
+
+/// An uploaded or pushed image or file.
+#[derive(Debug, Clone)]
+pub struct Resource {
+    pub app_id: String,
+    pub key: String,
+    /// `image` or the upload's `file_type` (`opus`, `mp4`, `pdf`, `stream`...).
+    pub kind: String,
+    pub filename: Option<String>,
+    pub bytes: Vec<u8>,
+}
+
+/// A call the fake answered.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogEntry {
+    pub method: String,
+    pub route: String,
+    pub app_id: Option<String>,
+    pub status: u16,
+    pub code: i64,
+}
+
+pub(crate) struct App {
+    pub secret: String,
+    pub name: String,
+    pub avatar_url: String,
+    pub open_id: String,
+    pub disabled: bool,
+    pub verification_token: Option<String>,
+    pub encrypt_key: Option<String>,
+    /// HTTP event subscription; None = the long connection.
+    pub event_url: Option<String>,
+}
+
+pub(crate) struct Token {
+    pub app_id: String,
+    pub expires_at_ms: i64,
+}
+
+pub(crate) struct Event {
+    pub event_id: String,
+    pub body: Vec<u8>,
+    /// The connection it was sent on and when; None = to be sent.
+    pub inflight: Option<(u64, i64)>,
+    pub attempts: u32,
+}
+
+#[derive(Default)]
+pub(crate) struct AppEvents {
+    pub queue: VecDeque<Event>,
+    /// Event ids in the order they were acked.
+    pub acked: Vec<String>,
+    /// Deliveries (first and repeated).
+    pub deliveries: u64,
+    /// Live connection ids, oldest first; the oldest receives the events.
+    pub conns: Vec<u64>,
+    pub connects: u64,
+    pub max_concurrent: usize,
+    pub pings: u64,
+    /// Every event body ever pushed, by event id (for repeats).
+    pub bodies: HashMap<String, Vec<u8>>,
+}
+
+pub(crate) struct Inbound {
+    pub app_id: String,
+    pub chat_id: String,
+    /// Resource keys the message carries.
+    pub keys: Vec<String>,
+}
+
+pub(crate) struct Inner {
+    pub apps: HashMap<String, App>,
+    pub tokens: HashMap<String, Token>,
+    /// Every token ever issued (tests grep for them).
+    pub issued: Vec<String>,
+    pub sent: Vec<SentMessage>,
+    pub inbound: HashMap<String, Inbound>,
+    pub uuids: HashMap<(String, String), String>,
+    pub resources: HashMap<String, Resource>,
+    pub events: HashMap<String, AppEvents>,
+    pub tickets: HashMap<String, String>,
+    pub failures: HashMap<String, VecDeque<Failure>>,
+    pub log: Vec<LogEntry>,
+    pub token_ttl_secs: i64,
+    pub edit_limit: usize,
+    pub fragments: usize,
+    pub ping_interval_secs: u64,
+    pub ack_timeout_ms: i64,
+    pub p2p_chats: HashMap<(String, String), String>,
+}
+
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    pub base_url: String,
+    pub http: reqwest::Client,
+    /// Wakes connections and HTTP senders: new events, drops.
+    pub notify: Notify,
+    /// Incremented to close every connection of the apps listed in `dropping`.
+    pub drop_tx: watch::Sender<(u64, Vec<String>)>,
+    next: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn rand_key(&self, prefix: &str) -> String {
+        format!("{prefix}{:x}{:08x}", self.next_id(), rand::random::<u32>())
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// A running fake Open Platform; stops when dropped.
+pub struct FakeFeishu {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+    sender: JoinHandle<()>,
+}
+
+impl Drop for FakeFeishu {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.sender.abort();
+    }
+}
+
+impl FakeFeishu {
+    /// Starts on `127.0.0.1:0`.
+    pub async fn start() -> Self {
+        Self::start_on("127.0.0.1:0".parse().expect("static address"))
+            .await
+            .expect("bind 127.0.0.1:0")
+    }
+
+    pub async fn start_on(addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (drop_tx, _) = watch::channel((0, Vec::new()));
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                apps: HashMap::new(),
+                tokens: HashMap::new(),
+                issued: Vec::new(),
+                sent: Vec::new(),
+                inbound: HashMap::new(),
+                uuids: HashMap::new(),
+                resources: HashMap::new(),
+                events: HashMap::new(),
+                tickets: HashMap::new(),
+                failures: HashMap::new(),
+                log: Vec::new(),
+                token_ttl_secs: 7200,
+                edit_limit: 20,
+                fragments: 1,
+                ping_interval_secs: 120,
+                ack_timeout_ms: 5000,
+                p2p_chats: HashMap::new(),
+            }),
+            base_url: format!("http://{addr}"),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .map_err(std::io::Error::other)?,
+            notify: Notify::new(),
+            drop_tx,
+            next: AtomicU64::new(1),
+        });
+        let router = api::router(shared.clone())
+            .merge(events::router(shared.clone()))
+            .merge(admin::router(shared.clone()));
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::warn!(error = %e, "fake feishu server stopped");
+            }
+        });
+        let sender = tokio::spawn(events::http_sender(shared.clone()));
+        Ok(Self {
+            addr,
+            shared,
+            task,
+            sender,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, the value for `SWITCHYARD_FEISHU__API_BASE`.
+    pub fn base_url(&self) -> String {
+        self.shared.base_url.clone()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    // ---- apps ---------------------------------------------------------------------------
+
+    /// Registers an app (a custom app with its bot); returns the bot's `open_id`.
+    pub fn add_app(&self, app_id: &str, app_secret: &str, name: &str) -> String {
+        self.shared.add_app(app_id, app_secret, name)
+    }
+
+    /// The verification token and encrypt key the app's HTTP events carry.
+    pub fn set_event_security(
+        &self,
+        app_id: &str,
+        verification_token: Option<&str>,
+        encrypt_key: Option<&str>,
+    ) {
+        if let Some(a) = self.shared.lock().apps.get_mut(app_id) {
+            a.verification_token = verification_token.map(Into::into);
+            a.encrypt_key = encrypt_key.map(Into::into);
+        }
+    }
+
+    /// Delivers the app's events by HTTP POST to `url` from now on (None: the long connection).
+    pub fn subscribe_http(&self, app_id: &str, url: Option<&str>) {
+        if let Some(a) = self.shared.lock().apps.get_mut(app_id) {
+            a.event_url = url.map(Into::into);
+        }
+        self.shared.notify.notify_waiters();
+    }
+
+    /// The URL verification request the console sends when the request URL is saved:
+    /// returns the HTTP status and body of the answer.
+    pub async fn verify_url(&self, app_id: &str, url: &str) -> (u16, Value) {
+        events::verify_url(&self.shared, app_id, url).await
+    }
+
+    /// The app is deleted or disabled: its tokens stop working and no new ones are issued.
+    pub fn disable_app(&self, app_id: &str) {
+        let mut g = self.shared.lock();
+        if let Some(a) = g.apps.get_mut(app_id) {
+            a.disabled = true;
+        }
+        g.tokens.retain(|_, t| t.app_id != app_id);
+        drop(g);
+        self.drop_connections(app_id);
+    }
+
+    /// Every issued token stops working at once (as if expired).
+    pub fn expire_tokens(&self) {
+        self.shared.lock().tokens.clear();
+    }
+
+    /// Lifetime of new tokens.
+    pub fn set_token_ttl(&self, secs: i64) {
+        self.shared.lock().token_ttl_secs = secs;
+    }
+
+    /// Every tenant token ever issued.
+    pub fn issued_tokens(&self) -> Vec<String> {
+        self.shared.lock().issued.clone()
+    }
+
+    /// Tokens issued so far that still work.
+    pub fn live_tokens(&self) -> usize {
+        let now = now_ms();
+        self.shared
+            .lock()
+            .tokens
+            .values()
+            .filter(|t| t.expires_at_ms > now)
+            .count()
+    }
+
+    pub fn set_edit_limit(&self, n: usize) {
+        self.shared.lock().edit_limit = n;
+    }
+
+    /// Splits each event into this many frames (`sum`/`seq` headers).
+    pub fn set_fragments(&self, n: usize) {
+        self.shared.lock().fragments = n.max(1);
+    }
+
+    /// `PingInterval` in the ClientConfig the endpoint and pongs hand out.
+    pub fn set_ping_interval(&self, secs: u64) {
+        self.shared.lock().ping_interval_secs = secs.max(1);
+    }
+
+    /// How long an event sent on a connection waits for its ack before it is sent again.
+    pub fn set_ack_timeout(&self, d: Duration) {
+        self.shared.lock().ack_timeout_ms = d.as_millis() as i64;
+    }
+
+    /// The next `n` calls of `route` fail. Routes: `token`, `bot_info`, `message_create`,
+    /// `message_reply`, `message_edit`, `image_upload`, `file_upload`, `resource`,
+    /// `ws_endpoint`.
+    pub fn fail_next(&self, route: &str, n: usize, failure: Failure) {
+        let mut g = self.shared.lock();
+        let q = g.failures.entry(route.to_owned()).or_default();
+        for _ in 0..n {
+            q.push_back(failure);
+        }
+    }
+
+    /// Closes every long connection of the app (the client must reconnect).
+    pub fn drop_connections(&self, app_id: &str) {
+        self.shared.drop_tx.send_modify(|(n, apps)| {
+            *n += 1;
+            *apps = vec![app_id.to_owned()];
+        });
+    }
+
+    // ---- events -------------------------------------------------------------------------
+
+    /// Pushes `im.message.receive_v1` with a text message.
+    pub fn push_text(&self, app_id: &str, chat: &Chat, text: &str) -> Pushed {
+        self.push_message(app_id, chat, "text", json!({ "text": text }), Vec::new())
+    }
+
+    /// Pushes a rich text (`post`) message: `content` is the post JSON (`{"title", "content"}`).
+    pub fn push_post(&self, app_id: &str, chat: &Chat, content: Value) -> Pushed {
+        self.push_message(app_id, chat, "post", content, Vec::new())
+    }
+
+    /// Pushes an image message; the bytes are downloadable as its resource.
+    pub fn push_image(&self, app_id: &str, chat: &Chat, bytes: &[u8]) -> Pushed {
+        let key = self.shared.rand_key("img_v3_");
+        self.shared.add_resource(app_id, &key, "image", None, bytes);
+        self.push_message(
+            app_id,
+            chat,
+            "image",
+            json!({ "image_key": key }),
+            vec![key.clone()],
+        )
+    }
+
+    /// Pushes a `file`, `audio` or `media` (video) message.
+    pub fn push_file(
+        &self,
+        app_id: &str,
+        chat: &Chat,
+        msg_type: &str,
+        filename: &str,
+        bytes: &[u8],
+    ) -> Pushed {
+        let key = self.shared.rand_key("file_v3_");
+        self.shared
+            .add_resource(app_id, &key, "file", Some(filename), bytes);
+        let content = match msg_type {
+            "audio" => json!({ "file_key": key, "duration": 1000 }),
+            "media" => json!({ "file_key": key, "file_name": filename, "duration": 1000 }),
+            _ => json!({ "file_key": key, "file_name": filename }),
+        };
+        self.push_message(app_id, chat, msg_type, content, vec![key.clone()])
+    }
+
+    /// Pushes a sticker message.
+    pub fn push_sticker(&self, app_id: &str, chat: &Chat, bytes: &[u8]) -> Pushed {
+        let key = self.shared.rand_key("file_v3_");
+        self.shared
+            .add_resource(app_id, &key, "file", Some("sticker"), bytes);
+        self.push_message(
+            app_id,
+            chat,
+            "sticker",
+            json!({ "file_key": key }),
+            vec![key.clone()],
+        )
+    }
+
+    /// Pushes a message of any `msg_type` with this content.
+    pub fn push_message(
+        &self,
+        app_id: &str,
+        chat: &Chat,
+        msg_type: &str,
+        content: Value,
+        keys: Vec<String>,
+    ) -> Pushed {
+        self.shared
+            .push_message(app_id, chat, msg_type, content, keys, None)
+    }
+
+    /// Pushes the same event again (Feishu's at-least-once delivery).
+    pub fn repeat_event(&self, app_id: &str, event_id: &str) -> bool {
+        self.shared.repeat_event(app_id, event_id)
+    }
+
+    /// Pushes an arbitrary event body (schema 2.0 envelope) as is.
+    pub fn push_raw(&self, app_id: &str, event_id: &str, body: &Value) {
+        self.shared.enqueue(app_id, event_id, body);
+    }
+
+    /// Events not acked yet.
+    pub fn pending_events(&self, app_id: &str) -> usize {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map_or(0, |e| e.queue.len())
+    }
+
+    /// Event ids acked, in order (a repeat appears again if it was sent again and acked).
+    pub fn acked_events(&self, app_id: &str) -> Vec<String> {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map(|e| e.acked.clone())
+            .unwrap_or_default()
+    }
+
+    /// Deliveries made (first and repeated).
+    pub fn deliveries(&self, app_id: &str) -> u64 {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map_or(0, |e| e.deliveries)
+    }
+
+    /// Live long connections of the app.
+    pub fn connections(&self, app_id: &str) -> usize {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map_or(0, |e| e.conns.len())
+    }
+
+    /// Connections ever opened, and the most open at one time.
+    pub fn connection_stats(&self, app_id: &str) -> (u64, usize) {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map_or((0, 0), |e| (e.connects, e.max_concurrent))
+    }
+
+    /// Ping frames received on the app's connections.
+    pub fn pings(&self, app_id: &str) -> u64 {
+        self.shared.lock().events.get(app_id).map_or(0, |e| e.pings)
+    }
+
+    // ---- inspection ---------------------------------------------------------------------
+
+    /// Messages sent in a chat, in order.
+    pub fn sent_messages(&self, chat_id: &str) -> Vec<SentMessage> {
+        self.shared
+            .lock()
+            .sent
+            .iter()
+            .filter(|m| m.chat_id == chat_id)
+            .cloned()
+            .collect()
+    }
+
+    pub fn all_sent(&self) -> Vec<SentMessage> {
+        self.shared.lock().sent.clone()
+    }
+
+    /// An uploaded or pushed resource by key.
+    pub fn resource(&self, key: &str) -> Option<Resource> {
+        self.shared.lock().resources.get(key).cloned()
+    }
+
+    /// The p2p chat id of a user with the app's bot.
+    pub fn p2p_chat(&self, app_id: &str, user_open_id: &str) -> String {
+        self.shared.p2p_chat(app_id, user_open_id)
+    }
+
+    pub fn log(&self) -> Vec<LogEntry> {
+        self.shared.lock().log.clone()
+    }
+
+    /// Calls of a route answered so far (any outcome).
+    pub fn call_count(&self, route: &str) -> usize {
+        self.shared
+            .lock()
+            .log
+            .iter()
+            .filter(|e| e.route == route)
+            .count()
+    }
+}
+
+impl Shared {
+    pub(crate) fn add_app(&self, app_id: &str, app_secret: &str, name: &str) -> String {
+        let open_id = format!(
+            "ou_bot_{}",
+            &hex::encode(app_id.as_bytes())[..8.min(app_id.len() * 2)]
+        );
+        self.lock().apps.insert(
+            app_id.to_owned(),
+            App {
+                secret: app_secret.to_owned(),
+                name: name.to_owned(),
+                avatar_url: format!("{}/static/avatar/{app_id}.png", self.base_url),
+                open_id: open_id.clone(),
+                disabled: false,
+                verification_token: None,
+                encrypt_key: None,
+                event_url: None,
+            },
+        );
+        open_id
+    }
+
+    pub(crate) fn add_resource(
+        &self,
+        app_id: &str,
+        key: &str,
+        kind: &str,
+        filename: Option<&str>,
+        bytes: &[u8],
+    ) {
+        self.lock().resources.insert(
+            key.to_owned(),
+            Resource {
+                app_id: app_id.to_owned(),
+                key: key.to_owned(),
+                kind: kind.to_owned(),
+                filename: filename.map(Into::into),
+                bytes: bytes.to_vec(),
+            },
+        );
+    }
+
+    pub(crate) fn p2p_chat(&self, app_id: &str, user: &str) -> String {
+        let mut g = self.lock();
+        let n = g.p2p_chats.len();
+        g.p2p_chats
+            .entry((app_id.to_owned(), user.to_owned()))
+            .or_insert_with(|| format!("oc_p2p_{n:04}_{}", &user.trim_start_matches("ou_")))
+            .clone()
+    }
+
+    pub(crate) fn push_message(
+        &self,
+        app_id: &str,
+        chat: &Chat,
+        msg_type: &str,
+        content: Value,
+        keys: Vec<String>,
+        mentions: Option<Value>,
+    ) -> Pushed {
+        let (chat_id, chat_type, thread_id, sender) = match chat {
+            Chat::P2p { user_open_id } => (
+                self.p2p_chat(app_id, user_open_id),
+                "p2p",
+                None,
+                user_open_id.clone(),
+            ),
+            Chat::Group { chat_id } => (chat_id.clone(), "group", None, "ou_group_member".into()),
+            Chat::Thread { chat_id, thread_id } => (
+                chat_id.clone(),
+                "group",
+                Some(thread_id.clone()),
+                "ou_group_member".into(),
+            ),
+        };
+        let message_id = self.rand_key("om_");
+        let event_id = format!("{:032x}", rand::random::<u128>());
+        let now = now_ms();
+        let mentions = mentions.unwrap_or_else(|| {
+            if chat_type == "group" {
+                let bot = self
+                    .lock()
+                    .apps
+                    .get(app_id)
+                    .map(|a| (a.open_id.clone(), a.name.clone()))
+                    .unwrap_or_default();
+                json!([{"key": "@_user_1", "id": {"open_id": bot.0}, "name": bot.1, "tenant_key": "tk_fake"}])
+            } else {
+                json!([])
+            }
+        });
+        let mut message = json!({
+            "message_id": message_id,
+            "create_time": now.to_string(),
+            "update_time": now.to_string(),
+            "chat_id": chat_id,
+            "chat_type": chat_type,
+            "message_type": msg_type,
+            "content": content.to_string(),
+            "mentions": mentions,
+        });
+        if let Some(t) = &thread_id {
+            message["thread_id"] = json!(t);
+            message["root_id"] = json!(format!("om_root_{t}"));
+        }
+        let token = self
+            .lock()
+            .apps
+            .get(app_id)
+            .and_then(|a| a.verification_token.clone())
+            .unwrap_or_default();
+        let body = json!({
+            "schema": "2.0",
+            "header": {
+                "event_id": event_id,
+                "event_type": "im.message.receive_v1",
+                "create_time": now.to_string(),
+                "token": token,
+                "app_id": app_id,
+                "tenant_key": "tk_fake",
+            },
+            "event": {
+                "sender": {
+                    "sender_id": {"open_id": sender, "union_id": format!("on_{sender}"), "user_id": null},
+                    "sender_type": "user",
+                    "tenant_key": "tk_fake",
+                },
+                "message": message,
+            }
+        });
+        self.lock().inbound.insert(
+            message_id.clone(),
+            Inbound {
+                app_id: app_id.to_owned(),
+                chat_id: chat_id.clone(),
+                keys,
+            },
+        );
+        self.enqueue(app_id, &event_id, &body);
+        Pushed {
+            event_id,
+            message_id,
+            chat_id,
+        }
+    }
+
+    pub(crate) fn enqueue(&self, app_id: &str, event_id: &str, body: &Value) {
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        let mut g = self.lock();
+        let ev = g.events.entry(app_id.to_owned()).or_default();
+        ev.bodies.insert(event_id.to_owned(), bytes.clone());
+        ev.queue.push_back(Event {
+            event_id: event_id.to_owned(),
+            body: bytes,
+            inflight: None,
+            attempts: 0,
+        });
+        drop(g);
+        self.notify.notify_waiters();
+    }
+
+    fn repeat_event(&self, app_id: &str, event_id: &str) -> bool {
+        let body = {
+            let g = self.lock();
+            g.events
+                .get(app_id)
+                .and_then(|e| e.bodies.get(event_id).cloned())
+        };
+        match body {
+            Some(b) => {
+                if let Ok(v) = serde_json::from_slice::<Value>(&b) {
+                    self.enqueue(app_id, event_id, &v);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! HTTP event subscription: `POST {prefix}/events/{connector_channel_id}`, for bindings with
+//! a verification token or an encrypt key. The body is read only up to a bound and within a
+//! deadline; with an encrypt key the signature is checked on the raw body before it is
+//! decrypted, and the verification token before anything is kept. The URL-verification
+//! challenge is answered; an event is answered 200 only once it is stored (503 makes Feishu
+//! send it again).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::BytesMut;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use switchyard_core::ProviderHost;
+use switchyard_core::crypto::ct_eq;
+use switchyard_core::ids::now_ms;
+use switchyard_core::limits;
+use tokio::sync::Semaphore;
+
+use crate::Runtime;
+use crate::crypto::{decrypt, signature};
+use crate::inbound::{Handled, handle_event, peek};
+
+#[derive(Clone)]
+struct St {
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderHost>,
+    slots: Arc<Semaphore>,
+}
+
+pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>) -> Router {
+    let slots = Arc::new(Semaphore::new(rt.cfg.max_http_concurrent.max(1)));
+    Router::new()
+        .route("/events/{channel_id}", post(event))
+        .with_state(St { rt, host, slots })
+}
+
+fn answer(status: StatusCode, code: &str) -> Response {
+    let mut r = (status, axum::Json(json!({ "error": code }))).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+    }
+    r
+}
+
+async fn read_bounded(
+    headers: &HeaderMap,
+    body: Body,
+    max: usize,
+    timeout: Duration,
+) -> Result<Bytes, StatusCode> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(StatusCode::PAYLOAD_TOO_LARGE);
+    }
+    let read = async {
+        let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(max));
+        let mut s = body.into_data_stream();
+        while let Some(chunk) = s.next().await {
+            let chunk = chunk.map_err(|_| StatusCode::BAD_REQUEST)?;
+            if buf.len() + chunk.len() > max {
+                return Err(StatusCode::PAYLOAD_TOO_LARGE);
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf.freeze())
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or(Err(StatusCode::REQUEST_TIMEOUT))
+}
+
+fn header_str<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
+    h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+async fn event(
+    State(st): State<St>,
+    Path(channel_id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Ok(_slot) = st.slots.clone().try_acquire_owned() else {
+        limits::hit("ingress_concurrency_pod");
+        return answer(StatusCode::SERVICE_UNAVAILABLE, "busy");
+    };
+    let host = st.host.as_ref();
+    let app = match st.rt.registry.of_channel(&channel_id) {
+        Some(a) => Some(a),
+        None => {
+            if let Err(e) = st
+                .rt
+                .registry
+                .refresh_if_older(host, Duration::from_millis(500))
+                .await
+            {
+                tracing::warn!(error = %e, "bound feishu apps not reloaded");
+                return answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+            }
+            st.rt.registry.of_channel(&channel_id)
+        }
+    };
+    let Some(app) = app.filter(|a| a.creds.http_events()) else {
+        return answer(StatusCode::NOT_FOUND, "unknown_channel");
+    };
+    let body = match read_bounded(
+        &headers,
+        body,
+        st.rt.cfg.max_event_bytes,
+        st.rt.cfg.http_body_timeout,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(s) => {
+            limits::hit("ingress_body_bytes");
+            return answer(s, "unreadable_body");
+        }
+    };
+    let raw: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(_) => return answer(StatusCode::BAD_REQUEST, "invalid_json"),
+    };
+    let plain: Vec<u8> = match (
+        raw.get("encrypt").and_then(Value::as_str),
+        &app.creds.encrypt_key,
+    ) {
+        (Some(enc), Some(key)) => {
+            let sig = header_str(&headers, "x-lark-signature");
+            let ts = header_str(&headers, "x-lark-request-timestamp");
+            let nonce = header_str(&headers, "x-lark-request-nonce");
+            let signed = !sig.is_empty();
+            if signed {
+                let fresh = ts
+                    .parse::<i64>()
+                    .is_ok_and(|t| (now_ms() / 1000 - t).abs() <= 300);
+                if !fresh
+                    || !ct_eq(
+                        signature(ts, nonce, key.expose(), &body).as_bytes(),
+                        sig.as_bytes(),
+                    )
+                {
+                    tracing::warn!(connector_channel_id = %channel_id, "feishu event with a bad or stale signature refused");
+                    return answer(StatusCode::UNAUTHORIZED, "invalid_signature");
+                }
+            }
+            let Some(p) = decrypt(key.expose(), enc) else {
+                tracing::warn!(connector_channel_id = %channel_id, "feishu event that does not decrypt refused");
+                return answer(StatusCode::UNAUTHORIZED, "undecryptable");
+            };
+            // Only the URL verification may come unsigned (the console sends it so).
+            let is_challenge = serde_json::from_slice::<Value>(&p)
+                .ok()
+                .is_some_and(|v| v.get("type").and_then(Value::as_str) == Some("url_verification"));
+            if !signed && !is_challenge {
+                return answer(StatusCode::UNAUTHORIZED, "missing_signature");
+            }
+            p
+        }
+        (Some(_), None) => return answer(StatusCode::BAD_REQUEST, "encrypted_without_key"),
+        // With an encrypt key configured, a plaintext body is not from Feishu.
+        (None, Some(_)) => return answer(StatusCode::UNAUTHORIZED, "not_encrypted"),
+        (None, None) => body.to_vec(),
+    };
+    let v: Value = match serde_json::from_slice(&plain) {
+        Ok(v) => v,
+        Err(_) => return answer(StatusCode::BAD_REQUEST, "invalid_json"),
+    };
+    let p = peek(&v);
+    if let Some(tok) = &app.creds.verification_token
+        && !ct_eq(p.token.as_bytes(), tok.expose().as_bytes())
+    {
+        tracing::warn!(connector_channel_id = %channel_id, "feishu event with a wrong verification token refused");
+        return answer(StatusCode::UNAUTHORIZED, "invalid_token");
+    }
+    if v.get("type").and_then(Value::as_str) == Some("url_verification") {
+        let challenge = v.get("challenge").and_then(Value::as_str).unwrap_or("");
+        return (
+            StatusCode::OK,
+            axum::Json(json!({ "challenge": challenge })),
+        )
+            .into_response();
+    }
+    if !p.app_id.is_empty() && p.app_id != app.creds.app_id {
+        return answer(StatusCode::UNAUTHORIZED, "foreign_app");
+    }
+    match handle_event(&st.rt, host, &app, &plain).await {
+        Handled::Done => (StatusCode::OK, axum::Json(json!({"msg": "ok"}))).into_response(),
+        Handled::Retry => answer(StatusCode::SERVICE_UNAVAILABLE, "retry"),
+        Handled::Revoked => {
+            st.rt.on_revoked(host, &app).await;
+            answer(StatusCode::SERVICE_UNAVAILABLE, "revoked")
+        }
+    }
+}

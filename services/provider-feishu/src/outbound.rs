@@ -1,0 +1,746 @@
+//! Everything that sends to Feishu: binding validation, final messages, deltas and tools.
+//! Every created message carries a `uuid` derived from the logical call (the message id or
+//! the tool call's key, and the step), which Feishu de-duplicates for an hour: a retry after a
+//! partial failure never sends a step twice.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use switchyard_core::ProviderHost;
+use switchyard_core::crypto::sha256_hex;
+use switchyard_core::files::collect;
+use switchyard_core::ids::now_ms;
+use switchyard_core::provider::{
+    AuthStep, Binding, OutboundMessage, ProviderError, ProviderErrorKind, ToolCall,
+};
+use switchyard_protocol::ErrorCode;
+use tokio::time::Instant;
+
+use crate::api::{ApiError, retrying};
+use crate::card::{TOOL_REPLY, TOOL_REPLY_IMAGE, TOOL_SEND, TOOL_SEND_FILE, TOOL_SEND_IMAGE};
+use crate::creds::{Credentials, binding_key};
+use crate::inbound::{Conversation, conversation_key, default_chat_key};
+use crate::{Runtime, credentials, sent_result};
+
+/// Text per message; Feishu's limit is 150 KB of request body, this keeps messages readable.
+pub(crate) const MAX_TEXT_CHARS: usize = 8000;
+const MAX_IMAGE: u64 = 10 * 1024 * 1024;
+const MAX_FILE: u64 = 30 * 1024 * 1024;
+const STREAM_TTL: Duration = Duration::from_secs(600);
+
+fn failed(code: &str, message: &str) -> AuthStep {
+    AuthStep::Failed {
+        code: code.into(),
+        message: message.into(),
+    }
+}
+
+/// Gets a tenant token and the bot's info; the name goes to the Descriptor.
+pub(crate) async fn validate_binding(
+    rt: &Runtime,
+    host: &dyn ProviderHost,
+    mut c: Credentials,
+) -> Result<AuthStep, ProviderError> {
+    let deadline = Instant::now() + rt.cfg.request_timeout * 2;
+    match retrying(deadline, true, || rt.api.token(host, &c, true)).await {
+        Ok(_) => {}
+        Err(e) if e.is_app_refused() || e.code().is_some() => {
+            return Ok(failed(
+                ErrorCode::TargetAuthFailed.as_str(),
+                "Feishu refused the App ID or App Secret; copy them again from the app's Credentials page (and check the domain: feishu or lark)",
+            ));
+        }
+        Err(e) => return Err(e.to_provider()),
+    }
+    let info = retrying(deadline, true, || {
+        rt.api.call(
+            host,
+            &c,
+            "bot_info",
+            Method::GET,
+            "/open-apis/bot/v3/info",
+            None,
+        )
+    })
+    .await;
+    let bot = match info {
+        Ok(v) => v.get("bot").cloned().unwrap_or(Value::Null),
+        Err(e) if e.is_transient() => return Err(e.to_provider()),
+        Err(_) => {
+            return Ok(failed(
+                "bot_not_enabled",
+                "the app has no bot: enable the bot capability (Features > Bot) and publish a version",
+            ));
+        }
+    };
+    c.bot_name = bot
+        .get("app_name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    c.bot_open_id = bot
+        .get("open_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    // A secret that works is not revoked, whatever an earlier failure recorded.
+    rt.clear_revoked(host, &c).await;
+    Ok(AuthStep::Authenticated {
+        credentials: c.to_stored(),
+        view: c.view(),
+        binding_key: Some(binding_key(c.domain, &c.app_id)),
+    })
+}
+
+/// Where a message goes.
+#[derive(Debug, Clone)]
+enum Dest {
+    Chat(String),
+    Reply { message_id: String, in_thread: bool },
+}
+
+struct Target<'a> {
+    rt: &'a Runtime,
+    host: &'a dyn ProviderHost,
+    creds: Credentials,
+    channel_id: &'a str,
+    deadline: Instant,
+}
+
+fn uuid_for(key: &str, step: &str) -> String {
+    // Feishu takes at most 50 characters.
+    sha256_hex(format!("{key}\n{step}").as_bytes())[..40].to_owned()
+}
+
+#[derive(Deserialize)]
+struct Sent {
+    message_id: String,
+}
+
+fn file_kind(mime: &str, filename: &str, size: u64) -> (&'static str, &'static str) {
+    let mime = mime.to_ascii_lowercase();
+    let ext = filename
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    if matches!(
+        mime.as_str(),
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp" | "image/bmp" | "image/tiff"
+    ) && size <= MAX_IMAGE
+    {
+        return ("image", "image");
+    }
+    match (mime.as_str(), ext.as_str()) {
+        ("audio/opus" | "audio/ogg", _) | (_, "opus") => ("opus", "audio"),
+        ("video/mp4", _) | (_, "mp4") => ("mp4", "media"),
+        ("application/pdf", _) | (_, "pdf") => ("pdf", "file"),
+        (_, "doc" | "docx") => ("doc", "file"),
+        (_, "xls" | "xlsx") => ("xls", "file"),
+        (_, "ppt" | "pptx") => ("ppt", "file"),
+        _ => ("stream", "file"),
+    }
+}
+
+/// Splits text into parts of at most `max` characters, preferring a line break.
+pub(crate) fn split_text(text: &str, max: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while rest.chars().count() > max {
+        let cut = rest
+            .char_indices()
+            .nth(max)
+            .map(|(i, _)| i)
+            .unwrap_or(rest.len());
+        let window = &rest[..cut];
+        let at = window
+            .rfind('\n')
+            .filter(|&i| i >= cut / 2)
+            .map(|i| i + 1)
+            .unwrap_or(cut);
+        out.push(rest[..at].to_owned());
+        rest = &rest[at..];
+    }
+    out.push(rest.to_owned());
+    out.retain(|p| !p.trim().is_empty());
+    out
+}
+
+impl Target<'_> {
+    async fn new<'a>(
+        rt: &'a Runtime,
+        binding: &'a Binding,
+        budget: Duration,
+    ) -> Result<Target<'a>, ProviderError> {
+        Ok(Target {
+            rt,
+            host: rt.host()?.as_ref(),
+            creds: credentials(binding)?,
+            channel_id: &binding.channel_id,
+            deadline: Instant::now() + budget,
+        })
+    }
+
+    async fn fail(&self, e: ApiError) -> ProviderError {
+        let p = e.to_provider();
+        if p.kind == ProviderErrorKind::Unauthorized
+            && let Some(app) = self.rt.registry.of_channel(self.channel_id)
+        {
+            self.rt.on_revoked(self.host, &app).await;
+        } else {
+            tracing::info!(connector_channel_id = self.channel_id, error = %e.summary(), "feishu send failed");
+        }
+        p
+    }
+
+    /// Creates (or replies with) one message; `uuid` makes repeats harmless.
+    async fn send(
+        &self,
+        dest: &Dest,
+        msg_type: &str,
+        content: &Value,
+        uuid: &str,
+    ) -> Result<String, ProviderError> {
+        let content = content.to_string();
+        let (path, body) = match dest {
+            Dest::Chat(chat) => (
+                "/open-apis/im/v1/messages?receive_id_type=chat_id".to_owned(),
+                json!({"receive_id": chat, "msg_type": msg_type, "content": content, "uuid": uuid}),
+            ),
+            Dest::Reply {
+                message_id,
+                in_thread,
+            } => (
+                format!(
+                    "/open-apis/im/v1/messages/{}/reply",
+                    url::form_urlencoded::byte_serialize(message_id.as_bytes()).collect::<String>()
+                ),
+                json!({"msg_type": msg_type, "content": content, "reply_in_thread": in_thread, "uuid": uuid}),
+            ),
+        };
+        let route = match dest {
+            Dest::Chat(_) => "message_create",
+            Dest::Reply { .. } => "message_reply",
+        };
+        let got = retrying(self.deadline, true, || {
+            self.rt.api.call(
+                self.host,
+                &self.creds,
+                route,
+                Method::POST,
+                &path,
+                Some(&body),
+            )
+        })
+        .await;
+        match got {
+            Ok(v) => serde_json::from_value::<Sent>(v.get("data").cloned().unwrap_or(Value::Null))
+                .map(|s| s.message_id)
+                .map_err(|_| {
+                    ProviderError::transient("Feishu answered without a message id; retry later")
+                }),
+            Err(e) => Err(self.fail(e).await),
+        }
+    }
+
+    async fn edit(&self, id: &str, text: &str) -> Result<(), ApiError> {
+        let path = format!(
+            "/open-apis/im/v1/messages/{}",
+            url::form_urlencoded::byte_serialize(id.as_bytes()).collect::<String>()
+        );
+        let body = json!({"msg_type": "text", "content": json!({"text": text}).to_string()});
+        retrying(self.deadline, true, || {
+            self.rt.api.call(
+                self.host,
+                &self.creds,
+                "message_edit",
+                Method::PUT,
+                &path,
+                Some(&body),
+            )
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Uploads a file of the channel; the key and the message type that carries it.
+    async fn upload(&self, file_ref: &str) -> Result<(String, &'static str), ProviderError> {
+        let (f, stream) = match self.host.open_file(self.channel_id, file_ref).await {
+            Ok(x) => x,
+            Err(e) if e.retryable() => {
+                return Err(ProviderError::new(
+                    ProviderErrorKind::Transient,
+                    ErrorCode::Unavailable.as_str(),
+                    "file storage is unavailable; retry later",
+                ));
+            }
+            Err(_) => {
+                return Err(ProviderError::new(
+                    ProviderErrorKind::InvalidInput,
+                    ErrorCode::FileNotFound.as_str(),
+                    "file_ref is not a file of this channel (unknown or expired)",
+                ));
+            }
+        };
+        let (file_type, msg_type) =
+            file_kind(&f.record.mime_type, &f.record.filename, f.record.byte_size);
+        if f.record.byte_size > MAX_FILE {
+            return Err(ProviderError::invalid(
+                "the file is larger than Feishu's 30 MB limit",
+            ));
+        }
+        let bytes = collect(stream, MAX_FILE)
+            .await
+            .map_err(|_| ProviderError::transient("the file could not be read; retry later"))?;
+        let name = f.record.filename.clone();
+        let got = if msg_type == "image" {
+            retrying(self.deadline, true, || {
+                self.rt.api.upload(
+                    self.host,
+                    &self.creds,
+                    "image_upload",
+                    "/open-apis/im/v1/images",
+                    self.rt.cfg.transfer_timeout,
+                    || {
+                        reqwest::multipart::Form::new()
+                            .text("image_type", "message")
+                            .part(
+                                "image",
+                                reqwest::multipart::Part::bytes(bytes.to_vec())
+                                    .file_name(name.clone()),
+                            )
+                    },
+                )
+            })
+            .await
+        } else {
+            retrying(self.deadline, true, || {
+                self.rt.api.upload(
+                    self.host,
+                    &self.creds,
+                    "file_upload",
+                    "/open-apis/im/v1/files",
+                    self.rt.cfg.transfer_timeout,
+                    || {
+                        reqwest::multipart::Form::new()
+                            .text("file_type", file_type)
+                            .text("file_name", name.clone())
+                            .part(
+                                "file",
+                                reqwest::multipart::Part::bytes(bytes.to_vec())
+                                    .file_name(name.clone()),
+                            )
+                    },
+                )
+            })
+            .await
+        };
+        let v = match got {
+            Ok(v) => v,
+            Err(e) => return Err(self.fail(e).await),
+        };
+        let key_field = if msg_type == "image" {
+            "image_key"
+        } else {
+            "file_key"
+        };
+        let key = v
+            .pointer(&format!("/data/{key_field}"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                ProviderError::transient("Feishu answered the upload without a key; retry later")
+            })?;
+        Ok((key.to_owned(), msg_type))
+    }
+
+    /// Uploads and sends a file, then the optional text; the ids sent, in order.
+    async fn send_file(
+        &self,
+        dest: &Dest,
+        file_ref: &str,
+        text: Option<&str>,
+        key: &str,
+    ) -> Result<Vec<String>, ProviderError> {
+        let (res, msg_type) = self.upload(file_ref).await?;
+        let content = if msg_type == "image" {
+            json!({"image_key": res})
+        } else {
+            json!({"file_key": res})
+        };
+        let mut ids = vec![
+            self.send(
+                dest,
+                msg_type,
+                &content,
+                &uuid_for(key, &format!("file:{file_ref}")),
+            )
+            .await?,
+        ];
+        if let Some(t) = text.filter(|t| !t.trim().is_empty()) {
+            for (i, part) in split_text(t, MAX_TEXT_CHARS).iter().enumerate() {
+                ids.push(
+                    self.send(
+                        dest,
+                        "text",
+                        &json!({"text": part}),
+                        &uuid_for(key, &format!("caption:{i}")),
+                    )
+                    .await?,
+                );
+            }
+        }
+        Ok(ids)
+    }
+
+    async fn conversation(&self) -> Result<Option<Conversation>, ProviderError> {
+        match self.host.kv_get(&conversation_key(self.channel_id)).await {
+            Ok(v) => Ok(v.and_then(|s| serde_json::from_str(&s).ok())),
+            Err(e) => {
+                tracing::warn!(connector_channel_id = self.channel_id, error = %e, "feishu conversation unreadable");
+                Err(ProviderError::transient(
+                    "the conversation could not be read; retry later",
+                ))
+            }
+        }
+    }
+
+    async fn default_chat(&self) -> Result<Dest, ProviderError> {
+        match self.host.kv_get(&default_chat_key(self.channel_id)).await {
+            Ok(Some(chat)) if !chat.is_empty() => Ok(Dest::Chat(chat)),
+            Ok(_) => Err(ProviderError::new(
+                ProviderErrorKind::Rejected,
+                ErrorCode::TargetDeliveryFailed.as_str(),
+                "no direct chat yet: a user must write to the bot directly first (or reply to a group message with reply_ref)",
+            )),
+            Err(_) => Err(ProviderError::transient(
+                "the default chat could not be read; retry later",
+            )),
+        }
+    }
+}
+
+fn dest_of(conv: &Conversation) -> Dest {
+    match &conv.reply_to {
+        Some(m) => Dest::Reply {
+            message_id: m.clone(),
+            in_thread: conv.in_thread,
+        },
+        None => Dest::Chat(conv.chat_id.clone()),
+    }
+}
+
+fn arg<'a>(args: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
+    args.get(name)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+fn required<'a>(args: &'a Map<String, Value>, name: &str) -> Result<&'a str, ProviderError> {
+    arg(args, name).ok_or_else(|| ProviderError::invalid(format!("{name} is required")))
+}
+
+fn reply_ref(args: &Map<String, Value>) -> Result<Dest, ProviderError> {
+    let r = required(args, "reply_ref")?;
+    let ok = r.starts_with("om_")
+        && r.len() <= 128
+        && r.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !ok {
+        return Err(ProviderError::invalid(
+            "reply_ref must be the message_id of an inbound Feishu message (om_...)",
+        ));
+    }
+    Ok(Dest::Reply {
+        message_id: r.to_owned(),
+        in_thread: false,
+    })
+}
+
+pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Value, ProviderError> {
+    let t = Target::new(rt, call.binding, rt.cfg.send_budget).await?;
+    let args = call.arguments;
+    let key = format!("tool:{}:{}", t.channel_id, call.idempotency_key);
+    let ids = match call.tool_id {
+        TOOL_SEND => {
+            let text = required(args, "text")?;
+            let dest = t.default_chat().await?;
+            let mut ids = Vec::new();
+            for (i, part) in split_text(text, MAX_TEXT_CHARS).iter().enumerate() {
+                ids.push(
+                    t.send(
+                        &dest,
+                        "text",
+                        &json!({"text": part}),
+                        &uuid_for(&key, &format!("text:{i}")),
+                    )
+                    .await?,
+                );
+            }
+            ids
+        }
+        TOOL_REPLY => {
+            let dest = reply_ref(args)?;
+            let text = required(args, "text")?;
+            let mut ids = Vec::new();
+            for (i, part) in split_text(text, MAX_TEXT_CHARS).iter().enumerate() {
+                ids.push(
+                    t.send(
+                        &dest,
+                        "text",
+                        &json!({"text": part}),
+                        &uuid_for(&key, &format!("text:{i}")),
+                    )
+                    .await?,
+                );
+            }
+            ids
+        }
+        TOOL_SEND_IMAGE | TOOL_REPLY_IMAGE | TOOL_SEND_FILE => {
+            let file_ref = required(args, "file_ref")?;
+            let dest = if call.tool_id == TOOL_REPLY_IMAGE
+                || (call.tool_id == TOOL_SEND_FILE && arg(args, "reply_ref").is_some())
+            {
+                reply_ref(args)?
+            } else {
+                t.default_chat().await?
+            };
+            if call.tool_id != TOOL_SEND_FILE {
+                let (f, _) = t
+                    .host
+                    .open_file(t.channel_id, file_ref)
+                    .await
+                    .map_err(|_| {
+                        ProviderError::new(
+                            ProviderErrorKind::InvalidInput,
+                            ErrorCode::FileNotFound.as_str(),
+                            "file_ref is not a file of this channel (unknown or expired)",
+                        )
+                    })?;
+                if file_kind(&f.record.mime_type, &f.record.filename, f.record.byte_size).1
+                    != "image"
+                {
+                    return Err(ProviderError::invalid(format!(
+                        "file_ref is not an image Feishu accepts (png, jpeg, gif, webp, bmp, tiff up to 10 MB); use {TOOL_SEND_FILE}"
+                    )));
+                }
+            }
+            t.send_file(&dest, file_ref, arg(args, "text"), &key)
+                .await?
+        }
+        other => {
+            return Err(ProviderError::new(
+                ProviderErrorKind::InvalidInput,
+                ErrorCode::UnknownTool.as_str(),
+                format!("unknown tool {other}"),
+            ));
+        }
+    };
+    Ok(sent_result(&ids))
+}
+
+/// The message shown while deltas stream.
+#[derive(Serialize, Deserialize, Default)]
+struct Stream {
+    /// None while the first send is in flight.
+    id: Option<String>,
+    /// Hash of the text shown.
+    shown: String,
+    edits: u32,
+    /// When the message was last created or edited, ms.
+    at: i64,
+}
+
+fn stream_key(channel_id: &str, message_id: &str) -> String {
+    format!(
+        "fs:stream:{channel_id}:{}",
+        sha256_hex(message_id.as_bytes())
+    )
+}
+
+async fn read_stream(host: &dyn ProviderHost, key: &str) -> Option<Stream> {
+    match host.ephemeral().get(key).await {
+        Ok(Some(b)) => serde_json::from_slice(&b).ok(),
+        _ => None,
+    }
+}
+
+/// Shows the text so far: the first delta creates a message, later ones edit it at most once
+/// per `edit_interval` and at most `max_stream_edits` times (Feishu limits edits per
+/// message); the final message settles the text. Deltas are best effort.
+pub(crate) async fn delta(
+    rt: &Runtime,
+    binding: &Binding,
+    message_id: &str,
+    text: &str,
+) -> Result<(), ProviderError> {
+    let shown: String = text.chars().take(MAX_TEXT_CHARS).collect();
+    if shown.trim().is_empty() {
+        return Ok(());
+    }
+    let t = Target::new(rt, binding, Duration::from_secs(3)).await?;
+    let eph = t.host.ephemeral();
+    let key = stream_key(t.channel_id, message_id);
+    let hash = sha256_hex(shown.as_bytes());
+    let interval = rt.cfg.edit_interval.as_millis() as i64;
+    match read_stream(t.host, &key).await {
+        None => {
+            let Some(conv) = t.conversation().await? else {
+                return Ok(());
+            };
+            let claim = serde_json::to_vec(&Stream::default()).unwrap_or_default();
+            if !eph
+                .put_if_absent(&key, claim, STREAM_TTL)
+                .await
+                .unwrap_or(false)
+            {
+                return Ok(());
+            }
+            let uuid = uuid_for(&format!("msg:{}:{message_id}", t.channel_id), "stream");
+            match t
+                .send(&dest_of(&conv), "text", &json!({"text": shown}), &uuid)
+                .await
+            {
+                Ok(id) => {
+                    let s = Stream {
+                        id: Some(id),
+                        shown: hash,
+                        edits: 0,
+                        at: now_ms(),
+                    };
+                    let _ = eph
+                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
+                        .await;
+                    Ok(())
+                }
+                Err(e) => {
+                    let _ = eph.delete(&key).await;
+                    Err(e)
+                }
+            }
+        }
+        Some(Stream { id: None, .. }) => Ok(()),
+        Some(Stream {
+            id: Some(id),
+            shown: prev,
+            edits,
+            at,
+        }) => {
+            // Deltas of one message come one after another, so the state read is current.
+            if prev == hash || edits >= rt.cfg.max_stream_edits || now_ms() - at < interval {
+                return Ok(());
+            }
+            match t.edit(&id, &shown).await {
+                Ok(()) => {
+                    let s = Stream {
+                        id: Some(id),
+                        shown: hash,
+                        edits: edits + 1,
+                        at: now_ms(),
+                    };
+                    let _ = eph
+                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
+                        .await;
+                    Ok(())
+                }
+                Err(e) if e.retry_after().is_some() => Ok(()),
+                Err(e) => Err(t.fail(e).await),
+            }
+        }
+    }
+}
+
+/// Delivers xAgent's final message to the chat of the latest inbound message (a reply in
+/// groups and topics). When deltas showed it, the first part edits that message in place.
+pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
+    let t = Target::new(rt, msg.binding, rt.cfg.send_budget).await?;
+    let Some(conv) = t.conversation().await? else {
+        return Err(ProviderError::new(
+            ProviderErrorKind::Rejected,
+            ErrorCode::TargetDeliveryFailed.as_str(),
+            "no Feishu conversation yet: nobody has written to the bot",
+        ));
+    };
+    let dest = dest_of(&conv);
+    let skey = stream_key(t.channel_id, msg.message_id);
+    let mut stream = read_stream(t.host, &skey).await;
+    let until = Instant::now() + Duration::from_secs(3);
+    while matches!(stream, Some(Stream { id: None, .. })) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stream = read_stream(t.host, &skey).await;
+    }
+    if let Some(s) = &stream {
+        // The settling edit keeps the edit rate too.
+        let wait = (s.at + rt.cfg.edit_interval.as_millis() as i64 - now_ms()).max(0) as u64;
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+    let streamed = stream.and_then(|s| s.id);
+    let key = format!("msg:{}:{}", t.channel_id, msg.message_id);
+    for (i, part) in split_text(msg.text.unwrap_or_default(), MAX_TEXT_CHARS)
+        .iter()
+        .enumerate()
+    {
+        match (i, &streamed) {
+            (0, Some(id)) => match t.edit(id, part).await {
+                Ok(()) => {}
+                // Cannot be edited any more (limit reached, recalled): sent anew, once.
+                Err(e)
+                    if matches!(e, ApiError::Feishu { status: 400, .. })
+                        && !e.is_token_invalid() =>
+                {
+                    t.send(
+                        &dest,
+                        "text",
+                        &json!({"text": part}),
+                        &uuid_for(&key, "final"),
+                    )
+                    .await?;
+                }
+                Err(e) => return Err(t.fail(e).await),
+            },
+            _ => {
+                t.send(
+                    &dest,
+                    "text",
+                    &json!({"text": part}),
+                    &uuid_for(&key, &format!("text:{i}")),
+                )
+                .await?;
+            }
+        }
+    }
+    for f in msg.files {
+        t.send_file(&dest, &f.record.file_ref, None, &key).await?;
+    }
+    let _ = t.host.ephemeral().delete(&skey).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_splits() {
+        assert_eq!(file_kind("image/png", "a.png", 10), ("image", "image"));
+        assert_eq!(
+            file_kind("image/png", "a.png", 11 * 1024 * 1024),
+            ("stream", "file")
+        );
+        assert_eq!(file_kind("audio/opus", "v.opus", 10), ("opus", "audio"));
+        assert_eq!(file_kind("video/mp4", "v.mp4", 10), ("mp4", "media"));
+        assert_eq!(file_kind("application/pdf", "a.pdf", 10), ("pdf", "file"));
+        assert_eq!(
+            file_kind("application/octet-stream", "r.xlsx", 10),
+            ("xls", "file")
+        );
+        assert_eq!(file_kind("text/plain", "a.txt", 10), ("stream", "file"));
+        let parts = split_text(&format!("{}\n{}", "a".repeat(6000), "b".repeat(6000)), 8000);
+        assert_eq!(parts.len(), 2);
+        assert!(parts[0].ends_with('\n'));
+        assert_eq!(split_text("  ", 10), Vec::<String>::new());
+        assert_eq!(uuid_for("k", "s").len(), 40);
+        assert_ne!(uuid_for("k", "s"), uuid_for("k", "t"));
+    }
+}
