@@ -670,7 +670,7 @@ async fn target_resources(args: &Args, fleet: &Fleet) -> Vec<PodReport> {
             rss_kib: s.rss_kib,
             peak_rss_kib: s.peak_rss_kib,
             cpu_seconds: s.cpu_seconds,
-            uptime_s: 0.0,
+            uptime_s: pods::proc_uptime(*pid, fleet.clk_tck).unwrap_or(0.0),
             log: String::new(),
             metrics: Vec::new(),
         });

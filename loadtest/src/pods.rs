@@ -95,6 +95,21 @@ pub fn proc_sample(pid: u32, clk_tck: f64) -> Option<ProcSample> {
     })
 }
 
+/// Seconds since process `pid` started (`/proc/<pid>/stat` starttime against `/proc/uptime`).
+pub fn proc_uptime(pid: u32, clk_tck: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // fields[0] is field 3; starttime is field 22.
+    let start_ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((boot - start_ticks / clk_tck).max(0.0))
+}
+
 /// Clock ticks per second for `/proc/<pid>/stat` (no libc: the workspace forbids `unsafe`).
 pub fn clk_tck() -> f64 {
     std::process::Command::new("getconf")
@@ -656,5 +671,7 @@ mod tests {
         let s = proc_sample(std::process::id(), clk_tck()).expect("own /proc entry");
         assert!(s.rss_kib > 0 && s.peak_rss_kib >= s.rss_kib);
         assert!(s.cpu_seconds >= 0.0);
+        let up = proc_uptime(std::process::id(), clk_tck()).expect("own uptime");
+        assert!((0.0..3600.0).contains(&up), "{up}");
     }
 }

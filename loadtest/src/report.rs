@@ -681,6 +681,16 @@ pub fn render_resources(pods: &[PodReport], loadtest: &ProcSample) -> String {
         "\nresources (VmRSS / VmHWM from /proc, CPU = utime+stime):"
     );
     for p in pods {
+        if p.pid == 0 && p.rss_kib == 0 {
+            // --target --metrics-url without process_* series: only the scrape to report.
+            let _ = writeln!(
+                s,
+                "  {:<8} /metrics scraped: {} switchyard_* samples, no process_* series (CPU/RSS need --pod-pid)",
+                p.name,
+                p.metrics.len()
+            );
+            continue;
+        }
         let _ = writeln!(
             s,
             "  {:<8} pid {:<7} {:<8} RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s over {:>5.1} s",
