@@ -149,7 +149,8 @@ pub struct Args {
     /// `http://switchyard.example:8080`) instead of starting pods.
     #[arg(long)]
     pub target: Option<String>,
-    /// `--target`: a tenant's API key, repeatable (one simulated xAgent backend per key).
+    /// `--target`: a tenant's API key, repeatable; the `--tenants` simulated xAgent backends
+    /// (one WebSocket each) take them in turn.
     #[arg(
         long = "api-key",
         env = "SWITCHYARD_LOADTEST_API_KEY",
@@ -349,7 +350,7 @@ impl Args {
     /// `--soak` alone is the length of a steady run. With `--target` there is one tenant
     /// (one simulated backend) per `--api-key`.
     pub fn normalize(&mut self) {
-        if self.target.is_some() && !self.api_keys.is_empty() {
+        if self.target.is_some() && self.tenants < self.api_keys.len() {
             self.tenants = self.api_keys.len();
         }
         if let Some(r) = &self.ramp {
@@ -482,8 +483,17 @@ mod tests {
             "http://loadtest.example:9000",
         ]);
         assert!(a.validate().is_ok(), "{:?}", a.validate());
-        assert_eq!(a.tenants, 2, "one backend per key");
+        assert_eq!(a.tenants, 4, "--tenants backends share the keys");
         assert_eq!(a.pod_count(), 2);
+        let few = parsed(&[
+            "--target",
+            "http://x:1",
+            "--api-key",
+            "a,b,c",
+            "--tenants",
+            "1",
+        ]);
+        assert_eq!(few.tenants, 3, "at least one backend per key");
         let no_key = parsed(&["--target", "http://x:1"]);
         // The key may come from SWITCHYARD_LOADTEST_API_KEY in the environment of the test.
         if std::env::var_os("SWITCHYARD_LOADTEST_API_KEY").is_none() {

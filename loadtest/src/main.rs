@@ -144,11 +144,13 @@ async fn load(
     fleet.migrate().await?;
     let mut tenants = Vec::new();
     if args.target_mode() {
-        // The deployment's own tenants: their keys were given, nothing is created.
-        tenants = args
-            .api_keys
-            .iter()
-            .map(|k| (String::new(), k.trim().to_owned()))
+        // The deployment's own tenants: their keys were given, nothing is created; several
+        // backends (connectors, one socket each) may share a key.
+        tenants = (0..args.tenants)
+            .map(|i| {
+                let k = &args.api_keys[i % args.api_keys.len()];
+                (String::new(), k.trim().to_owned())
+            })
             .collect();
     } else if !args.no_chat {
         for i in 0..args.tenants {

@@ -99,7 +99,7 @@ async fn loadtest(lt: &Path, d: &Deployment, json: &Path, extra: &[&str]) -> Run
     let out = Command::new(lt)
         .args(["--target", &d.base, "--metrics-url", &d.metrics])
         .args(["--pod-pid", &pid])
-        .args(["--channels", "8", "--settle", "15s"])
+        .args(["--channels", "8", "--settle", "40s"])
         .args([
             "--tool-rate",
             "5",
@@ -176,7 +176,7 @@ async fn loadtest_runs_against_an_existing_pod_and_exits_by_its_thresholds() {
             "--inbound-rate",
             "40",
             "--max-p99",
-            "10s",
+            "20s",
             "--max-lost",
             "0",
             "--max-dup",
