@@ -566,7 +566,7 @@ mod tests {
         assert_eq!(s.inbound_profile().unwrap().expected_ops(), 200.0 * 120.0);
         let unlimited = parsed(&["--inbound-rate", "0"]);
         assert_eq!(unlimited.inbound_profile(), None);
-        assert!(parsed(&["--min-rate", "-1"]).validate().is_err());
+        assert!(parsed(&["--min-rate=-1"]).validate().is_err());
     }
 
     #[test]
