@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::stages::Profile;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
     /// One pod on SQLite in a temporary directory, in-process bus and ephemeral state.
@@ -142,10 +144,125 @@ pub struct Args {
     /// Extra pod setting, repeatable: `--pod-env SWITCHYARD_DELIVERY__WINDOW=32`.
     #[arg(long = "pod-env", value_parser = parse_env_pair)]
     pub pod_env: Vec<(String, String)>,
+
+    /// Run every chat flow against an existing deployment (its public base URL, for example
+    /// `http://switchyard.example:8080`) instead of starting pods.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// `--target`: a tenant's API key, repeatable; the `--tenants` simulated xAgent backends
+    /// (one WebSocket each) take them in turn.
+    #[arg(
+        long = "api-key",
+        env = "SWITCHYARD_LOADTEST_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+    /// Where the fake webhook target listens (default 127.0.0.1 on a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub webhook_listen: String,
+    /// The fake webhook target's base URL as the deployment reaches it (default
+    /// `http://<--webhook-listen address>`); channels are bound to `<this>/hook/<n>`.
+    #[arg(long)]
+    pub webhook_public_url: Option<String>,
+    /// `--target`: a pod's internal listener (`/metrics`, `/livez`, `/readyz`), repeatable;
+    /// scraped every second when reachable.
+    #[arg(long = "metrics-url")]
+    pub metrics_urls: Vec<String>,
+    /// `--target`: the pid of a pod on this machine, repeatable, for CPU and RSS from /proc.
+    #[arg(long = "pod-pid")]
+    pub pod_pids: Vec<u32>,
+
+    /// Stages of the inbound rate: `FROM:TO:DURATION` ramps or `RATE:DURATION` steady parts,
+    /// comma separated (`0:1000/s:60s,1000/s:1000/s:300s`). The load lasts as long as the
+    /// stages (plus `--soak`); the tool, outbound and file flows follow the same shape with
+    /// their own rate at its peak.
+    #[arg(long, value_parser = crate::stages::parse_ramp)]
+    pub ramp: Option<Profile>,
+    /// Hold the last rate of `--ramp` (or the fixed rates without one) this long: a soak run.
+    #[arg(long, value_parser = parse_duration)]
+    pub soak: Option<Duration>,
+    /// Threshold: every flow's end-to-end p99 at most this (exit status 4 when breached).
+    #[arg(long, value_parser = parse_duration)]
+    pub max_p99: Option<Duration>,
+    /// Threshold: accepted but never delivered messages, all flows together, at most this.
+    #[arg(long)]
+    pub max_lost: Option<u64>,
+    /// Threshold: message_ids delivered more than once, all flows together, at most this.
+    #[arg(long)]
+    pub max_dup: Option<u64>,
+    /// Threshold: distinct deliveries per second, all flows together over the load time, at
+    /// least this.
+    #[arg(long)]
+    pub min_rate: Option<f64>,
+    /// The HTML report (self-contained, SVG plots); default beside `--json` with `.html`.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// No live progress line on stderr even on a terminal.
+    #[arg(long)]
+    pub no_progress: bool,
 }
 
 impl Args {
     pub fn validate(&self) -> Result<(), String> {
+        if let Some(t) = &self.target {
+            if !(t.starts_with("http://") || t.starts_with("https://")) {
+                return Err(format!("--target {t:?} must be an http:// or https:// URL"));
+            }
+            if self.api_keys.is_empty() {
+                return Err(
+                    "--target needs --api-key (or SWITCHYARD_LOADTEST_API_KEY): a tenant's API key"
+                        .into(),
+                );
+            }
+            if self.api_keys.iter().any(|k| k.trim().is_empty()) {
+                return Err("--api-key must not be empty".into());
+            }
+            if self.mode == Mode::Cluster
+                || self.hosts > 0
+                || self.no_chat
+                || self.kill_pod_at.is_some()
+                || self.rolling_restart
+                || self.baseline
+                || self.idle_sockets > 0
+                || self.ping_compare
+                || self.bin.is_some()
+            {
+                return Err("--target runs the chat flows only; it does not combine with --mode cluster, --bin, --hosts, --no-chat, --kill-pod-at, --rolling-restart, --baseline, --idle-sockets or --ping-compare".into());
+            }
+            if self.channels < self.api_keys.len() {
+                return Err("--channels must be at least the number of --api-key".into());
+            }
+        } else if !self.metrics_urls.is_empty() || !self.pod_pids.is_empty() {
+            return Err(
+                "--metrics-url and --pod-pid need --target (started pods are measured anyway)"
+                    .into(),
+            );
+        }
+        for u in self
+            .metrics_urls
+            .iter()
+            .chain(self.webhook_public_url.iter())
+        {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(format!("{u:?} must be an http:// or https:// URL"));
+            }
+        }
+        if self.webhook_listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!(
+                "--webhook-listen {:?} is not an address such as 0.0.0.0:9000",
+                self.webhook_listen
+            ));
+        }
+        if self.ramp.is_some() && self.idle_sockets > 0 {
+            return Err("--ramp does not combine with --idle-sockets".into());
+        }
+        if self.soak.is_some_and(|d| d.is_zero()) {
+            return Err("--soak must be positive".into());
+        }
+        if self.min_rate.is_some_and(|r| !r.is_finite() || r < 0.0) {
+            return Err("--min-rate must be a number of messages per second".into());
+        }
         if self.tenants == 0 || self.channels < self.tenants {
             return Err("--channels must be at least --tenants, and --tenants at least 1".into());
         }
@@ -204,7 +321,57 @@ impl Args {
         Ok(())
     }
 
+    /// The rate profile of the inbound flow, or `None` for "as fast as `--concurrency`
+    /// allows" (`--inbound-rate 0` without `--ramp`).
+    pub fn inbound_profile(&self) -> Option<Profile> {
+        let base = match &self.ramp {
+            Some(r) => r.clone(),
+            None if self.inbound_rate > 0.0 => Profile::constant(self.inbound_rate, self.duration),
+            None => return None,
+        };
+        Some(match (self.ramp.is_some(), self.soak) {
+            (true, Some(s)) => base.with_soak(s),
+            _ => base,
+        })
+    }
+
+    /// A socket flow's profile at `rate` (its rate at the ramp's peak); `None` = off.
+    pub fn flow_profile(&self, rate: f64) -> Option<Profile> {
+        if rate <= 0.0 {
+            return None;
+        }
+        match self.inbound_profile().filter(|_| self.ramp.is_some()) {
+            Some(p) => Some(p.scaled(rate / p.peak())),
+            None => Some(Profile::constant(rate, self.duration)),
+        }
+    }
+
+    /// After parsing: with `--ramp` (and `--soak`) the load lasts as long as its stages;
+    /// `--soak` alone is the length of a steady run. With `--target` there is one tenant
+    /// (one simulated backend) per `--api-key`.
+    pub fn normalize(&mut self) {
+        if self.target.is_some() && self.tenants < self.api_keys.len() {
+            self.tenants = self.api_keys.len();
+        }
+        if let Some(r) = &self.ramp {
+            let mut total = r.total();
+            if let Some(s) = self.soak {
+                total += s;
+            }
+            self.duration = total;
+        } else if let Some(s) = self.soak {
+            self.duration = s;
+        }
+    }
+
+    pub fn target_mode(&self) -> bool {
+        self.target.is_some()
+    }
+
     pub fn pod_count(&self) -> usize {
+        if self.target_mode() {
+            return self.metrics_urls.len().max(self.pod_pids.len()).max(1);
+        }
         match self.mode {
             Mode::Embedded => 1,
             Mode::Cluster => self.pods,
@@ -290,6 +457,116 @@ mod tests {
         assert!(zero.validate().is_err());
         let kill = Args::parse_from(["switchyard-loadtest", "--hosts", "2", "--kill-pod-at", "5s"]);
         assert!(kill.validate().is_ok());
+    }
+
+    fn parsed(argv: &[&str]) -> Args {
+        let mut a =
+            Args::parse_from(std::iter::once("switchyard-loadtest").chain(argv.iter().copied()));
+        a.normalize();
+        a
+    }
+
+    #[test]
+    fn target_mode_options() {
+        let a = parsed(&[
+            "--target",
+            "http://sy.example:8080/",
+            "--api-key",
+            "sy_a,sy_b",
+            "--metrics-url",
+            "http://10.0.0.1:9090",
+            "--metrics-url",
+            "http://10.0.0.2:9090",
+            "--webhook-listen",
+            "0.0.0.0:9000",
+            "--webhook-public-url",
+            "http://loadtest.example:9000",
+        ]);
+        assert!(a.validate().is_ok(), "{:?}", a.validate());
+        assert_eq!(a.tenants, 4, "--tenants backends share the keys");
+        assert_eq!(a.pod_count(), 2);
+        let few = parsed(&[
+            "--target",
+            "http://x:1",
+            "--api-key",
+            "a,b,c",
+            "--tenants",
+            "1",
+        ]);
+        assert_eq!(few.tenants, 3, "at least one backend per key");
+        let no_key = parsed(&["--target", "http://x:1"]);
+        // The key may come from SWITCHYARD_LOADTEST_API_KEY in the environment of the test.
+        if std::env::var_os("SWITCHYARD_LOADTEST_API_KEY").is_none() {
+            assert!(no_key.validate().unwrap_err().contains("--api-key"));
+        }
+        for bad in [
+            &["--target", "x:1", "--api-key", "k"][..],
+            &[
+                "--target",
+                "http://x:1",
+                "--api-key",
+                "k",
+                "--kill-pod-at",
+                "5s",
+            ],
+            &["--target", "http://x:1", "--api-key", "k", "--hosts", "2"],
+            &[
+                "--target",
+                "http://x:1",
+                "--api-key",
+                "k",
+                "--mode",
+                "cluster",
+            ],
+            &[
+                "--target",
+                "http://x:1",
+                "--api-key",
+                "k",
+                "--webhook-listen",
+                "nope",
+            ],
+            &["--metrics-url", "http://x:1"],
+            &["--pod-pid", "42"],
+        ] {
+            assert!(parsed(bad).validate().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn stages_and_thresholds() {
+        let a = parsed(&[
+            "--ramp",
+            "0:100/s:10s,100/s:100/s:20s",
+            "--soak",
+            "30s",
+            "--tool-rate",
+            "10",
+            "--max-p99",
+            "250ms",
+            "--max-lost",
+            "0",
+            "--min-rate",
+            "50",
+        ]);
+        assert!(a.validate().is_ok());
+        assert_eq!(a.duration, Duration::from_secs(60), "stages + soak");
+        let inbound = a.inbound_profile().unwrap();
+        assert_eq!(inbound.stages.len(), 3);
+        assert_eq!(inbound.expected_ops(), 500.0 + 2000.0 + 3000.0);
+        // The tool flow has the same shape with 10/s at the peak.
+        let tool = a.flow_profile(10.0).unwrap();
+        assert_eq!(tool.peak(), 10.0);
+        assert_eq!(tool.expected_ops(), 550.0);
+        assert_eq!(a.flow_profile(0.0), None);
+        assert_eq!(a.max_p99, Some(Duration::from_millis(250)));
+        // Without a ramp: fixed rates; --soak alone is the run's length.
+        let s = parsed(&["--soak", "2m"]);
+        assert_eq!(s.duration, Duration::from_secs(120));
+        assert_eq!(s.inbound_profile().unwrap().expected_ops(), 200.0 * 120.0);
+        let unlimited = parsed(&["--inbound-rate", "0"]);
+        assert_eq!(unlimited.inbound_profile(), None);
+        assert!(parsed(&["--min-rate=-1"]).validate().is_err());
     }
 
     #[test]

@@ -10,11 +10,14 @@ mod baseline;
 mod fdlimit;
 mod figures;
 mod hosts;
+mod html;
 mod idle;
 mod pods;
 mod probe;
 mod report;
 mod scenario;
+mod series;
+mod stages;
 mod stats;
 mod target;
 mod workload;
@@ -34,15 +37,12 @@ use crate::baseline::Baselines;
 use crate::figures::Figure;
 use crate::pods::{Fleet, PodState, proc_sample};
 use crate::probe::Probes;
-use crate::report::{BackendReport, Host, PodReport, Rates, Report};
+use crate::report::{BackendReport, EXIT_PROBLEMS, Host, PodReport, Rates, Report, Thresholds};
 use crate::scenario::Events;
 use crate::stats::Flows;
 use crate::target::Target;
 use crate::workload::Ctx;
 use crate::xagent::{Backend, CARD_ID};
-
-/// Exit status when the run completed but found problems (loss, errors, bad signatures...).
-const EXIT_PROBLEMS: i32 = 3;
 
 #[tokio::main]
 async fn main() {
@@ -51,7 +51,8 @@ async fn main() {
         bare::child_main(argv.next()).await;
         return;
     }
-    let args = Args::parse();
+    let mut args = Args::parse();
+    args.normalize();
     if let Err(e) = args.validate() {
         eprintln!("error: {e}");
         std::process::exit(2);
@@ -80,8 +81,13 @@ async fn run(args: Args) -> anyhow::Result<i32> {
             return Ok(2);
         }
     }
-    let bin = pods::find_binary(args.bin.as_deref())?;
-    println!("using switchyard binary {}", bin.display());
+    let bin = if args.target_mode() {
+        PathBuf::from("(existing deployment)")
+    } else {
+        let b = pods::find_binary(args.bin.as_deref())?;
+        println!("using switchyard binary {}", b.display());
+        b
+    };
     let (dir, temp) = match &args.work_dir {
         Some(d) => {
             std::fs::create_dir_all(d)?;
@@ -94,8 +100,19 @@ async fn run(args: Args) -> anyhow::Result<i32> {
             (t.path().to_path_buf(), Some(t))
         }
     };
-    println!("pod data and logs in {}", dir.display());
-    let fleet = Arc::new(Fleet::prepare(&args, bin.clone(), dir.clone()).await?);
+    let fleet = match &args.target {
+        Some(t) => {
+            println!(
+                "target mode: every flow goes to the deployment at {t}; metrics and logs in {}",
+                dir.display()
+            );
+            Arc::new(Fleet::external(&args, dir.clone())?)
+        }
+        None => {
+            println!("pod data and logs in {}", dir.display());
+            Arc::new(Fleet::prepare(&args, bin.clone(), dir.clone()).await?)
+        }
+    };
     let outcome = tokio::select! {
         r = load(&args, fleet.clone(), &bin, fd_limit) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
@@ -126,7 +143,16 @@ async fn load(
 
     fleet.migrate().await?;
     let mut tenants = Vec::new();
-    if !args.no_chat {
+    if args.target_mode() {
+        // The deployment's own tenants: their keys were given, nothing is created; several
+        // backends (connectors, one socket each) may share a key.
+        tenants = (0..args.tenants)
+            .map(|i| {
+                let k = &args.api_keys[i % args.api_keys.len()];
+                (String::new(), k.trim().to_owned())
+            })
+            .collect();
+    } else if !args.no_chat {
         for i in 0..args.tenants {
             tenants.push(fleet.create_tenant(&format!("loadtest-{tag}-{i}")).await?);
         }
@@ -163,7 +189,11 @@ async fn load(
     } else {
         None
     };
-    for _ in 0..args.pod_count() {
+    for _ in 0..if args.target_mode() {
+        0
+    } else {
+        args.pod_count()
+    } {
         let pod = fleet.start_pod().await?;
         println!("{} ready at {} (pid {})", pod.name, pod.base_url, pod.pid);
     }
@@ -201,7 +231,17 @@ async fn load(
     let secrets: Vec<String> = (0..args.tenants)
         .map(|_| hex::encode(rand::random::<[u8; 16]>()))
         .collect();
-    let target = Target::start(secrets.clone(), flows.clone()).await?;
+    let target = Target::start(
+        secrets.clone(),
+        flows.clone(),
+        &args.webhook_listen,
+        args.webhook_public_url.as_deref(),
+    )
+    .await?;
+    println!(
+        "fake webhook target: channels post to {}/hook/<n>",
+        target.base()
+    );
     let backends: Vec<Arc<Backend>> = tenants
         .into_iter()
         .enumerate()
@@ -273,6 +313,17 @@ async fn load(
         "setup took {setup_s:.1}s; offering load for {:?}",
         args.duration
     );
+    if let Some(p) = args.inbound_profile().filter(|_| args.ramp.is_some()) {
+        println!(
+            "inbound stages: {}; {:.0} messages in all",
+            p.stages
+                .iter()
+                .map(|s| format!("{}/s -> {}/s over {}s", s.from_per_s, s.to_per_s, s.seconds))
+                .collect::<Vec<_>>()
+                .join(", "),
+            p.expected_ops()
+        );
+    }
 
     let mut file_rate = args.file_rate;
     if file_rate > 0.0 && !fleet.shared_files && !args.no_chat {
@@ -336,24 +387,54 @@ async fn load(
             events.clone(),
         ));
     }
-    let sampler = tokio::spawn(sample_loop(
-        fleet.clone(),
-        flows.clone(),
-        (!sim_hosts.is_empty()).then(|| run_stats.clone()),
-        start,
+    // --no-chat turns every chat flow off (an inbound rate of 0 would mean "unlimited").
+    let chat_profile = |rate: f64| {
+        if args.no_chat {
+            None
+        } else {
+            args.flow_profile(rate)
+        }
+    };
+    let profiles = [
+        if args.no_chat {
+            None
+        } else {
+            args.inbound_profile()
+        },
+        chat_profile(args.tool_rate),
+        chat_profile(args.outbound_rate),
+        chat_profile(file_rate),
+    ];
+    let sampler = tokio::spawn(series::run(
+        series::Watch {
+            sources: series::Sources {
+                fleet: fleet.clone(),
+                metrics_urls: args.metrics_urls.clone(),
+                pod_pids: args.pod_pids.clone(),
+            },
+            flows: flows.clone(),
+            profiles: profiles.clone(),
+            runs: (!sim_hosts.is_empty()).then(|| run_stats.clone()),
+            start,
+            total: args.duration,
+            show_progress: !args.no_progress,
+        },
         stop.clone(),
     ));
     let probes = Probes::default();
-    let prober = tokio::spawn(probes.clone().run(fleet.clone(), start, stop.clone()));
+    let prober = tokio::spawn(probes.clone().run(
+        fleet.clone(),
+        args.metrics_urls.clone(),
+        start,
+        stop.clone(),
+    ));
 
-    // --no-chat turns every chat flow off (an inbound rate of 0 would mean "unlimited").
-    let chat = |rate: f64| if args.no_chat { 0.0 } else { rate };
     let c = ctx.clone();
     let inbound = async {
         if args.no_chat {
             0
         } else {
-            workload::drive(args.inbound_rate, args.concurrency, until, move |n| {
+            workload::drive(profiles[0].as_ref(), args.concurrency, until, move |n| {
                 workload::inbound(c.clone(), n)
             })
             .await
@@ -361,21 +442,21 @@ async fn load(
     };
     let c = ctx.clone();
     let tool = optional(
-        chat(args.tool_rate),
+        profiles[1].as_ref(),
         workload::SOCKET_FLOW_CAP,
         until,
         move |n| workload::tool(c.clone(), n),
     );
     let c = ctx.clone();
     let outbound = optional(
-        chat(args.outbound_rate),
+        profiles[2].as_ref(),
         workload::SOCKET_FLOW_CAP,
         until,
         move |n| workload::outbound(c.clone(), n),
     );
     let c = ctx.clone();
     let file = optional(
-        chat(file_rate),
+        profiles[3].as_ref(),
         workload::SOCKET_FLOW_CAP,
         until,
         move |n| workload::file(c.clone(), n),
@@ -387,14 +468,14 @@ async fn load(
         events_per_run: args.events_per_run,
         deadline,
     });
-    let run_rate = if sim_hosts.is_empty() {
-        0.0
-    } else {
-        args.run_rate
-    };
-    let host_runs = optional(run_rate, workload::SOCKET_FLOW_CAP, until, move |n| {
-        hosts::run_op(hosts_ctx.clone(), n)
-    });
+    let run_pace =
+        (!sim_hosts.is_empty()).then(|| stages::Profile::constant(args.run_rate, args.duration));
+    let host_runs = optional(
+        run_pace.as_ref(),
+        workload::SOCKET_FLOW_CAP,
+        until,
+        move |n| hosts::run_op(hosts_ctx.clone(), n),
+    );
     tokio::join!(inbound, tool, outbound, file, host_runs);
     let loadavg_end = Host::loadavg();
     let run_end = start + args.duration;
@@ -411,7 +492,7 @@ async fn load(
     fleet.sample_all();
     let loadtest_process = proc_sample(std::process::id(), fleet.clk_tck).unwrap_or_default();
     stop.cancel();
-    let _ = sampler.await;
+    let series = sampler.await.unwrap_or_default();
     let _ = prober.await;
 
     let flow_reports: Vec<_> = flows
@@ -429,7 +510,10 @@ async fn load(
     violations.sort();
     violations.dedup();
     let mut pod_resources = Vec::new();
-    for p in fleet.all() {
+    if args.target_mode() {
+        pod_resources = target_resources(args, &fleet).await;
+    }
+    for p in fleet.all().into_iter().filter(|p| !p.is_external()) {
         let s = p.sample(fleet.clk_tck).unwrap_or_default();
         let metrics = if p.state() == PodState::Serving {
             p.scrape_metrics().await
@@ -466,9 +550,10 @@ async fn load(
     host_stop.cancel();
     hosts::close(&sim_hosts).await;
     let mut report = Report {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: command_line(),
         binary: bin.display().to_string(),
         mode: match args.mode {
+            _ if args.target_mode() => "target".into(),
             Mode::Embedded => "embedded".into(),
             Mode::Cluster => "cluster".into(),
         },
@@ -478,7 +563,8 @@ async fn load(
         duration_s: args.duration.as_secs_f64(),
         settle_s: args.settle.as_secs_f64(),
         rates: Rates {
-            inbound_per_s: args.inbound_rate,
+            // With --ramp: its peak (the stages are in `stages`).
+            inbound_per_s: args.ramp.as_ref().map_or(args.inbound_rate, |r| r.peak()),
             inbound_concurrency: args.concurrency,
             tool_per_s: args.tool_rate,
             outbound_per_s: args.outbound_rate,
@@ -514,6 +600,17 @@ async fn load(
         figures: Vec::new(),
         baselines,
         ping_compare: ping,
+        target_url: args.target.clone(),
+        webhook_url: target.base().to_owned(),
+        stages: args.ramp.is_some().then(|| profiles[0].clone()).flatten(),
+        thresholds: Thresholds {
+            max_p99_ms: args.max_p99.map(|d| d.as_secs_f64() * 1000.0),
+            max_lost: args.max_lost,
+            max_dup: args.max_dup,
+            min_rate_per_s: args.min_rate,
+        },
+        breaches: Vec::new(),
+        series,
     };
     report.figures = workload_figures(&report);
     report.judge(disrupted);
@@ -523,58 +620,101 @@ async fn load(
             .with_context(|| format!("writing {}", path.display()))?;
         println!("json report written to {}", path.display());
     }
-    Ok(if report.problems.is_empty() {
-        0
-    } else {
-        EXIT_PROBLEMS
-    })
+    if let Some(path) = html_path(args) {
+        std::fs::write(&path, html::render(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("html report written to {}", path.display());
+    }
+    Ok(report.exit_code())
 }
 
-/// A flow whose rate 0 means "off".
-async fn optional<F, Fut>(rate: f64, cap: usize, until: tokio::time::Instant, op: F) -> u64
+/// `--html`, else beside `--json` with the extension `.html`.
+fn html_path(args: &Args) -> Option<PathBuf> {
+    args.html
+        .clone()
+        .or_else(|| args.json.as_ref().map(|j| j.with_extension("html")))
+}
+
+/// The command line as the reports keep it, without the value of `--api-key`.
+fn command_line() -> String {
+    redact_command(std::env::args())
+}
+
+fn redact_command(argv: impl Iterator<Item = String>) -> String {
+    let mut out = Vec::new();
+    let mut hide_next = false;
+    for a in argv {
+        if hide_next {
+            out.push("***".to_owned());
+            hide_next = false;
+        } else if a == "--api-key" {
+            out.push(a);
+            hide_next = true;
+        } else if a.starts_with("--api-key=") {
+            out.push("--api-key=***".to_owned());
+        } else {
+            out.push(a);
+        }
+    }
+    out.join(" ")
+}
+
+/// `--target`: each `--pod-pid` from /proc and each `--metrics-url`'s final scrape (its
+/// `switchyard_*` samples, the whole text saved in the work dir).
+async fn target_resources(args: &Args, fleet: &Fleet) -> Vec<PodReport> {
+    let mut out = Vec::new();
+    for pid in &args.pod_pids {
+        let s = proc_sample(*pid, fleet.clk_tck).unwrap_or_default();
+        out.push(PodReport {
+            name: format!("pid-{pid}"),
+            pid: *pid,
+            state: PodState::Serving,
+            rss_kib: s.rss_kib,
+            peak_rss_kib: s.peak_rss_kib,
+            cpu_seconds: s.cpu_seconds,
+            uptime_s: pods::proc_uptime(*pid, fleet.clk_tck).unwrap_or(0.0),
+            log: String::new(),
+            metrics: Vec::new(),
+        });
+    }
+    for (i, url) in args.metrics_urls.iter().enumerate() {
+        let name = format!("metrics-{i}");
+        let Some(text) = pods::fetch_metrics(url.trim_end_matches('/')).await else {
+            println!("note: {url}/metrics did not answer at the end of the run");
+            continue;
+        };
+        let saved = fleet.dir().join(format!("{name}.metrics"));
+        let _ = std::fs::write(&saved, &text);
+        let (rss, cpu) = series::process_metrics(&text);
+        out.push(PodReport {
+            name,
+            pid: 0,
+            state: PodState::Serving,
+            rss_kib: rss.map_or(0, |b| (b / 1024.0) as u64),
+            peak_rss_kib: 0,
+            cpu_seconds: cpu.unwrap_or(0.0),
+            uptime_s: 0.0,
+            log: saved.display().to_string(),
+            metrics: pods::switchyard_samples(&text),
+        });
+    }
+    out
+}
+
+/// A flow without a profile is off.
+async fn optional<F, Fut>(
+    pace: Option<&stages::Profile>,
+    cap: usize,
+    until: tokio::time::Instant,
+    op: F,
+) -> u64
 where
     F: Fn(u64) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    if rate > 0.0 {
-        workload::drive(rate, cap, until, op).await
-    } else {
-        0
-    }
-}
-
-/// Samples the pods' /proc every second (a killed pod keeps its last reading) and prints a
-/// progress line every five.
-async fn sample_loop(
-    fleet: Arc<Fleet>,
-    flows: Arc<Flows>,
-    runs: Option<Arc<hosts::RunStats>>,
-    start: Instant,
-    stop: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut n = 0u64;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        fleet.sample_all();
-        n += 1;
-        if n.is_multiple_of(5) {
-            let mut line = format!("[{:>6.1}s]", start.elapsed().as_secs_f64());
-            for f in flows.all() {
-                let (sent, acc, del) = f.progress();
-                if sent > 0 {
-                    line.push_str(&format!(" {} {sent}/{acc}/{del}", f.name));
-                }
-            }
-            if let Some(r) = &runs {
-                let (started, acked, done) = r.progress();
-                line.push_str(&format!(" runs {started}/{acked}/{done}"));
-            }
-            println!("{line}  (sent/accepted/delivered; runs started/acked/finished)");
-        }
+    match pace {
+        Some(p) => workload::drive(Some(p), cap, until, op).await,
+        None => 0,
     }
 }
 
@@ -838,7 +978,7 @@ async fn idle_load(
     idle.close_all().await;
     let problems = report.problems();
     let run = IdleRun {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: command_line(),
         binary: bin.display().to_string(),
         mode: match args.mode {
             Mode::Embedded => "embedded".into(),
@@ -909,4 +1049,23 @@ fn render_idle(run: &IdleRun) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_key_is_not_kept_in_the_command_line() {
+        let argv = [
+            "lt",
+            "--target",
+            "http://x",
+            "--api-key",
+            "sy_secret",
+            "--api-key=sy_two",
+        ];
+        let c = redact_command(argv.iter().map(|s| s.to_string()));
+        assert_eq!(c, "lt --target http://x --api-key *** --api-key=***");
+    }
 }

@@ -95,6 +95,21 @@ pub fn proc_sample(pid: u32, clk_tck: f64) -> Option<ProcSample> {
     })
 }
 
+/// Seconds since process `pid` started (`/proc/<pid>/stat` starttime against `/proc/uptime`).
+pub fn proc_uptime(pid: u32, clk_tck: f64) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // fields[0] is field 3; starttime is field 22.
+    let start_ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((boot - start_ticks / clk_tck).max(0.0))
+}
+
 /// Clock ticks per second for `/proc/<pid>/stat` (no libc: the workspace forbids `unsafe`).
 pub fn clk_tck() -> f64 {
     std::process::Command::new("getconf")
@@ -117,12 +132,18 @@ pub struct Pod {
     pub hosts_tls_url: String,
     pub log: PathBuf,
     pub started: Instant,
-    child: tokio::sync::Mutex<Child>,
+    /// `None` for the deployment under `--target`, which the loadtest did not start.
+    child: tokio::sync::Mutex<Option<Child>>,
     state: Mutex<PodState>,
     last: Mutex<Option<ProcSample>>,
 }
 
 impl Pod {
+    /// The `--target` deployment: not a process of ours, never signalled.
+    pub fn is_external(&self) -> bool {
+        self.pid == 0
+    }
+
     pub fn state(&self) -> PodState {
         *self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -135,6 +156,7 @@ impl Pod {
     pub fn sample(&self, clk_tck: f64) -> Option<ProcSample> {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if matches!(self.state(), PodState::Serving | PodState::Draining)
+            && !self.is_external()
             && let Some(s) = proc_sample(self.pid, clk_tck)
         {
             *last = Some(s);
@@ -144,14 +166,18 @@ impl Pod {
 
     /// SIGKILL, then reap.
     pub async fn kill(&self) {
-        self.set_state(PodState::Killed);
         let mut child = self.child.lock().await;
+        let Some(child) = child.as_mut() else { return };
+        self.set_state(PodState::Killed);
         let _ = child.start_kill();
         let _ = child.wait().await;
     }
 
     /// SIGTERM: the pod turns not-ready, drains and exits on its own.
     pub fn term(&self) -> anyhow::Result<()> {
+        if self.is_external() {
+            bail!("{} was not started by the loadtest", self.name);
+        }
         self.set_state(PodState::Draining);
         let status = std::process::Command::new("kill")
             .args(["-TERM", &self.pid.to_string()])
@@ -166,6 +192,9 @@ impl Pod {
     /// Waits for the process to end (SIGKILL after `timeout`); returns its exit description.
     pub async fn wait_exit(&self, timeout: Duration) -> String {
         let mut child = self.child.lock().await;
+        let Some(child) = child.as_mut() else {
+            return "not started by the loadtest".into();
+        };
         let r = match tokio::time::timeout(timeout, child.wait()).await {
             Ok(Ok(st)) => st.to_string(),
             Ok(Err(e)) => format!("wait failed: {e}"),
@@ -183,30 +212,36 @@ impl Pod {
 
     /// The pod's own `switchyard_*` metric samples (`/metrics`), also saved next to its log.
     pub async fn scrape_metrics(&self) -> Vec<String> {
-        let Ok(client) = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()
-        else {
+        let Some(text) = fetch_metrics(&self.metrics_url).await else {
             return Vec::new();
         };
-        let text = match client
-            .get(format!("{}/metrics", self.metrics_url))
-            .send()
-            .await
-        {
-            Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
-            _ => return Vec::new(),
-        };
         let _ = std::fs::write(self.log.with_extension("metrics"), &text);
-        text.lines()
-            .filter(|l| l.starts_with("switchyard_"))
-            .map(str::to_owned)
-            .collect()
+        switchyard_samples(&text)
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
         log_tail(&self.log, lines)
     }
+}
+
+/// `GET <base>/metrics`; `None` when it does not answer 200 within 5 s.
+pub async fn fetch_metrics(base: &str) -> Option<String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .ok()?;
+    match client.get(format!("{base}/metrics")).send().await {
+        Ok(r) if r.status().is_success() => r.text().await.ok(),
+        _ => None,
+    }
+}
+
+/// The `switchyard_*` sample lines of a Prometheus text exposition.
+pub fn switchyard_samples(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("switchyard_"))
+        .map(str::to_owned)
+        .collect()
 }
 
 fn log_tail(path: &Path, lines: usize) -> String {
@@ -312,6 +347,61 @@ impl Fleet {
             shared_files,
         };
         Ok(fleet)
+    }
+
+    /// `--target`: the existing deployment as the only "pod" (public base URL; probes and
+    /// metrics go to `--metrics-url`), nothing to start or stop.
+    pub fn external(args: &Args, dir: PathBuf) -> anyhow::Result<Self> {
+        let base = args
+            .target
+            .as_deref()
+            .context("--target")?
+            .trim_end_matches('/')
+            .to_owned();
+        let pod = Arc::new(Pod {
+            name: "target".into(),
+            pid: 0,
+            base_url: base,
+            metrics_url: args
+                .metrics_urls
+                .first()
+                .map(|u| u.trim_end_matches('/').to_owned())
+                .unwrap_or_default(),
+            hosts_tls_url: String::new(),
+            log: dir.join("target.log"),
+            started: Instant::now(),
+            child: tokio::sync::Mutex::new(None),
+            state: Mutex::new(PodState::Serving),
+            last: Mutex::new(None),
+        });
+        Ok(Self {
+            bin: PathBuf::new(),
+            mode: Mode::Embedded,
+            dir,
+            env: Vec::new(),
+            shared: None,
+            pods: Mutex::new(vec![pod]),
+            next: AtomicUsize::new(1),
+            clk_tck: clk_tck(),
+            // A deployment serves its own files to every pod (S3 or one pod).
+            shared_files: true,
+        })
+    }
+
+    /// What the probes ask for `/livez` and `/readyz`: `(name, internal listener URL)`.
+    pub fn probe_targets(&self, metrics_urls: &[String]) -> Vec<(String, String)> {
+        let serving = self.serving();
+        if serving.iter().any(|p| p.is_external()) {
+            return metrics_urls
+                .iter()
+                .enumerate()
+                .map(|(i, u)| (format!("metrics-{i}"), u.trim_end_matches('/').to_owned()))
+                .collect();
+        }
+        serving
+            .into_iter()
+            .map(|p| (p.name.clone(), p.metrics_url.clone()))
+            .collect()
     }
 
     /// The run's Postgres schema (cluster mode).
@@ -428,7 +518,7 @@ impl Fleet {
             hosts_tls_url: format!("https://127.0.0.1:{tport}"),
             log,
             started: Instant::now(),
-            child: tokio::sync::Mutex::new(child),
+            child: tokio::sync::Mutex::new(Some(child)),
             state: Mutex::new(PodState::Serving),
             last: Mutex::new(None),
         });
@@ -472,7 +562,9 @@ impl Fleet {
         let live: Vec<_> = self
             .all()
             .into_iter()
-            .filter(|p| matches!(p.state(), PodState::Serving | PodState::Draining))
+            .filter(|p| {
+                !p.is_external() && matches!(p.state(), PodState::Serving | PodState::Draining)
+            })
             .collect();
         for p in &live {
             if p.state() == PodState::Serving
@@ -519,7 +611,9 @@ async fn wait_ready(pod: &Pod) -> anyhow::Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let mut last = String::from("no answer");
     while Instant::now() < deadline {
-        if let Ok(Some(st)) = pod.child.lock().await.try_wait() {
+        if let Some(child) = pod.child.lock().await.as_mut()
+            && let Ok(Some(st)) = child.try_wait()
+        {
             bail!("exited with {st}");
         }
         match client.get(&url).send().await {
@@ -577,5 +671,7 @@ mod tests {
         let s = proc_sample(std::process::id(), clk_tck()).expect("own /proc entry");
         assert!(s.rss_kib > 0 && s.peak_rss_kib >= s.rss_kib);
         assert!(s.cpu_seconds >= 0.0);
+        let up = proc_uptime(std::process::id(), clk_tck()).expect("own uptime");
+        assert!((0.0..3600.0).contains(&up), "{up}");
     }
 }

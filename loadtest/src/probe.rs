@@ -51,7 +51,15 @@ impl Probes {
         f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    pub async fn run(self, fleet: Arc<Fleet>, start: Instant, stop: CancellationToken) {
+    /// `metrics_urls`: the `--target` deployment's internal listeners (started pods are
+    /// probed on their own).
+    pub async fn run(
+        self,
+        fleet: Arc<Fleet>,
+        metrics_urls: Vec<String>,
+        start: Instant,
+        stop: CancellationToken,
+    ) {
         let http = match reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()
@@ -68,11 +76,11 @@ impl Probes {
             let lag = Instant::now().saturating_duration_since(due);
             self.with(|s| s.timer_lag_us.push(lag.as_micros() as u64));
             self.note_slow(start, "loadtest timer lag", lag);
-            for pod in fleet.serving() {
+            for (pod, base) in fleet.probe_targets(&metrics_urls) {
                 for (path, name) in [("/livez", "livez"), ("/readyz", "readyz")] {
                     let t = Instant::now();
                     let ok = http
-                        .get(format!("{}{path}", pod.metrics_url))
+                        .get(format!("{base}{path}"))
                         .send()
                         .await
                         .is_ok_and(|r| r.status().is_success());
@@ -87,7 +95,7 @@ impl Probes {
                         "livez" => s.livez_us.push(us),
                         _ => s.readyz_us.push(us),
                     });
-                    self.note_slow(start, &format!("{} {name}", pod.name), took);
+                    self.note_slow(start, &format!("{pod} {name}"), took);
                 }
             }
         }

@@ -11,6 +11,8 @@ use crate::hosts::HostsReport;
 use crate::pods::{PodState, ProcSample};
 use crate::probe::ProbeReport;
 use crate::scenario::{Event, Recovery};
+use crate::series::SeriesReport;
+use crate::stages::Profile;
 use crate::stats::FlowReport;
 use crate::target::TargetReport;
 use crate::xagent::Reconnect;
@@ -102,6 +104,85 @@ pub struct Report {
     pub baselines: Option<Baselines>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ping_compare: Option<PingCompare>,
+    /// `--target`: the deployment's public base URL (no pods were started).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_url: Option<String>,
+    /// Where the deployment posted to the fake webhook target.
+    pub webhook_url: String,
+    /// `--ramp` / `--soak`: the inbound flow's stages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stages: Option<Profile>,
+    pub thresholds: Thresholds,
+    /// Thresholds that were breached (exit status 4); empty otherwise.
+    pub breaches: Vec<String>,
+    /// Second-by-second rates, latencies and pod resources (the HTML report's plots).
+    pub series: SeriesReport,
+}
+
+/// Exit status when the run completed but found problems (loss, errors, bad signatures...).
+pub const EXIT_PROBLEMS: i32 = 3;
+/// Exit status when a threshold (`--max-p99`, `--max-lost`, `--max-dup`, `--min-rate`) was
+/// breached; it takes precedence over [`EXIT_PROBLEMS`].
+pub const EXIT_THRESHOLD: i32 = 4;
+
+/// The operator's pass criteria.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Thresholds {
+    pub max_p99_ms: Option<f64>,
+    pub max_lost: Option<u64>,
+    pub max_dup: Option<u64>,
+    pub min_rate_per_s: Option<f64>,
+}
+
+impl Thresholds {
+    /// What is breached in `flows` over a load of `duration_s`.
+    pub fn check(&self, flows: &[FlowReport], duration_s: f64) -> Vec<String> {
+        let mut b = Vec::new();
+        let active: Vec<&FlowReport> = flows.iter().filter(|f| f.sent > 0).collect();
+        if let Some(max) = self.max_p99_ms {
+            for f in &active {
+                if f.latency_ms.count == 0 {
+                    b.push(format!(
+                        "--max-p99 {max}ms: {} has no delivered message to measure",
+                        f.flow
+                    ));
+                } else if f.latency_ms.p99 > max {
+                    b.push(format!(
+                        "--max-p99 {max}ms: {} p99 is {:.1} ms",
+                        f.flow, f.latency_ms.p99
+                    ));
+                }
+            }
+        }
+        let lost: u64 = active.iter().map(|f| f.lost).sum();
+        if let Some(max) = self.max_lost
+            && lost > max
+        {
+            b.push(format!("--max-lost {max}: {lost} message(s) lost"));
+        }
+        let dup: u64 = active.iter().map(|f| f.duplicate_ids).sum();
+        if let Some(max) = self.max_dup
+            && dup > max
+        {
+            b.push(format!(
+                "--max-dup {max}: {dup} message_id(s) delivered more than once"
+            ));
+        }
+        if let Some(min) = self.min_rate_per_s {
+            let rate = total_delivered_per_s(flows, duration_s);
+            if rate < min {
+                b.push(format!(
+                    "--min-rate {min}: {rate:.1} distinct deliveries/s over the load"
+                ));
+            }
+        }
+        b
+    }
+}
+
+/// Distinct deliveries of every flow together per second of load.
+pub fn total_delivered_per_s(flows: &[FlowReport], duration_s: f64) -> f64 {
+    flows.iter().map(|f| f.delivered).sum::<u64>() as f64 / duration_s.max(1e-9)
 }
 
 /// The `--baseline` and `--ping-compare` lines.
@@ -123,16 +204,18 @@ pub fn render_measures(b: Option<&Baselines>, ping: Option<&PingCompare>) -> Str
 
 impl Report {
     /// Lists what went wrong; duplicates are expected (at-least-once) only around a disruption.
+    /// A threshold given for loss or duplicates replaces the built-in check of it.
     pub fn judge(&mut self, disrupted: bool) {
         let mut p = Vec::new();
+        let t = self.thresholds.clone();
         for f in &self.flows {
-            if f.lost > 0 {
+            if f.lost > 0 && t.max_lost.is_none() {
                 p.push(format!(
                     "{}: {} accepted message(s) never delivered",
                     f.flow, f.lost
                 ));
             }
-            if f.duplicate_ids > 0 && !disrupted {
+            if f.duplicate_ids > 0 && !disrupted && t.max_dup.is_none() {
                 p.push(format!(
                     "{}: {} message_id(s) delivered more than once ({} extra deliveries)",
                     f.flow, f.duplicate_ids, f.duplicate_deliveries
@@ -176,6 +259,17 @@ impl Report {
             ));
         }
         self.problems = p;
+        self.breaches = t.check(&self.flows, self.duration_s);
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        if !self.breaches.is_empty() {
+            EXIT_THRESHOLD
+        } else if !self.problems.is_empty() {
+            EXIT_PROBLEMS
+        } else {
+            0
+        }
     }
 
     /// The chat flows' table, their details and the fake target.
@@ -419,6 +513,26 @@ impl Report {
                 let _ = writeln!(s, "  - {p}");
             }
         }
+        let t = &self.thresholds;
+        if t.max_p99_ms.is_some()
+            || t.max_lost.is_some()
+            || t.max_dup.is_some()
+            || t.min_rate_per_s.is_some()
+        {
+            let _ = writeln!(
+                s,
+                "distinct deliveries/s over the load, all flows: {:.1}",
+                total_delivered_per_s(&self.flows, self.duration_s)
+            );
+            if self.breaches.is_empty() {
+                let _ = writeln!(s, "thresholds: met");
+            } else {
+                let _ = writeln!(s, "thresholds: BREACHED (exit status {EXIT_THRESHOLD})");
+                for b in &self.breaches {
+                    let _ = writeln!(s, "  - {b}");
+                }
+            }
+        }
         s
     }
 }
@@ -567,6 +681,16 @@ pub fn render_resources(pods: &[PodReport], loadtest: &ProcSample) -> String {
         "\nresources (VmRSS / VmHWM from /proc, CPU = utime+stime):"
     );
     for p in pods {
+        if p.pid == 0 && p.rss_kib == 0 {
+            // --target --metrics-url without process_* series: only the scrape to report.
+            let _ = writeln!(
+                s,
+                "  {:<8} /metrics scraped: {} switchyard_* samples, no process_* series (CPU/RSS need --pod-pid)",
+                p.name,
+                p.metrics.len()
+            );
+            continue;
+        }
         let _ = writeln!(
             s,
             "  {:<8} pid {:<7} {:<8} RSS {:>7.1} MiB  peak {:>7.1} MiB  CPU {:>6.1} s over {:>5.1} s",

@@ -92,6 +92,8 @@ pub struct Flow {
     /// First deliveries per second since the start of the load.
     timeline: Mutex<Vec<u64>>,
     last_first_delivery: Mutex<Option<Instant>>,
+    /// Latencies of first arrivals since the last [`Flow::take_window`] (per-second plots).
+    window_us: Mutex<Vec<u64>>,
 }
 
 impl Flow {
@@ -110,6 +112,7 @@ impl Flow {
             ack_latency_us: Mutex::default(),
             timeline: Mutex::default(),
             last_first_delivery: Mutex::default(),
+            window_us: Mutex::default(),
         }
     }
 
@@ -152,7 +155,9 @@ impl Flow {
             return false;
         }
         if let Some(ts) = sent_us {
-            lock(&self.latency_us).push(unix_us().saturating_sub(ts));
+            let us = unix_us().saturating_sub(ts);
+            lock(&self.latency_us).push(us);
+            lock(&self.window_us).push(us);
         }
         let now = Instant::now();
         let sec = now.saturating_duration_since(*lock(&self.start)).as_secs() as usize;
@@ -174,6 +179,11 @@ impl Flow {
             lock(&self.accepted).len(),
             lock(&self.deliveries).len(),
         )
+    }
+
+    /// The latencies recorded since the previous call.
+    pub fn take_window(&self) -> Vec<u64> {
+        std::mem::take(&mut *lock(&self.window_us))
     }
 
     /// Accepted ids not delivered yet.

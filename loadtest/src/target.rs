@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -68,9 +69,25 @@ pub struct Target {
 }
 
 impl Target {
-    pub async fn start(secrets: Vec<String>, flows: Arc<Flows>) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
+    /// Listens on `listen`; channels are bound to `public_url` (default `http://<bound
+    /// address>`), the address by which the pods reach this server.
+    pub async fn start(
+        secrets: Vec<String>,
+        flows: Arc<Flows>,
+        listen: &str,
+        public_url: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("fake webhook target: listening on {listen}"))?;
+        let local = listener.local_addr()?;
+        let base = match public_url {
+            Some(u) => u.trim_end_matches('/').to_owned(),
+            None if local.ip().is_unspecified() => anyhow::bail!(
+                "--webhook-listen {listen} is not an address the pods can post to; give --webhook-public-url"
+            ),
+            None => format!("http://{local}"),
+        };
         let state = Arc::new(TargetState {
             secrets,
             flows,
@@ -93,6 +110,10 @@ impl Target {
     /// The `endpoint_url` for tenant `index`.
     pub fn endpoint(&self, index: usize) -> String {
         format!("{}/hook/{index}", self.base)
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     pub fn report(&self) -> TargetReport {

@@ -16,6 +16,7 @@ use tokio::time::Instant as TokioInstant;
 use tokio_util::task::TaskTracker;
 
 use crate::pods::Fleet;
+use crate::stages::Profile;
 use crate::stats::{Flow, Flows, stamp_text};
 use crate::xagent::Backend;
 
@@ -55,9 +56,10 @@ pub fn tool_message_id(tool_call_id: &str) -> String {
     format!("tool_{}", &digest[..32])
 }
 
-/// Starts operation `n = 0, 1, ...` at `rate` per second (0 = as fast as `cap` allows) until
-/// `until`, with at most `cap` in flight; returns once every started operation finished.
-pub async fn drive<F, Fut>(rate: f64, cap: usize, until: TokioInstant, op: F) -> u64
+/// Starts operation `n = 0, 1, ...` when `pace` says it is due (`None` = as fast as `cap`
+/// allows) until `until`, with at most `cap` in flight; returns once every started operation
+/// finished.
+pub async fn drive<F, Fut>(pace: Option<&Profile>, cap: usize, until: TokioInstant, op: F) -> u64
 where
     F: Fn(u64) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -67,8 +69,10 @@ where
     let start = TokioInstant::now();
     let mut n = 0u64;
     loop {
-        if rate > 0.0 {
-            let due = start + Duration::from_secs_f64(n as f64 / rate);
+        if let Some(p) = pace {
+            let Some(due) = p.due(n).map(|d| start + d) else {
+                break;
+            };
             if due >= until {
                 break;
             }
@@ -396,7 +400,8 @@ mod tests {
         let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let c = count.clone();
         let until = TokioInstant::now() + Duration::from_millis(300);
-        let started = drive(100.0, 4, until, move |_| {
+        let pace = Profile::constant(100.0, Duration::from_secs(10));
+        let started = drive(Some(&pace), 4, until, move |_| {
             let c = c.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -406,5 +411,30 @@ mod tests {
         .await;
         assert!((25..=31).contains(&started), "started {started}");
         assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), started);
+    }
+
+    #[tokio::test]
+    async fn drive_follows_a_ramp() {
+        // 0 -> 200/s over 400 ms is 40 operations, most of them late in the ramp.
+        let pace = crate::stages::parse_ramp("0:200:400ms").unwrap();
+        let half = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let h = half.clone();
+        let t0 = TokioInstant::now();
+        let until = t0 + Duration::from_secs(5);
+        let started = drive(Some(&pace), 64, until, move |_| {
+            if t0.elapsed() < Duration::from_millis(200) {
+                h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            async {}
+        })
+        .await;
+        assert_eq!(started, 40);
+        let early = half.load(std::sync::atomic::Ordering::SeqCst);
+        // A quarter of the operations fall in the first half of a linear ramp from 0.
+        assert!((4..=14).contains(&early), "early {early}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "ends with the stages"
+        );
     }
 }
