@@ -183,7 +183,8 @@ async fn sign_in_pages_decisions_and_no_secrets() {
     assert_eq!(decided.decided_by.as_deref(), Some(OPERATOR));
     let notice = c.get(r.location().unwrap()).await;
     assert!(notice.body.contains("granted by alice@example.com"));
-    let HostMessage::ApprovalGranted(g) = host_finishes_after_grant(&mut cf.host, &cf.run_id).await else {
+    let HostMessage::ApprovalGranted(g) = host_finishes_after_grant(&mut cf.host, &cf.run_id).await
+    else {
         panic!("the host hears the grant")
     };
     assert_eq!(g.approved_by, OPERATOR);
