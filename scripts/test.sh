@@ -35,6 +35,14 @@ export SWITCHYARD_TEST_POSTGRES_URL="${SWITCHYARD_TEST_POSTGRES_URL:-postgres://
 export SWITCHYARD_TEST_REDIS_URL="${SWITCHYARD_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
 export SWITCHYARD_TEST_NATS_URL="${SWITCHYARD_TEST_NATS_URL:-nats://127.0.0.1:4222}"
 
+# The console's browser test drives Debian's headless Chromium (tests/tests/console_browser.rs):
+# installed here; once it is, the test fails rather than skips when it cannot start a browser.
+if scripts/install-browser.sh; then
+  export SWITCHYARD_REQUIRE_BROWSER=1
+else
+  log "chromium could not be installed: the console browser test will skip"
+fi
+
 # The multi-pod and embedded-binary scenarios run the real `switchyard` binary: build it from
 # this checkout first so a reused target directory never serves a stale one.
 cargo build --workspace --all-features --bins

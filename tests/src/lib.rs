@@ -27,7 +27,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub mod console;
 pub mod hosts;
+pub mod webdriver;
 
 pub use switchyard_xagent_sim::{AckStatus, Conn, Envelope, EnvelopeExt, Sim, schemas};
 

@@ -246,3 +246,70 @@ pub struct Cascade {
     pub channels: Vec<ChannelRecord>,
     pub files: Vec<FileRecord>,
 }
+
+// -- operator console views ------------------------------------------------------------------
+
+/// An API key as the console lists it: never its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyInfo {
+    pub id: String,
+    pub tenant_id: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+    /// Last successful authentication (recorded at most once a minute per key).
+    pub last_used_at: Option<i64>,
+}
+
+/// A channel as the console lists it: no credentials (only whether there are some), with
+/// its outbox depth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelSummary {
+    pub id: String,
+    pub tenant_id: String,
+    pub connector_id: String,
+    pub card_id: String,
+    pub status: ConnectionStatus,
+    /// Redacted display data (JSON of `TargetView`).
+    pub view: serde_json::Value,
+    pub bound: bool,
+    /// A socket holds the channel's route.
+    pub routed: bool,
+    /// Pending outbox messages (delivery not yet acked).
+    pub pending: u64,
+    /// Creation time of the oldest pending message.
+    pub oldest_pending_at: Option<i64>,
+    /// Messages that failed terminally and are kept until purged.
+    pub failed: u64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A message whose delivery failed (terminally, or an attempt that will be retried).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryFailure {
+    pub seq: i64,
+    pub channel_id: String,
+    pub tenant_id: String,
+    pub card_id: String,
+    pub message_id: String,
+    pub state: OutboxState,
+    pub attempts: i32,
+    pub reason: String,
+    pub created_at: i64,
+}
+
+/// Bounded counts for the console's overview: each counts at most the `at_most` given to
+/// [`crate::store::Store::overview`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overview {
+    pub tenants: u64,
+    pub connectors: u64,
+    pub connectors_offline: u64,
+    pub channels: u64,
+    pub bound_channels: u64,
+    /// Outbox rows, pending and failed.
+    pub outbox: u64,
+    pub outbox_failed: u64,
+    pub hosts_online: u64,
+    pub approvals_pending: u64,
+}

@@ -7,7 +7,7 @@ use crate::error::BackendResult;
 use crate::model::*;
 
 /// Schema version this build understands; `serve` refuses any other.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 #[async_trait]
 pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
@@ -215,6 +215,55 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     // -- provider key/value (cursors, small state) --
     async fn kv_get(&self, namespace: &str, key: &str) -> BackendResult<Option<String>>;
     async fn kv_put(&self, namespace: &str, key: &str, value: &str) -> BackendResult<()>;
+
+    // -- operator console: keyset pages, each one indexed query whatever the table size --
+    /// Tenants with `id > after` in id order.
+    async fn page_tenants(&self, after: Option<&str>, limit: u32) -> BackendResult<Vec<Tenant>>;
+    /// A tenant's keys (oldest first) with when each was last used; no hashes.
+    async fn tenant_keys(&self, tenant_id: &str) -> BackendResult<Vec<ApiKeyInfo>>;
+    /// Records a successful authentication with the key.
+    async fn touch_api_key(&self, id: &str, now: i64) -> BackendResult<()>;
+    /// Connector_ids with `id > after` in id order.
+    async fn page_connectors(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> BackendResult<Vec<ConnectorRecord>>;
+    /// Channels with `id > after` in id order (only bound ones when `bound_only`), each with
+    /// its outbox depth.
+    async fn page_channels(
+        &self,
+        after: Option<&str>,
+        bound_only: bool,
+        limit: u32,
+    ) -> BackendResult<Vec<ChannelSummary>>;
+    /// Outbox messages with a failure reason and `seq < before`, newest first.
+    async fn page_failures(
+        &self,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> BackendResult<Vec<DeliveryFailure>>;
+    /// Hosts of every tenant with `id > after` in id order.
+    async fn page_hosts(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> BackendResult<Vec<crate::hoststore::HostRecord>>;
+    /// Runs of every tenant with `(created_at, id) < before`, newest first.
+    async fn page_runs(
+        &self,
+        before: Option<(i64, &str)>,
+        limit: u32,
+    ) -> BackendResult<Vec<crate::hoststore::RunRecord>>;
+    /// Approvals of every tenant in `status` with `(created_at, id) > after`, oldest first.
+    async fn page_approvals(
+        &self,
+        status: crate::hoststore::ApprovalStatus,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> BackendResult<Vec<crate::hoststore::ApprovalRecord>>;
+    /// Counts for the overview, each counting at most `at_most` rows.
+    async fn overview(&self, at_most: u64) -> BackendResult<Overview>;
 }
 
 /// What the store holds for a batch of [`Enqueue`] items, read inside the batch's

@@ -579,6 +579,11 @@ pub async fn run(
                 ),
             ),
         );
+    // The operator console (/console), behind the same operator tokens.
+    let metrics_app = metrics_app.merge(crate::console::router(crate::console::ConsoleState {
+        hosts: hosts.clone(),
+        operators: gateway.operators.clone(),
+    }));
     let stopped = CancellationToken::new();
     let metrics_stop = stopped.clone();
     let metrics_server = tokio::spawn(async move {

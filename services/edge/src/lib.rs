@@ -5,6 +5,7 @@ pub mod app;
 pub mod cli;
 mod cluster;
 pub mod config;
+pub mod console;
 mod doorbells;
 pub mod download;
 pub mod hosts;

@@ -84,7 +84,7 @@ fn enrollment(row: &PgRow) -> BackendResult<EnrollmentRecord> {
     })
 }
 
-fn host(row: &PgRow) -> BackendResult<HostRecord> {
+pub(crate) fn host(row: &PgRow) -> BackendResult<HostRecord> {
     let status: String = get(row, "status")?;
     Ok(HostRecord {
         id: get(row, "id")?,
@@ -122,7 +122,7 @@ fn agent(row: &PgRow) -> BackendResult<AgentRecord> {
     })
 }
 
-fn run(row: &PgRow) -> BackendResult<RunRecord> {
+pub(crate) fn run(row: &PgRow) -> BackendResult<RunRecord> {
     let state: String = get(row, "state")?;
     Ok(RunRecord {
         id: get(row, "id")?,
@@ -178,7 +178,7 @@ fn artifact(row: &PgRow) -> BackendResult<ArtifactRecord> {
     })
 }
 
-fn approval(row: &PgRow) -> BackendResult<ApprovalRecord> {
+pub(crate) fn approval(row: &PgRow) -> BackendResult<ApprovalRecord> {
     let status: String = get(row, "status")?;
     Ok(ApprovalRecord {
         id: get(row, "id")?,

@@ -20,6 +20,7 @@ use switchyard_core::model::*;
 use switchyard_core::store::{BatchFacts, Store, plan_enqueue_batch};
 use switchyard_protocol::ConnectionStatus;
 
+#[macro_use]
 mod hosts;
 
 /// Ordered migrations; the last version is `switchyard_core::store::SCHEMA_VERSION`.
@@ -35,6 +36,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (
         3,
         include_str!("../../../migrations/postgres/0003_quotas.sql"),
+    ),
+    (
+        4,
+        include_str!("../../../migrations/postgres/0004_console.sql"),
     ),
 ];
 
@@ -482,6 +487,8 @@ async fn applied_version(conn: &mut sqlx::PgConnection) -> BackendResult<i64> {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+mod console;
 
 #[async_trait]
 impl Store for PostgresStore {
@@ -1724,6 +1731,83 @@ impl Store for PostgresStore {
         .await
         .map_err(db("kv put"))?;
         Ok(())
+    }
+
+    // -- operator console --
+    async fn page_tenants(&self, after: Option<&str>, limit: u32) -> BackendResult<Vec<Tenant>> {
+        console::page_tenants(self, after, limit).await
+    }
+
+    async fn tenant_keys(&self, tenant_id: &str) -> BackendResult<Vec<ApiKeyInfo>> {
+        console::tenant_keys(self, tenant_id).await
+    }
+
+    async fn touch_api_key(&self, id: &str, now: i64) -> BackendResult<()> {
+        // At most one write a minute per key: authentication must stay a read.
+        sqlx::query(
+            "UPDATE api_keys SET last_used_at = $2 WHERE id = $1 \
+             AND (last_used_at IS NULL OR last_used_at < $2 - 60000)",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(db("touch api key"))?;
+        Ok(())
+    }
+
+    async fn page_connectors(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> BackendResult<Vec<ConnectorRecord>> {
+        console::page_connectors(self, after, limit).await
+    }
+
+    async fn page_channels(
+        &self,
+        after: Option<&str>,
+        bound_only: bool,
+        limit: u32,
+    ) -> BackendResult<Vec<ChannelSummary>> {
+        console::page_channels(self, after, bound_only, limit).await
+    }
+
+    async fn page_failures(
+        &self,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> BackendResult<Vec<DeliveryFailure>> {
+        console::page_failures(self, before_seq, limit).await
+    }
+
+    async fn page_hosts(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> BackendResult<Vec<switchyard_core::hoststore::HostRecord>> {
+        console::page_hosts(self, after, limit).await
+    }
+
+    async fn page_runs(
+        &self,
+        before: Option<(i64, &str)>,
+        limit: u32,
+    ) -> BackendResult<Vec<switchyard_core::hoststore::RunRecord>> {
+        console::page_runs(self, before, limit).await
+    }
+
+    async fn page_approvals(
+        &self,
+        status: switchyard_core::hoststore::ApprovalStatus,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> BackendResult<Vec<switchyard_core::hoststore::ApprovalRecord>> {
+        console::page_approvals(self, status, after, limit).await
+    }
+
+    async fn overview(&self, at_most: u64) -> BackendResult<Overview> {
+        console::overview(self, at_most).await
     }
 }
 

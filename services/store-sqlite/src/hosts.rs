@@ -81,7 +81,7 @@ fn enrollment(row: &SqliteRow) -> BackendResult<EnrollmentRecord> {
     })
 }
 
-fn host(row: &SqliteRow) -> BackendResult<HostRecord> {
+pub(crate) fn host(row: &SqliteRow) -> BackendResult<HostRecord> {
     let status: String = get(row, "status")?;
     Ok(HostRecord {
         id: get(row, "id")?,
@@ -119,7 +119,7 @@ fn agent(row: &SqliteRow) -> BackendResult<AgentRecord> {
     })
 }
 
-fn run(row: &SqliteRow) -> BackendResult<RunRecord> {
+pub(crate) fn run(row: &SqliteRow) -> BackendResult<RunRecord> {
     let state: String = get(row, "state")?;
     Ok(RunRecord {
         id: get(row, "id")?,
@@ -175,7 +175,7 @@ fn artifact(row: &SqliteRow) -> BackendResult<ArtifactRecord> {
     })
 }
 
-fn approval(row: &SqliteRow) -> BackendResult<ApprovalRecord> {
+pub(crate) fn approval(row: &SqliteRow) -> BackendResult<ApprovalRecord> {
     let status: String = get(row, "status")?;
     Ok(ApprovalRecord {
         id: get(row, "id")?,

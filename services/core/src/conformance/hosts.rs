@@ -44,6 +44,7 @@ pub async fn run_all(store: Arc<dyn Store>) {
     expire_approvals(s).await;
     undelivered_decisions(s).await;
     purge_runs(s).await;
+    console_pages(s).await;
     enrollment_is_consumed_once_under_concurrency(&store).await;
     concurrent_appends(&store).await;
 }
@@ -1569,4 +1570,90 @@ async fn concurrent_appends(store: &Arc<dyn Store>) {
     }
     let got = store.get_run(&r.id).await.expect("get").expect("run");
     assert_eq!((got.event_count, got.last_host_seq), (total, 0));
+}
+
+// -- operator console pages ----------------------------------------------------------------------
+
+/// Hosts in id order, runs newest first and pending approvals oldest first, across tenants.
+/// This test's runs and approvals live in the far future, where no other behaviour writes.
+async fn console_pages(s: &dyn Store) {
+    let t = tenant(s).await;
+    let mut hosts = Vec::new();
+    for i in 0..3 {
+        hosts.push(enrolled_at(s, &t.id, now_ms() + i).await);
+    }
+    let mut sorted = ids(&hosts, |h| &h.id);
+    sorted.sort();
+    let before_first = &sorted[0][..sorted[0].len() - 1];
+    let page = s.page_hosts(Some(before_first), 2).await.expect("hosts");
+    assert_eq!(page.len(), 2);
+    assert!(page[0].id <= sorted[0] && page[0].id < page[1].id);
+    let after = s.page_hosts(Some(&sorted[1]), 50).await.expect("hosts");
+    assert!(after.iter().all(|h| h.id > sorted[1]));
+    assert!(after.iter().any(|h| h.id == sorted[2]));
+
+    const FUTURE: i64 = 4_000_000_000_000;
+    let h = &hosts[0];
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        // Two runs share a time: the id breaks the tie.
+        let at = FUTURE + [0, 1, 1, 2][i];
+        runs.push(insert_run(s, run_rec(h, RunState::Running, at)).await);
+    }
+    let mut newest_first = runs.clone();
+    newest_first.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+    let p1 = s.page_runs(Some((FUTURE + 10, "")), 3).await.expect("runs");
+    assert_eq!(ids(&p1, |r| &r.id), ids(&newest_first[..3], |r| &r.id));
+    let last = &p1[2];
+    let p2 = s
+        .page_runs(Some((last.created_at, &last.id)), 1)
+        .await
+        .expect("runs");
+    assert_eq!(p2[0].id, newest_first[3].id);
+    assert!(s.page_runs(None, 1).await.expect("runs")[0].created_at >= FUTURE + 2);
+
+    let mut approvals = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        let a = approval_rec(r, FUTURE + i as i64, FUTURE + HOUR);
+        s.insert_approval(&a).await.expect("approval");
+        approvals.push(a);
+    }
+    s.decide_approval(
+        &approvals[1].id,
+        ApprovalStatus::Granted,
+        "alice",
+        None,
+        FUTURE,
+    )
+    .await
+    .expect("decide")
+    .expect("pending");
+    let pend = s
+        .page_approvals(ApprovalStatus::Pending, Some((FUTURE - 1, "")), 2)
+        .await
+        .expect("approvals");
+    assert_eq!(
+        ids(&pend, |a| &a.id),
+        [approvals[0].id.clone(), approvals[2].id.clone()]
+    );
+    let more = s
+        .page_approvals(
+            ApprovalStatus::Pending,
+            Some((pend[1].created_at, &pend[1].id)),
+            10,
+        )
+        .await
+        .expect("approvals");
+    assert_eq!(more[0].id, approvals[3].id);
+    let granted = s
+        .page_approvals(ApprovalStatus::Granted, Some((FUTURE - 1, "")), 10)
+        .await
+        .expect("approvals");
+    assert_eq!(granted[0].decided_by.as_deref(), Some("alice"));
+    // Leave no pending approval in the far future for other suites' sweeps to trip on.
+    for a in [&approvals[0], &approvals[2], &approvals[3]] {
+        s.decide_approval(&a.id, ApprovalStatus::Denied, "cleanup", None, FUTURE)
+            .await
+            .expect("decide");
+    }
 }

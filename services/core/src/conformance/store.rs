@@ -65,6 +65,8 @@ pub async fn run_all(store: Arc<dyn Store>) {
     enqueue_batch_is_atomic(&store).await;
     ack_batch(s).await;
     route_states(s).await;
+    console_pages(s).await;
+    console_channels_and_failures(s).await;
     claim_is_atomic(&store).await;
     // Every Store is a HostStore too: its suite runs on the migrated store.
     super::hosts::run_all(store).await;
@@ -2387,4 +2389,188 @@ async fn route_states(s: &dyn Store) {
         .expect("route states");
     assert_eq!(states[0].max_pending_seq, None);
     assert!(s.route_states(&[], now).await.expect("empty").is_empty());
+}
+
+// -- operator console pages ----------------------------------------------------------------------
+
+/// Keyset pages walk rows after the cursor in id order; rows of other behaviours share the
+/// store, so each check starts at a cursor just before this test's own ids.
+async fn console_pages(s: &dyn Store) {
+    let p = new_id("cons");
+    let mut tenants = Vec::new();
+    for i in 0..5 {
+        let t = Tenant {
+            id: format!("{p}-{i:02}"),
+            name: new_id("name"),
+            created_at: now_ms(),
+        };
+        s.create_tenant(&t).await.expect("create tenant");
+        tenants.push(t);
+    }
+    let first = s.page_tenants(Some(&p), 2).await.expect("page");
+    assert_eq!(first, tenants[..2].to_vec());
+    let second = s.page_tenants(Some(&first[1].id), 2).await.expect("page");
+    assert_eq!(second, tenants[2..4].to_vec());
+    let third = s.page_tenants(Some(&second[1].id), 2).await.expect("page");
+    assert_eq!(third[0], tenants[4]);
+    assert!(
+        s.page_tenants(None, 3).await.expect("page").len() <= 3,
+        "the limit holds"
+    );
+
+    // Keys: no hash, and last use recorded at most once a minute.
+    let t = &tenants[0];
+    let key = ApiKeyRecord {
+        id: new_id("key"),
+        tenant_id: t.id.clone(),
+        secret_hash: "ab".repeat(32),
+        created_at: 10,
+        revoked_at: None,
+    };
+    s.insert_api_key(&key).await.expect("insert key");
+    let listed = s.tenant_keys(&t.id).await.expect("keys");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].last_used_at, None);
+    s.touch_api_key(&key.id, 1_000_000).await.expect("touch");
+    s.touch_api_key(&key.id, 1_030_000).await.expect("touch");
+    assert_eq!(
+        s.tenant_keys(&t.id).await.expect("keys")[0].last_used_at,
+        Some(1_000_000),
+        "a second use within a minute is not written"
+    );
+    s.touch_api_key(&key.id, 1_070_000).await.expect("touch");
+    s.revoke_api_key(&key.id, 1_080_000).await.expect("revoke");
+    let k = &s.tenant_keys(&t.id).await.expect("keys")[0];
+    assert_eq!(
+        (k.last_used_at, k.revoked_at, k.created_at),
+        (Some(1_070_000), Some(1_080_000), 10)
+    );
+    s.touch_api_key("key_unknown", 1)
+        .await
+        .expect("unknown key: nothing to do");
+
+    // Connectors in id order.
+    let cp = new_id("conp");
+    let mut conns = Vec::new();
+    for i in 0..3 {
+        let c = ConnectorRecord {
+            id: format!("{cp}-{i}"),
+            tenant_id: t.id.clone(),
+            card_id: format!("card-{i}"),
+            created_at: now_ms(),
+            offline_since: (i == 1).then_some(5),
+        };
+        s.insert_connector(&c).await.expect("insert connector");
+        conns.push(c);
+    }
+    assert_eq!(
+        s.page_connectors(Some(&cp), 2).await.expect("page"),
+        conns[..2]
+    );
+    assert_eq!(
+        s.page_connectors(Some(&conns[1].id), 1)
+            .await
+            .expect("page"),
+        conns[2..]
+    );
+
+    let o = s.overview(1_000_000).await.expect("overview");
+    assert!(
+        o.tenants >= 5 && o.connectors >= 3 && o.connectors_offline >= 1,
+        "{o:?}"
+    );
+    let capped = s.overview(2).await.expect("overview");
+    assert_eq!(
+        (capped.tenants, capped.connectors),
+        (2, 2),
+        "counts stop at the cap"
+    );
+}
+
+async fn console_channels_and_failures(s: &dyn Store) {
+    let c = connector(s).await;
+    let p = new_id("cchp");
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let mut ch = channel_rec(&c, now_ms());
+        ch.id = format!("{p}-{i}");
+        if i % 2 == 1 {
+            ch.binding = Some(vec![1, 2, 3]);
+            ch.binding_key = Some(new_id("bk"));
+            ch.status = ConnectionStatus::Connected;
+            ch.view = json!({"display_name": "Support", "account_hint": "@bot"});
+        }
+        s.insert_channel(&ch).await.expect("insert channel");
+        ids.push(ch.id);
+    }
+    // Channel 1: two pending (the older first), one failed; channel 3: one retried with an error.
+    let now = now_ms();
+    let m1 = message(&ids[1], now - 5_000, now + HOUR);
+    let m2 = message(&ids[1], now - 1_000, now + HOUR);
+    let m3 = message(&ids[1], now, now + HOUR);
+    let m4 = message(&ids[3], now, now + HOUR);
+    for m in [&m1, &m2, &m3, &m4] {
+        assert_eq!(
+            s.enqueue_outbox(m, 100, now + 2 * HOUR)
+                .await
+                .expect("enqueue"),
+            EnqueueOutcome::Stored
+        );
+    }
+    assert!(
+        s.fail_outbox(&ids[1], &m3.message_id, "rejected: 403 forbidden")
+            .await
+            .expect("fail")
+    );
+    s.record_attempt(&ids[3], &m4.message_id, Some("timeout"))
+        .await
+        .expect("attempt");
+
+    let page = s.page_channels(Some(&p), false, 3).await.expect("page");
+    assert_eq!(
+        page.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        [ids[0].as_str(), ids[1].as_str(), ids[2].as_str()]
+    );
+    let one = &page[1];
+    assert!(one.bound && !one.routed && !page[0].bound);
+    assert_eq!((one.pending, one.failed), (2, 1));
+    assert_eq!(one.oldest_pending_at, Some(now - 5_000));
+    assert_eq!(one.status, ConnectionStatus::Connected);
+    assert_eq!(one.view["account_hint"], "@bot");
+    assert_eq!((page[0].pending, page[0].oldest_pending_at), (0, None));
+    let rest = s
+        .page_channels(Some(&ids[2]), false, 1)
+        .await
+        .expect("page");
+    assert_eq!(rest[0].id, ids[3]);
+
+    let bound = s.page_channels(Some(&p), true, 10).await.expect("page");
+    assert_eq!(bound[0].id, ids[1]);
+    assert_eq!(bound[1].id, ids[3]);
+    assert!(bound.iter().all(|c| c.bound));
+
+    // Failures newest first, with their reasons; the cursor moves past the newest.
+    let f = s.page_failures(None, 1000).await.expect("failures");
+    let mine: Vec<&DeliveryFailure> = f.iter().filter(|f| f.channel_id.starts_with(&p)).collect();
+    assert_eq!(mine.len(), 2, "{mine:?}");
+    assert_eq!(mine[0].message_id, m4.message_id);
+    assert_eq!(mine[0].reason, "timeout");
+    assert_eq!(mine[0].state, OutboxState::Pending);
+    assert_eq!(mine[0].attempts, 1);
+    assert_eq!(mine[0].tenant_id, c.tenant_id);
+    assert_eq!(mine[1].message_id, m3.message_id);
+    assert_eq!(mine[1].reason, "rejected: 403 forbidden");
+    assert_eq!(mine[1].state, OutboxState::Failed);
+    let older = s
+        .page_failures(Some(mine[0].seq), 1000)
+        .await
+        .expect("failures");
+    assert!(older.iter().all(|f| f.seq < mine[0].seq));
+    assert!(older.iter().any(|f| f.message_id == m3.message_id));
+
+    let o = s.overview(1_000_000).await.expect("overview");
+    assert!(
+        o.channels >= 4 && o.bound_channels >= 2 && o.outbox >= 4 && o.outbox_failed >= 1,
+        "{o:?}"
+    );
 }

@@ -205,7 +205,28 @@ impl Hub {
         };
         let ok = crate::crypto::ct_eq(rec.secret_hash.as_bytes(), hash.as_bytes())
             && rec.revoked_at.is_none();
+        if ok {
+            self.key_used(&rec.id);
+        }
         Ok(ok.then_some(rec.tenant_id))
+    }
+
+    /// Records when a key was last used (the console shows it), off the caller's path and
+    /// at most once a minute per key across the deployment (the ephemeral window), so
+    /// authentication stays a read.
+    fn key_used(&self, key_id: &str) {
+        let (store, ephemeral) = (self.store.clone(), self.ephemeral.clone());
+        let key_id = key_id.to_owned();
+        tokio::spawn(async move {
+            let window = format!("key-used:{key_id}");
+            if let Ok(true) = ephemeral
+                .put_if_absent(&window, Vec::new(), Duration::from_secs(60))
+                .await
+                && let Err(e) = store.touch_api_key(&key_id, crate::ids::now_ms()).await
+            {
+                tracing::debug!(error = %e, "recording key use failed");
+            }
+        });
     }
 }
 

@@ -1,0 +1,260 @@
+//! The operator console's pages: keyset queries (rows after a cursor in an indexed order,
+//! `LIMIT n`), so a page costs the same whatever the table size, and bounded counts.
+
+use switchyard_core::error::BackendResult;
+use switchyard_core::hoststore::{ApprovalRecord, ApprovalStatus, HostRecord, RunRecord};
+use switchyard_core::model::*;
+use switchyard_protocol::ConnectionStatus;
+
+use crate::hosts::{approval, host, run};
+use crate::{SqliteStore, all, connector, corrupt, db, get, json_col, tenant};
+
+fn lim(limit: u32) -> i64 {
+    i64::from(limit.clamp(1, 1000))
+}
+
+fn capped(at_most: u64) -> i64 {
+    i64::try_from(at_most).unwrap_or(i64::MAX)
+}
+
+fn key_info(row: &sqlx::sqlite::SqliteRow) -> BackendResult<ApiKeyInfo> {
+    Ok(ApiKeyInfo {
+        id: get(row, "id")?,
+        tenant_id: get(row, "tenant_id")?,
+        created_at: get(row, "created_at")?,
+        revoked_at: get(row, "revoked_at")?,
+        last_used_at: get(row, "last_used_at")?,
+    })
+}
+
+fn summary(row: &sqlx::sqlite::SqliteRow) -> BackendResult<ChannelSummary> {
+    let status: String = get(row, "status")?;
+    let n = |c: &str| -> BackendResult<u64> { Ok(u64::try_from(get::<i64>(row, c)?).unwrap_or(0)) };
+    Ok(ChannelSummary {
+        id: get(row, "id")?,
+        tenant_id: get(row, "tenant_id")?,
+        connector_id: get(row, "connector_id")?,
+        card_id: get(row, "card_id")?,
+        status: ConnectionStatus::parse(&status).ok_or_else(|| corrupt("channel status"))?,
+        view: json_col(row, "view")?,
+        bound: get::<i64>(row, "bound")? != 0,
+        routed: get::<i64>(row, "routed")? != 0,
+        pending: n("pending")?,
+        oldest_pending_at: get(row, "oldest_pending_at")?,
+        failed: n("failed")?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+    })
+}
+
+fn failure(row: &sqlx::sqlite::SqliteRow) -> BackendResult<DeliveryFailure> {
+    let state: String = get(row, "state")?;
+    Ok(DeliveryFailure {
+        seq: get(row, "seq")?,
+        channel_id: get(row, "channel_id")?,
+        tenant_id: get(row, "tenant_id")?,
+        card_id: get(row, "card_id")?,
+        message_id: get(row, "message_id")?,
+        state: match state.as_str() {
+            "pending" => OutboxState::Pending,
+            "failed" => OutboxState::Failed,
+            _ => return Err(corrupt("outbox state")),
+        },
+        attempts: get(row, "attempts")?,
+        reason: get::<Option<String>>(row, "last_error")?.unwrap_or_default(),
+        created_at: get(row, "created_at")?,
+    })
+}
+
+pub(crate) async fn page_tenants(
+    s: &SqliteStore,
+    after: Option<&str>,
+    limit: u32,
+) -> BackendResult<Vec<Tenant>> {
+    let rows =
+        sqlx::query("SELECT id, name, created_at FROM tenants WHERE id > $1 ORDER BY id LIMIT $2")
+            .bind(after.unwrap_or(""))
+            .bind(lim(limit))
+            .fetch_all(&s.reader)
+            .await
+            .map_err(db("page tenants"))?;
+    all(rows, tenant)
+}
+
+pub(crate) async fn tenant_keys(
+    s: &SqliteStore,
+    tenant_id: &str,
+) -> BackendResult<Vec<ApiKeyInfo>> {
+    let rows = sqlx::query(
+        "SELECT id, tenant_id, created_at, revoked_at, last_used_at FROM api_keys \
+         WHERE tenant_id = $1 ORDER BY created_at, id",
+    )
+    .bind(tenant_id)
+    .fetch_all(&s.reader)
+    .await
+    .map_err(db("tenant keys"))?;
+    all(rows, key_info)
+}
+
+pub(crate) async fn page_connectors(
+    s: &SqliteStore,
+    after: Option<&str>,
+    limit: u32,
+) -> BackendResult<Vec<ConnectorRecord>> {
+    let rows = sqlx::query(
+        "SELECT id, tenant_id, card_id, created_at, offline_since FROM connectors \
+         WHERE id > $1 ORDER BY id LIMIT $2",
+    )
+    .bind(after.unwrap_or(""))
+    .bind(lim(limit))
+    .fetch_all(&s.reader)
+    .await
+    .map_err(db("page connectors"))?;
+    all(rows, connector)
+}
+
+pub(crate) async fn page_channels(
+    s: &SqliteStore,
+    after: Option<&str>,
+    bound_only: bool,
+    limit: u32,
+) -> BackendResult<Vec<ChannelSummary>> {
+    // Each count walks one channel's slice of outbox_delivery (channel_id, state, seq).
+    const SELECT: &str = "SELECT c.id, c.tenant_id, c.connector_id, c.card_id, c.status, c.view, \
+         CAST(CASE WHEN c.binding IS NULL THEN 0 ELSE 1 END AS BIGINT) AS bound, \
+         CAST(CASE WHEN c.route_socket IS NULL THEN 0 ELSE 1 END AS BIGINT) AS routed, c.created_at, c.updated_at, \
+         (SELECT COUNT(*) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'pending') AS pending, \
+         (SELECT o.created_at FROM outbox o WHERE o.channel_id = c.id AND o.state = 'pending' \
+          ORDER BY o.seq LIMIT 1) AS oldest_pending_at, \
+         (SELECT COUNT(*) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'failed') AS failed \
+         FROM channels c ";
+    let sql = if bound_only {
+        format!("{SELECT} WHERE c.id > $1 AND c.binding IS NOT NULL ORDER BY c.id LIMIT $2")
+    } else {
+        format!("{SELECT} WHERE c.id > $1 ORDER BY c.id LIMIT $2")
+    };
+    let rows = sqlx::query(&sql)
+        .bind(after.unwrap_or(""))
+        .bind(lim(limit))
+        .fetch_all(&s.reader)
+        .await
+        .map_err(db("page channels"))?;
+    all(rows, summary)
+}
+
+pub(crate) async fn page_failures(
+    s: &SqliteStore,
+    before_seq: Option<i64>,
+    limit: u32,
+) -> BackendResult<Vec<DeliveryFailure>> {
+    let rows = sqlx::query(
+        "SELECT o.seq, o.channel_id, c.tenant_id, c.card_id, o.message_id, o.state, o.attempts, \
+         o.last_error, o.created_at FROM outbox o JOIN channels c ON c.id = o.channel_id \
+         WHERE o.last_error IS NOT NULL AND o.seq < $1 ORDER BY o.seq DESC LIMIT $2",
+    )
+    .bind(before_seq.unwrap_or(i64::MAX))
+    .bind(lim(limit))
+    .fetch_all(&s.reader)
+    .await
+    .map_err(db("page failures"))?;
+    all(rows, failure)
+}
+
+pub(crate) async fn page_hosts(
+    s: &SqliteStore,
+    after: Option<&str>,
+    limit: u32,
+) -> BackendResult<Vec<HostRecord>> {
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        host_cols!(),
+        " FROM hosts WHERE id > $1 ORDER BY id LIMIT $2"
+    ))
+    .bind(after.unwrap_or(""))
+    .bind(lim(limit))
+    .fetch_all(&s.reader)
+    .await
+    .map_err(db("page hosts"))?;
+    all(rows, host)
+}
+
+pub(crate) async fn page_runs(
+    s: &SqliteStore,
+    before: Option<(i64, &str)>,
+    limit: u32,
+) -> BackendResult<Vec<RunRecord>> {
+    let (at, id) = before.unwrap_or((i64::MAX, ""));
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        run_cols!(),
+        " FROM runs WHERE created_at < $1 OR (created_at = $1 AND id < $2) \
+         ORDER BY created_at DESC, id DESC LIMIT $3"
+    ))
+    .bind(at)
+    .bind(id)
+    .bind(lim(limit))
+    .fetch_all(&s.reader)
+    .await
+    .map_err(db("page runs"))?;
+    all(rows, run)
+}
+
+pub(crate) async fn page_approvals(
+    s: &SqliteStore,
+    status: ApprovalStatus,
+    after: Option<(i64, &str)>,
+    limit: u32,
+) -> BackendResult<Vec<ApprovalRecord>> {
+    let (at, id) = after.unwrap_or((i64::MIN, ""));
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        approval_cols!(),
+        " FROM approvals WHERE status = $1 AND (created_at > $2 OR (created_at = $2 AND id > $3)) \
+         ORDER BY created_at, id LIMIT $4"
+    ))
+    .bind(status.as_str())
+    .bind(at)
+    .bind(id)
+    .bind(lim(limit))
+    .fetch_all(&s.reader)
+    .await
+    .map_err(db("page approvals"))?;
+    all(rows, approval)
+}
+
+pub(crate) async fn overview(s: &SqliteStore, at_most: u64) -> BackendResult<Overview> {
+    let count = |sql: &'static str| async move {
+        let n: i64 = sqlx::query_scalar(sql)
+            .bind(capped(at_most))
+            .fetch_one(&s.reader)
+            .await
+            .map_err(db("overview count"))?;
+        BackendResult::Ok(u64::try_from(n).unwrap_or(0))
+    };
+    Ok(Overview {
+        tenants: count("SELECT COUNT(*) FROM (SELECT 1 FROM tenants LIMIT $1) t").await?,
+        connectors: count("SELECT COUNT(*) FROM (SELECT 1 FROM connectors LIMIT $1) t").await?,
+        connectors_offline: count(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM connectors WHERE offline_since IS NOT NULL LIMIT $1) t",
+        )
+        .await?,
+        channels: count("SELECT COUNT(*) FROM (SELECT 1 FROM channels LIMIT $1) t").await?,
+        bound_channels: count(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM channels WHERE binding IS NOT NULL LIMIT $1) t",
+        )
+        .await?,
+        outbox: count("SELECT COUNT(*) FROM (SELECT 1 FROM outbox LIMIT $1) t").await?,
+        outbox_failed: count(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE state = 'failed' LIMIT $1) t",
+        )
+        .await?,
+        hosts_online: count(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM hosts WHERE status = 'online' LIMIT $1) t",
+        )
+        .await?,
+        approvals_pending: count(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM approvals WHERE status = 'pending' LIMIT $1) t",
+        )
+        .await?,
+    })
+}
