@@ -6,8 +6,9 @@
 # copy out (`docker create IMAGE`, then `docker cp ID:/usr/local/bin/switchyard-host .`;
 # it needs a Linux with glibc >= Debian 12's) or to run with `--entrypoint switchyard-host`.
 #
-#   docker build -t switchyard:0.1.0 .
-#   docker build --build-arg SWITCHYARD_BUILD_TIME=$(date -u +%y%m%d%H%M) -t switchyard:0.1.0 .
+#   docker build --build-arg SWITCHYARD_GIT_REVISION=$(git rev-parse --short=12 HEAD) -t switchyard:0.1.0 .
+#   docker build --build-arg SWITCHYARD_GIT_REVISION=$(git rev-parse --short=12 HEAD) \
+#       --build-arg SWITCHYARD_BUILD_TIME=$(date -u +%y%m%d%H%M) -t switchyard:0.1.0 .
 #
 # The Helm chart (helm/switchyard) runs the clustered mode. `docker run -p 8080:8080 IMAGE`
 # runs the embedded mode (SQLite and files under /home/nonroot/data; mount a volume there to
@@ -19,9 +20,11 @@ ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 FROM ${RUST_IMAGE} AS builder
 WORKDIR /src
 # Optional YYMMDDHHMM stamp for the Card's `build` and /health (see services/edge/build.rs);
-# unset = the time of the build. .git is not in the context, so the revision reads "unknown"
-# and the tag falls back to v<crate version>.
+# unset = the time of the build.
 ARG SWITCHYARD_BUILD_TIME=""
+# The git revision for the Card, /health and switchyard_build_info{git_rev}: .git is not in
+# the build context, so pass it (unset = "unknown"; the tag falls back to v<crate version>).
+ARG SWITCHYARD_GIT_REVISION=""
 COPY . .
 # The registry, git and target caches persist across builds; the binaries are copied out of
 # the target cache, which is not part of the image. One cargo invocation builds both, so the
@@ -31,6 +34,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     set -eu; \
     if [ -z "${SWITCHYARD_BUILD_TIME}" ]; then unset SWITCHYARD_BUILD_TIME; fi; \
+    export SWITCHYARD_GIT_REVISION; \
     cargo build --release --locked -p switchyard -p switchyard-host-agent --all-features; \
     mkdir -p /out; \
     cp target/release/switchyard target/release/switchyard-host /out/

@@ -43,8 +43,20 @@ fn build_time() -> String {
     )
 }
 
+/// The revision: `SWITCHYARD_GIT_REVISION` when set (a container build, whose context has
+/// no `.git`, passes it as a build argument), else the checkout's HEAD.
+fn revision() -> String {
+    if let Ok(r) = std::env::var("SWITCHYARD_GIT_REVISION") {
+        let r = r.trim();
+        if !r.is_empty() && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return r.chars().take(12).collect();
+        }
+    }
+    git(&["rev-parse", "--short=7", "HEAD"]).unwrap_or_else(|| "unknown".into())
+}
+
 fn main() {
-    let rev = git(&["rev-parse", "--short=7", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let rev = revision();
     let tag = git(&["describe", "--tags", "--abbrev=0"])
         .unwrap_or_else(|| format!("v{}", env!("CARGO_PKG_VERSION")));
     println!("cargo:rustc-env=SWITCHYARD_GIT_REV={rev}");
@@ -53,4 +65,5 @@ fn main() {
     println!("cargo:rerun-if-changed=../../.git/HEAD");
     println!("cargo:rerun-if-changed=../../.git/refs");
     println!("cargo:rerun-if-env-changed=SWITCHYARD_BUILD_TIME");
+    println!("cargo:rerun-if-env-changed=SWITCHYARD_GIT_REVISION");
 }

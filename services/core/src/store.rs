@@ -157,6 +157,15 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     /// repeated `(channel, message_id)` within the batch is a `Duplicate` of the first.
     async fn enqueue_outbox_batch(&self, items: &[Enqueue]) -> BackendResult<Vec<EnqueueOutcome>>;
     async fn count_pending(&self, channel_id: &str) -> BackendResult<u64>;
+    /// The deployment's backlog for the operations gauges: pending, unexpired messages
+    /// (counted up to `cap`, so the query's work is bounded) and the `created_at` of the
+    /// oldest one.
+    async fn outbox_backlog(&self, now: i64, cap: u64) -> BackendResult<(u64, Option<i64>)>;
+    /// Connections the store's pool holds open and how many of them are idle, when it
+    /// has a pool.
+    fn pool_stats(&self) -> Option<(u32, u32)> {
+        None
+    }
     async fn record_attempt(
         &self,
         channel_id: &str,

@@ -28,6 +28,7 @@ use switchyard_protocol::BuildInfo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::config::Config;
 use crate::doorbells::Doorbells;
@@ -71,33 +72,68 @@ pub async fn open_store(cfg: &Config) -> anyhow::Result<Arc<dyn Store>> {
 }
 
 pub async fn backends(cfg: &Config) -> anyhow::Result<Backends> {
-    let store = open_store(cfg).await?;
-    let bus: Arc<dyn Bus> = match &cfg.nats_url {
-        None => Arc::new(LocalBus::new()),
-        Some(url) => crate::cluster::open_nats(url, &cfg.nats_subject_prefix).await?,
-    };
-    let ephemeral: Arc<dyn Ephemeral> = match &cfg.redis_url {
-        None => Arc::new(MemoryEphemeral::default()),
-        Some(url) => crate::cluster::open_redis(url, &cfg.redis_key_prefix).await?,
-    };
-    let files: Arc<dyn FileStore> = match &cfg.s3.bucket {
-        None => Arc::new(
-            LocalFileStore::new(cfg.data_dir.join("files")).context("opening files folder")?,
-        ),
-        Some(_) => crate::cluster::open_s3(&cfg.s3).await?,
-    };
     Ok(Backends {
-        store,
-        bus,
-        ephemeral,
-        files,
+        store: open_store(cfg).await?,
+        bus: open_bus(cfg).await?,
+        ephemeral: open_ephemeral(cfg).await?,
+        files: open_files(cfg).await?,
     })
 }
 
+/// NATS when configured, else the in-process bus.
+pub async fn open_bus(cfg: &Config) -> anyhow::Result<Arc<dyn Bus>> {
+    match &cfg.nats_url {
+        None => Ok(Arc::new(LocalBus::new())),
+        Some(url) => crate::cluster::open_nats(url, &cfg.nats_subject_prefix).await,
+    }
+}
+
+/// Redis when configured, else in-process ephemeral state.
+pub async fn open_ephemeral(cfg: &Config) -> anyhow::Result<Arc<dyn Ephemeral>> {
+    match &cfg.redis_url {
+        None => Ok(Arc::new(MemoryEphemeral::default())),
+        Some(url) => crate::cluster::open_redis(url, &cfg.redis_key_prefix).await,
+    }
+}
+
+/// S3 when a bucket is configured, else the files folder under the data dir.
+pub async fn open_files(cfg: &Config) -> anyhow::Result<Arc<dyn FileStore>> {
+    match &cfg.s3.bucket {
+        None => Ok(Arc::new(
+            LocalFileStore::new(cfg.data_dir.join("files")).context("opening files folder")?,
+        )),
+        Some(_) => crate::cluster::open_s3(&cfg.s3).await,
+    }
+}
+
+/// Migrations are expand/contract: the migration to version N+1 only adds (tables, indexes,
+/// nullable or defaulted columns), so a build of version N runs on its own schema and on
+/// the next one. A `helm rollback` after a migrating upgrade, or an old pod restarted in the
+/// middle of a rollout, keeps working; anything further ahead is refused. Removing what an
+/// older build still reads waits until no supported build reads it (docs/ops.md).
+pub const SCHEMA_WINDOW: std::ops::RangeInclusive<i64> = SCHEMA_VERSION..=SCHEMA_VERSION + 1;
+
+/// Whether this build runs on a database at schema version `v`.
+pub fn schema_fit(v: i64) -> Result<(), String> {
+    if v < *SCHEMA_WINDOW.start() {
+        Err(format!(
+            "database schema version {v} is older than {SCHEMA_VERSION}; run `switchyard migrate`"
+        ))
+    } else if v > *SCHEMA_WINDOW.end() {
+        Err(format!(
+            "database schema version {v} is newer than this build runs on (its own {SCHEMA_VERSION} and the next, {}); upgrade switchyard",
+            SCHEMA_VERSION + 1
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 /// SQLite migrates itself; a shared Postgres must be migrated with `switchyard migrate`
-/// first, and a pod refuses a schema it does not know.
+/// first, and a pod refuses a schema outside [`SCHEMA_WINDOW`].
 pub async fn prepare_schema(cfg: &Config, store: &dyn Store) -> anyhow::Result<()> {
     if !cfg.is_clustered() {
+        // A no-op on a database a newer build already migrated.
         store
             .migrate()
             .await
@@ -107,14 +143,12 @@ pub async fn prepare_schema(cfg: &Config, store: &dyn Store) -> anyhow::Result<(
         .schema_version()
         .await
         .context("reading the schema version")?;
-    if v < SCHEMA_VERSION {
-        bail!(
-            "database schema version {v} is older than {SCHEMA_VERSION}; run `switchyard migrate`"
-        );
-    }
+    schema_fit(v).map_err(anyhow::Error::msg)?;
     if v > SCHEMA_VERSION {
-        bail!(
-            "database schema version {v} is newer than this build understands ({SCHEMA_VERSION}); upgrade switchyard"
+        tracing::info!(
+            schema = v,
+            build_schema = SCHEMA_VERSION,
+            "running on the next schema version (a newer build migrated it)"
         );
     }
     Ok(())
@@ -217,12 +251,7 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>) -> Vec<Arc<dyn Provider>> {
     tg.max_webhook_bytes = cfg.ingress.max_json_bytes;
     tg.webhook_body_timeout = cfg.ingress.body_timeout.0;
     tg.max_webhook_concurrent = cfg.ingress.max_concurrent;
-    // Validated at load, so an unknown value never reaches here.
-    tg.mode = cfg
-        .telegram
-        .mode
-        .parse()
-        .unwrap_or(switchyard_provider_telegram::Mode::Auto);
+    tg.mode = cfg.telegram.mode.provider();
     let mut wx = switchyard_provider_wechat::WechatConfig::new(
         build_info(),
         &cfg.wechat.api_base,
@@ -364,36 +393,93 @@ fn tls_names(cfg: &Config, hub: &Hub) -> Vec<String> {
     names
 }
 
+/// What the first start of an embedded node prints on stdout.
+fn first_start_text(
+    tenant: &switchyard_core::model::Tenant,
+    base_urls: &[(String, String)],
+    metrics_addr: SocketAddr,
+    key: &str,
+) -> String {
+    use std::fmt::Write;
+    let mut out = format!("created tenant {} ({})\n", tenant.name, tenant.id);
+    out.push_str("connector Base URLs (enter one in xAgent, with the API key below):\n");
+    let width = base_urls.iter().map(|(c, _)| c.len()).max().unwrap_or(0);
+    for (card, url) in base_urls {
+        let _ = writeln!(out, "  {card:width$}  {url}");
+    }
+    let _ = writeln!(
+        out,
+        "metrics and probes: http://{metrics_addr}/metrics, /livez, /readyz"
+    );
+    let _ = writeln!(out, "its API key (shown once):\n{key}");
+    out
+}
+
 #[derive(Clone)]
 struct Probe {
-    hub: Arc<Hub>,
+    readiness: Arc<crate::readiness::Readiness>,
+    store: Arc<dyn Store>,
     draining: Arc<AtomicBool>,
 }
 
+/// Liveness never depends on a backend (a backend outage must not restart healthy pods).
 async fn livez() -> impl IntoResponse {
     "ok"
 }
 
-async fn readyz(State(p): State<Probe>) -> impl IntoResponse {
+/// Answers from the pod's own backend checks (crate::readiness), never by pinging here.
+async fn readyz(State(p): State<Probe>) -> axum::response::Response {
     if p.draining.load(Ordering::SeqCst) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "draining");
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
     }
-    if p.hub.store.ping().await.is_err() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "store unreachable");
+    match p.readiness.verdict() {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e).into_response(),
     }
-    if !p.hub.bus.is_connected() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "bus disconnected");
-    }
-    if p.hub.ephemeral.ping().await.is_err() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ephemeral state unreachable",
-        );
-    }
-    (StatusCode::OK, "ready")
 }
 
-async fn metrics_text() -> impl IntoResponse {
+/// The shared backends `/readyz` follows: the store, the bus and the ephemeral state.
+fn readiness(cfg: &Config, hub: &Arc<Hub>) -> Arc<crate::readiness::Readiness> {
+    use crate::readiness::check_fn;
+    let r =
+        crate::readiness::Readiness::new(cfg.readiness.failure_threshold, cfg.readiness.timeout.0);
+    let reason = |e: switchyard_core::error::BackendError| format!("{:?}: {}", e.kind, e.context);
+    let store = hub.store.clone();
+    r.add(
+        "store",
+        check_fn(move || {
+            let store = store.clone();
+            async move { store.ping().await.map_err(reason) }
+        }),
+    );
+    let bus = hub.bus.clone();
+    r.add(
+        "bus",
+        check_fn(move || {
+            let up = bus.is_connected();
+            async move {
+                if up {
+                    Ok(())
+                } else {
+                    Err("disconnected".to_owned())
+                }
+            }
+        }),
+    );
+    let ephemeral = hub.ephemeral.clone();
+    r.add(
+        "ephemeral",
+        check_fn(move || {
+            let e = ephemeral.clone();
+            async move { e.ping().await.map_err(reason) }
+        }),
+    );
+    Arc::new(r)
+}
+
+async fn metrics_text(State(p): State<Probe>) -> impl IntoResponse {
+    crate::telemetry::process_metrics();
+    crate::telemetry::pool_metrics(p.store.as_ref());
     crate::telemetry::prometheus().render()
 }
 
@@ -431,17 +517,11 @@ pub async fn run(
         pod_id: pod.clone(),
         public_base_url,
     });
-    if !cfg.is_clustered() && hub.store.list_tenants().await?.is_empty() {
-        let (tenant, key) =
-            switchyard_core::engine::create_tenant(hub.store.as_ref(), "default").await?;
-        // Shown exactly once, on the first start of an embedded node.
-        println!(
-            "created tenant {} ({}); its API key (shown once):\n{}",
-            tenant.name,
-            tenant.id,
-            key.key.expose()
-        );
-    }
+    let first_start = if !cfg.is_clustered() && hub.store.list_tenants().await?.is_empty() {
+        Some(switchyard_core::engine::create_tenant(hub.store.as_ref(), "default").await?)
+    } else {
+        None
+    };
     let now = now_ms();
     // If the whole deployment was down, restored connectors get a full grace from now.
     let restarted = hub
@@ -469,6 +549,47 @@ pub async fn run(
         .map(|p| Connector::new(hub.clone(), p))
         .collect();
     let ca = host_ca(&cfg, &hub).await?;
+    let metrics_addr = metrics_listener.local_addr()?;
+    let base_urls: Vec<(String, String)> = connectors
+        .iter()
+        .map(|c| {
+            (
+                c.card_id().to_owned(),
+                format!(
+                    "{}{}",
+                    hub.public_base_url.trim_end_matches('/'),
+                    c.prefix()
+                ),
+            )
+        })
+        .collect();
+    crate::telemetry::register_connectors(
+        &connectors
+            .iter()
+            .map(|c| {
+                let tools = c
+                    .provider
+                    .card()
+                    .tools
+                    .iter()
+                    .map(|t| t.tool_id.clone())
+                    .collect();
+                (c.card_id().to_owned(), c.prefix(), tools)
+            })
+            .collect::<Vec<_>>(),
+    );
+    for (card, url) in &base_urls {
+        tracing::info!(card = %card, base_url = %url, "connector mounted");
+    }
+    tracing::info!(%metrics_addr, "internal listener: /metrics, /livez, /readyz, /admin/v1");
+    if let Some((tenant, key)) = first_start {
+        // Shown exactly once, on the first start of an embedded node: where to point xAgent,
+        // with which key (alone on the last line).
+        print!(
+            "{}",
+            first_start_text(&tenant, &base_urls, metrics_addr, key.key.expose())
+        );
+    }
     // Stops provider background consumers (pollers) at the end of the drain.
     let providers_stop = CancellationToken::new();
     let doorbells = Doorbells::new(hub.bus.clone());
@@ -555,12 +676,12 @@ pub async fn run(
             .start(Arc::new(c.clone()), providers_stop.clone());
     }
     let app = app.layer(axum::middleware::from_fn(crate::listener::answer_refusals));
-    let app = app.layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<axum::body::Body>| {
-        tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
-    }));
+    let app = crate::telemetry::observe(app, "public", &pod);
 
+    let ready = readiness(&cfg, &hub);
     let probe = Probe {
-        hub: hub.clone(),
+        readiness: ready.clone(),
+        store: hub.store.clone(),
         draining: draining.clone(),
     };
     let metrics_app = Router::new()
@@ -570,20 +691,13 @@ pub async fn run(
         .with_state(probe)
         // The operator API (/admin/v1) is served on this internal listener only, never on
         // the public one that ingresses expose.
-        .merge(
-            crate::hosts::operator_router(gateway.clone()).layer(
-                tower_http::trace::TraceLayer::new_for_http().make_span_with(
-                    |req: &axum::http::Request<axum::body::Body>| {
-                        tracing::info_span!("admin", method = %req.method(), path = %req.uri().path())
-                    },
-                ),
-            ),
-        );
+        .merge(crate::hosts::operator_router(gateway.clone()));
     // The operator console (/console), behind the same operator tokens.
     let metrics_app = metrics_app.merge(crate::console::router(crate::console::ConsoleState {
         hosts: hosts.clone(),
         operators: gateway.operators.clone(),
     }));
+    let metrics_app = crate::telemetry::observe(metrics_app, "internal", &pod);
     let stopped = CancellationToken::new();
     let metrics_stop = stopped.clone();
     let metrics_server = tokio::spawn(async move {
@@ -592,29 +706,38 @@ pub async fn run(
             .await
     });
 
+    // Background loops log under the pod's span (HTTP requests and sockets carry the pod id
+    // in their own spans).
+    let pod_span = tracing::info_span!("pod", pod = %pod);
     let background = TaskTracker::new();
-    background.spawn(quota_loop(
-        hub.clone(),
-        cfg.quotas.refresh_interval.0,
-        stopped.clone(),
-    ));
-    background.spawn(presence_loop(
-        hub.clone(),
-        cfg.lease.presence_interval.0,
-        stopped.clone(),
-    ));
+    background.spawn(
+        quota_loop(hub.clone(), cfg.quotas.refresh_interval.0, stopped.clone())
+            .instrument(pod_span.clone()),
+    );
+    background.spawn(
+        ready
+            .run(cfg.readiness.interval.0, stopped.clone())
+            .instrument(pod_span.clone()),
+    );
+    background.spawn(
+        presence_loop(hub.clone(), cfg.lease.presence_interval.0, stopped.clone())
+            .instrument(pod_span.clone()),
+    );
     let janitor = Arc::new(Janitor::new(
         hub.clone(),
         &connectors,
         cfg.lease.presence_ttl.0,
         cfg.lease.janitor_lease_ttl.0,
     ));
-    background.spawn(janitor_loop(
-        janitor.clone(),
-        hosts.clone(),
-        cfg.lease.janitor_interval.0,
-        stopped.clone(),
-    ));
+    background.spawn(
+        janitor_loop(
+            janitor.clone(),
+            hosts.clone(),
+            cfg.lease.janitor_interval.0,
+            stopped.clone(),
+        )
+        .instrument(pod_span.clone()),
+    );
     background.close();
 
     let tls_server = if cfg.hosts_tls_listen.trim().is_empty() {
@@ -629,16 +752,14 @@ pub async fn run(
             .context("issuing the mTLS listener certificate")?;
         let tls = switchyard_hosts_tls::server::server_config(&ca.cert_pem(), &cert, &key)
             .context("mTLS listener configuration")?;
-        let router = Router::new()
-            .nest(
+        let router = crate::telemetry::observe(
+            Router::new().nest(
                 switchyard_provider_agent_host::PREFIX,
                 crate::hosts::router(gateway.clone(), crate::hosts::CertSource::Tls),
-            )
-            .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(
-                |req: &axum::http::Request<axum::body::Body>| {
-                    tracing::info_span!("hosts", method = %req.method(), path = %req.uri().path())
-                },
-            ));
+            ),
+            "hosts_tls",
+            &pod,
+        );
         tracing::info!(%tls_addr, "hosts mTLS listener");
         Some(tokio::spawn(switchyard_hosts_tls::server::serve(
             tls_listener,
@@ -660,6 +781,7 @@ pub async fn run(
 
     shutdown.cancelled().await;
     tracing::info!("drain started");
+    metrics::gauge!("switchyard_draining").set(1.0);
     draining.store(true, Ordering::SeqCst);
     drain.cancel();
     sessions.close();
@@ -731,13 +853,13 @@ async fn janitor_loop(
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = t.tick() => match janitor.step().await {
-                Ok(Some(r)) => {
+            _ = t.tick() => match crate::telemetry::timed_sweep(janitor.step(), hosts.sweep(), hosts.hub.store.as_ref()).await {
+                Ok(Some((r, hosts_sweep))) => {
                     if r.connectors_removed + r.channels_removed + r.dead_pods > 0 {
                         tracing::info!(generation = r.generation, dead_pods = r.dead_pods, connectors = r.connectors_removed, channels = r.channels_removed, files = r.files_removed, "janitor sweep");
                     }
                     // Hosts are swept by the same single lease holder.
-                    match hosts.sweep().await {
+                    match hosts_sweep {
                         Ok(h) if h.hosts_lost + h.approvals_expired + h.runs_purged > 0 => {
                             tracing::info!(hosts_lost = h.hosts_lost, runs = h.runs_requeued_or_failed, approvals_expired = h.approvals_expired, runs_purged = h.runs_purged, "host sweep");
                         }

@@ -52,6 +52,19 @@ pub enum Command {
     },
     /// Prints the full default configuration, every key documented.
     PrintDefaultConfig,
+    /// Validates the configuration and reaches every configured backend (store, bus,
+    /// ephemeral state, files), one line each; exits non-zero when one fails. Changes
+    /// nothing.
+    Check {
+        /// How long each backend may take to answer.
+        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
+        timeout: std::time::Duration,
+    },
+}
+
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    crate::config::parse_duration(s)
+        .ok_or_else(|| format!("invalid duration {s:?}; use 500ms, 30s, 5m or 1h"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -386,6 +399,20 @@ pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve => unreachable!("serve is handled by main"),
         Command::PrintDefaultConfig => print!("{DEFAULT_CONFIG_TOML}"),
+        Command::Check { timeout } => {
+            println!(
+                "{:<10} {:<6} configuration loaded and validated",
+                "config", "ok"
+            );
+            let lines = crate::check::run(&cfg, timeout).await;
+            for l in &lines {
+                println!("{l}");
+            }
+            let failed: Vec<&str> = lines.iter().filter(|l| !l.ok).map(|l| l.name).collect();
+            if !failed.is_empty() {
+                bail!("check failed: {}", failed.join(", "));
+            }
+        }
         Command::Host { command } => host_admin(cfg, command).await?,
         Command::Approval { command } => approval_admin(cfg, command).await?,
         Command::Migrate => {

@@ -143,7 +143,7 @@ impl<'de> Deserialize<'de> for CidrList {
 /// What unauthenticated callers of provider ingress (webhooks) may make a pod hold
 /// (`[ingress]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct IngressConfig {
     /// Largest JSON webhook body (generic webhook, Telegram updates), held until verified.
     pub max_json_bytes: u64,
@@ -172,7 +172,7 @@ impl Default for IngressConfig {
 
 /// Requests to URLs a tenant supplied (`[outbound]`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct OutboundConfig {
     /// Internal address ranges (loopback, private, link-local, ...) that tenant-supplied URLs
     /// may reach anyway; empty = none.
@@ -378,6 +378,29 @@ impl QuotasConfig {
     }
 }
 
+/// Readiness with hysteresis (`[readiness]`): the pod checks its shared backends itself
+/// and reports not ready only after a backend failed `failure_threshold` checks in a row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReadinessConfig {
+    /// How often the store, bus and ephemeral state are checked.
+    pub interval: Dur,
+    /// Consecutive failed checks of one backend before `/readyz` answers 503.
+    pub failure_threshold: u32,
+    /// How long one check may take before it counts as failed.
+    pub timeout: Dur,
+}
+
+impl Default for ReadinessConfig {
+    fn default() -> Self {
+        Self {
+            interval: Dur(Duration::from_secs(2)),
+            failure_threshold: 5,
+            timeout: Dur(Duration::from_secs(2)),
+        }
+    }
+}
+
 /// Connector API v1: agent hosts and their gateway (`[hosts]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -394,7 +417,7 @@ pub struct HostsSection {
     pub heartbeat_interval: Dur,
     pub host_lost_after: Dur,
     /// `requeue` or `fail`: what happens to the runs of a lost host.
-    pub lost_policy: String,
+    pub lost_policy: switchyard_protocol::hosts::HostLostPolicy,
     pub enrollment_ttl: Dur,
     pub approval_ttl: Dur,
     pub run_retention: Dur,
@@ -423,7 +446,7 @@ impl Default for HostsSection {
             keepalive: Dur(t.keepalive),
             heartbeat_interval: Dur(t.heartbeat_interval),
             host_lost_after: Dur(t.host_lost_after),
-            lost_policy: "requeue".into(),
+            lost_policy: switchyard_protocol::hosts::HostLostPolicy::Requeue,
             enrollment_ttl: Dur(c.enrollment_ttl),
             approval_ttl: Dur(c.approval_ttl),
             run_retention: Dur(c.run_retention),
@@ -439,7 +462,7 @@ impl Default for HostsSection {
 
 impl HostsSection {
     pub fn core(&self) -> switchyard_core::hosts::HostsConfig {
-        use switchyard_protocol::hosts::{HostLostPolicy, Timeouts};
+        use switchyard_protocol::hosts::Timeouts;
         switchyard_core::hosts::HostsConfig {
             timeouts: Timeouts {
                 register: self.register_timeout.0,
@@ -453,11 +476,7 @@ impl HostsSection {
                 heartbeat_interval: self.heartbeat_interval.0,
                 host_lost_after: self.host_lost_after.0,
             },
-            lost_policy: if self.lost_policy == "fail" {
-                HostLostPolicy::Fail
-            } else {
-                HostLostPolicy::Requeue
-            },
+            lost_policy: self.lost_policy,
             enrollment_ttl: self.enrollment_ttl.0,
             approval_ttl: self.approval_ttl.0,
             run_retention: self.run_retention.0,
@@ -473,15 +492,35 @@ impl HostsSection {
 #[serde(default, deny_unknown_fields)]
 pub struct TelegramConfig {
     pub api_base: String,
-    /// `auto` (webhook when public_base_url is https, else long polling), `webhook` or `polling`.
-    pub mode: String,
+    /// How updates arrive; anything else is refused at load, naming the allowed values.
+    pub mode: TelegramMode,
 }
 
 impl Default for TelegramConfig {
     fn default() -> Self {
         Self {
             api_base: "https://api.telegram.org".into(),
-            mode: "auto".into(),
+            mode: TelegramMode::Auto,
+        }
+    }
+}
+
+/// `telegram.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TelegramMode {
+    /// Webhook when public_base_url is https, else long polling.
+    Auto,
+    Webhook,
+    Polling,
+}
+
+impl TelegramMode {
+    pub fn provider(self) -> switchyard_provider_telegram::Mode {
+        match self {
+            Self::Auto => switchyard_provider_telegram::Mode::Auto,
+            Self::Webhook => switchyard_provider_telegram::Mode::Webhook,
+            Self::Polling => switchyard_provider_telegram::Mode::Polling,
         }
     }
 }
@@ -536,19 +575,61 @@ impl Default for FeishuConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
-    /// `text` or `json`.
-    pub format: String,
-    /// A tracing filter such as `info` or `switchyard=debug,info`.
+    pub format: LogFormat,
+    /// A level (`trace`, `debug`, `info`, `warn`, `error`, `off`) or a filter of
+    /// `target=level` directives such as `switchyard=debug,info`; checked at load.
     pub level: String,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
-            format: "text".into(),
+            format: LogFormat::Text,
             level: "info".into(),
         }
     }
+}
+
+/// `log.format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// A log filter is a level or `target=level` directives. tracing reads a bare word such as
+/// `verbose` as a target name (that target at every level, everything else off), which
+/// would start a pod that logs nothing: such a word is refused instead.
+pub fn check_log_filter(filter: &str) -> Result<(), String> {
+    let bad = |why: String| {
+        Err(format!(
+            "{why}; use one of {} or directives like `switchyard=debug,info`",
+            LOG_LEVELS.join(", ")
+        ))
+    };
+    let is_level = |l: &str| LOG_LEVELS.contains(&l.trim().to_ascii_lowercase().as_str());
+    let directives: Vec<&str> = filter
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .collect();
+    if directives.is_empty() {
+        return bad("the log filter is empty".into());
+    }
+    for &d in &directives {
+        match d.rsplit_once('=') {
+            Some((target, level)) if !target.trim().is_empty() && is_level(level) => {}
+            Some(_) => return bad(format!("`{d}` is not a `target=level` directive")),
+            None if is_level(d) => {}
+            None => return bad(format!("`{d}` is not a log level")),
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(filter)
+        .map(drop)
+        .or_else(|e| bad(format!("`{filter}`: {e}")))
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -577,6 +658,7 @@ pub struct Config {
     pub outbound: OutboundConfig,
     pub retention: RetentionConfig,
     pub quotas: QuotasConfig,
+    pub readiness: ReadinessConfig,
     pub telegram: TelegramConfig,
     pub wechat: WechatConfig,
     pub feishu: FeishuConfig,
@@ -626,6 +708,7 @@ impl Default for Config {
             outbound: OutboundConfig::default(),
             retention: RetentionConfig::default(),
             quotas: QuotasConfig::default(),
+            readiness: ReadinessConfig::default(),
             telegram: TelegramConfig::default(),
             wechat: WechatConfig::default(),
             feishu: FeishuConfig::default(),
@@ -650,32 +733,50 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// An unknown key names itself and where it came from (the file, or the variable);
-/// any other error is figment's own.
+/// Where a key's value came from: the file, or the `SWITCHYARD_*` variable.
+fn key_source(fig: &Figment, path: &[String]) -> String {
+    match fig.find_metadata(&path.join(".")) {
+        Some(m) if m.name.contains("environment") => format!(
+            "the environment variable SWITCHYARD_{}",
+            path.join("__").to_ascii_uppercase()
+        ),
+        Some(m) => m
+            .source
+            .as_ref()
+            .map_or_else(|| m.name.to_string(), ToString::to_string),
+        None => "the configuration".into(),
+    }
+}
+
+/// An unknown key, or a value that is not one of a setting's choices, names the key, where
+/// it came from (the file, or the variable) and what is allowed; any other error is
+/// figment's own.
 fn unknown_key(fig: &Figment, e: figment::Error) -> ConfigError {
+    use figment::error::Kind;
     for err in e.clone() {
-        if let figment::error::Kind::UnknownField(field, expected) = &err.kind {
-            // figment's path ends with the unknown field itself.
-            let mut path = err.path.clone();
-            if path.last() != Some(field) {
-                path.push(field.clone());
+        match &err.kind {
+            Kind::UnknownField(field, expected) => {
+                // figment's path ends with the unknown field itself.
+                let mut path = err.path.clone();
+                if path.last() != Some(field) {
+                    path.push(field.clone());
+                }
+                return ConfigError::Invalid(format!(
+                    "unknown key `{}` in {}; known keys there: {}",
+                    path.join("."),
+                    key_source(fig, &path),
+                    expected.join(", ")
+                ));
             }
-            let key = path.join(".");
-            let source = match fig.find_metadata(&key) {
-                Some(m) if m.name.contains("environment") => format!(
-                    "the environment variable SWITCHYARD_{}",
-                    path.join("__").to_ascii_uppercase()
-                ),
-                Some(m) => m
-                    .source
-                    .as_ref()
-                    .map_or_else(|| m.name.to_string(), ToString::to_string),
-                None => "the configuration".into(),
-            };
-            return ConfigError::Invalid(format!(
-                "unknown key `{key}` in {source}; known keys there: {}",
-                expected.join(", ")
-            ));
+            Kind::UnknownVariant(found, expected) => {
+                return ConfigError::Invalid(format!(
+                    "`{}` = {found:?} in {} is not one of: {}",
+                    err.path.join("."),
+                    key_source(fig, &err.path),
+                    expected.join(", ")
+                ));
+            }
+            _ => {}
         }
     }
     ConfigError::Load(Box::new(e))
@@ -711,6 +812,10 @@ impl Config {
         ]));
         let cfg: Config = fig.extract().map_err(|e| unknown_key(&fig, e))?;
         cfg.validate()?;
+        if let Some(filter) = std::env::var_os("SWITCHYARD_LOG") {
+            check_log_filter(&filter.to_string_lossy())
+                .map_err(|e| ConfigError::Invalid(format!("SWITCHYARD_LOG: {e}")))?;
+        }
         Ok(cfg)
     }
 
@@ -743,11 +848,8 @@ impl Config {
                 "database_url must start with sqlite: or postgres://".into(),
             ));
         }
-        if !matches!(self.telegram.mode.as_str(), "auto" | "webhook" | "polling") {
-            return Err(ConfigError::Invalid(
-                "telegram.mode must be auto, webhook or polling".into(),
-            ));
-        }
+        check_log_filter(&self.log.level)
+            .map_err(|e| ConfigError::Invalid(format!("log.level: {e}")))?;
         for (name, v) in [
             ("wechat.api_base", &self.wechat.api_base),
             ("wechat.cdn_base", &self.wechat.cdn_base),
@@ -757,11 +859,6 @@ impl Config {
                     "{name} must be an http(s) URL"
                 )));
             }
-        }
-        if !matches!(self.hosts.lost_policy.as_str(), "requeue" | "fail") {
-            return Err(ConfigError::Invalid(
-                "hosts.lost_policy must be requeue or fail".into(),
-            ));
         }
         if let Err(e) = self.hosts.core().timeouts.validate() {
             return Err(ConfigError::Invalid(format!("hosts: {e}")));
@@ -807,6 +904,11 @@ impl Config {
         {
             return Err(ConfigError::Invalid(
                 "ingress limits must be above zero".into(),
+            ));
+        }
+        if self.readiness.failure_threshold == 0 || self.readiness.interval.0.is_zero() {
+            return Err(ConfigError::Invalid(
+                "readiness.failure_threshold and readiness.interval must be above zero".into(),
             ));
         }
         if self.delivery.window == 0 || self.limits.tools_per_socket == 0 {
@@ -968,6 +1070,89 @@ mod tests {
             jail.set_env("SWITCHYARD_LOG__LEVEL", "warn");
             let c = Config::load(None).map_err(|e| e.to_string())?;
             assert_eq!(c.log.level, "warn");
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn every_table_refuses_unknown_keys() {
+        // One typo per table, through the environment: each is refused naming its variable.
+        for var in [
+            "SWITCHYARD_S3__BUKET",
+            "SWITCHYARD_LEASE__GRACE",
+            "SWITCHYARD_DELIVERY__WINDOWS",
+            "SWITCHYARD_LIMITS__MAX_FRAME",
+            "SWITCHYARD_INGRESS__MAX_JSON_BYTE",
+            "SWITCHYARD_OUTBOUND__ALLOW_PRIVATES",
+            "SWITCHYARD_RETENTION__FILES_TTL",
+            "SWITCHYARD_QUOTAS__SOCKET",
+            "SWITCHYARD_TELEGRAM__API",
+            "SWITCHYARD_LOG__LEVELS",
+            "SWITCHYARD_HOSTS__LOST",
+        ] {
+            figment::Jail::expect_with(|jail| {
+                jail.clear_env();
+                jail.set_env(var, "1");
+                let e = Config::load(None).unwrap_err().to_string();
+                assert!(e.contains("unknown key") && e.contains(var), "{var}: {e}");
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn choices_and_log_levels_are_checked_at_load() {
+        let refused = |var: &str, value: &str| {
+            let mut out = String::new();
+            figment::Jail::expect_with(|jail| {
+                jail.clear_env();
+                jail.set_env(var, value);
+                out = Config::load(None).unwrap_err().to_string();
+                Ok(())
+            });
+            out
+        };
+        let e = refused("SWITCHYARD_LOG__FORMAT", "JSON");
+        assert!(
+            e.contains("log.format") && e.contains("SWITCHYARD_LOG__FORMAT") && e.contains("json"),
+            "{e}"
+        );
+        let e = refused("SWITCHYARD_TELEGRAM__MODE", "webhooks");
+        assert!(
+            e.contains("telegram.mode") && e.contains("polling") && e.contains("auto"),
+            "{e}"
+        );
+        let e = refused("SWITCHYARD_HOSTS__LOST_POLICY", "retry");
+        assert!(
+            e.contains("hosts.lost_policy") && e.contains("requeue") && e.contains("fail"),
+            "{e}"
+        );
+        let e = refused("SWITCHYARD_LOG__LEVEL", "verbose");
+        assert!(
+            e.contains("log.level") && e.contains("`verbose` is not a log level"),
+            "{e}"
+        );
+        let e = refused("SWITCHYARD_LOG__LEVEL", "switchyard=loud");
+        assert!(e.contains("log.level"), "{e}");
+        let e = refused("SWITCHYARD_LOG", "verbose");
+        assert!(e.contains("SWITCHYARD_LOG:"), "{e}");
+        for ok in ["debug", "WARN", "switchyard=debug,info", "off"] {
+            assert_eq!(check_log_filter(ok), Ok(()), "{ok}");
+        }
+        figment::Jail::expect_with(|jail| {
+            jail.clear_env();
+            jail.set_env("SWITCHYARD_LOG__FORMAT", "json");
+            jail.set_env("SWITCHYARD_TELEGRAM__MODE", "polling");
+            jail.set_env("SWITCHYARD_HOSTS__LOST_POLICY", "fail");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.log.format, LogFormat::Json);
+            assert_eq!(c.telegram.mode, TelegramMode::Polling);
+            assert_eq!(
+                c.hosts.core().lost_policy,
+                switchyard_protocol::hosts::HostLostPolicy::Fail
+            );
             Ok(())
         });
     }

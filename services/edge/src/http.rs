@@ -80,6 +80,8 @@ async fn tenant_of(conn: &Connector, headers: &HeaderMap) -> Result<String, Resp
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     let Some(presented) = presented else {
+        metrics::counter!("switchyard_auth_rejected_total", "reason" => "api_key_missing")
+            .increment(1);
         return Err(error_response(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -88,11 +90,15 @@ async fn tenant_of(conn: &Connector, headers: &HeaderMap) -> Result<String, Resp
     };
     match conn.hub.authenticate(presented).await {
         Ok(Some(t)) => Ok(t),
-        Ok(None) => Err(error_response(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "invalid API key",
-        )),
+        Ok(None) => {
+            metrics::counter!("switchyard_auth_rejected_total", "reason" => "api_key_invalid")
+                .increment(1);
+            Err(error_response(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "invalid API key",
+            ))
+        }
         Err(e) => Err(FaultResponse(e.into()).into_response()),
     }
 }

@@ -2,6 +2,7 @@
 //! loops and the drain. `main.rs` only parses the command line and calls [`app::run`].
 
 pub mod app;
+pub mod check;
 pub mod cli;
 mod cluster;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod download;
 pub mod hosts;
 pub mod http;
 pub mod listener;
+pub mod readiness;
 pub mod sendq;
 pub mod session;
 pub mod telemetry;

@@ -1,3 +1,4 @@
+use anyhow::Context;
 use clap::Parser;
 use switchyard::cli::{Cli, Command};
 use switchyard::config::Config;
@@ -10,12 +11,20 @@ async fn main() -> anyhow::Result<()> {
         print!("{}", switchyard::config::DEFAULT_CONFIG_TOML);
         return Ok(());
     }
-    let cfg = Config::load(cli.config.as_deref())?;
+    let cfg = match Config::load(cli.config.as_deref()) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            if matches!(cli.command, Command::Check { .. }) {
+                println!("{:<10} {:<6} {e}", "config", "FAILED");
+            }
+            return Err(e.into());
+        }
+    };
     switchyard::telemetry::init_logging(&cfg.log);
     match cli.command {
         Command::Serve => {
-            let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
-            let metrics = tokio::net::TcpListener::bind(&cfg.metrics_listen).await?;
+            let listener = bind(&cfg.listen, "public listener (listen)").await?;
+            let metrics = bind(&cfg.metrics_listen, "internal listener (metrics_listen)").await?;
             let shutdown = CancellationToken::new();
             let trigger = shutdown.clone();
             tokio::spawn(async move {
@@ -26,6 +35,13 @@ async fn main() -> anyhow::Result<()> {
         }
         other => switchyard::cli::admin(cfg, other).await,
     }
+}
+
+/// Binds `addr`; a failure names the address and the setting it came from.
+async fn bind(addr: &str, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the {what} on {addr}"))
 }
 
 async fn wait_for_signal() {

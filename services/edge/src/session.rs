@@ -201,7 +201,7 @@ impl Session {
     pub async fn run(mut self, mut inbound: impl Stream<Item = Incoming> + Unpin) {
         // The loop's own state is what an idle socket costs: every handler future is boxed
         // while it runs, so the loop stays small between events.
-        let span = tracing::info_span!("socket", socket_id = %self.socket_id, tenant = %self.tenant_id, card = %self.deps.conn.card_id());
+        let span = tracing::info_span!("socket", pod = %self.deps.conn.hub.pod_id, socket_id = %self.socket_id, tenant = %self.tenant_id, card = %self.deps.conn.card_id());
         async {
             metrics::gauge!("switchyard_sockets").increment(1.0);
             let sweep_every = self.deps.limits.sweep_interval;
@@ -359,7 +359,7 @@ impl Session {
             Ok((meta, pkt)) => {
                 metrics::counter!("switchyard_packets_total", "type" => kind_label(&meta.kind))
                     .increment(1);
-                let span = tracing::debug_span!("packet", kind = %meta.kind, request_id = ?meta.request_id, channel = ?meta.connector_channel_id);
+                let span = tracing::info_span!("packet", kind = %meta.kind, packet_id = ?meta.packet_id, request_id = ?meta.request_id, channel = ?meta.connector_channel_id);
                 self.on_packet(meta, pkt).instrument(span).await;
             }
         }

@@ -135,6 +135,8 @@ async fn update(
         .unwrap_or("");
     if !ct_eq(presented.as_bytes(), webhook_secret(&bot.token).as_bytes()) {
         tracing::warn!(bot_key = %bot.key, "telegram webhook call with a wrong secret refused");
+        metrics::counter!("switchyard_auth_rejected_total", "reason" => "telegram_secret")
+            .increment(1);
         return answer(StatusCode::UNAUTHORIZED, "invalid_secret");
     }
     // Only a caller that knows the secret gets its body read, and only so much of it.

@@ -520,6 +520,8 @@ impl Refusal {
             Self::Read(e) => e.response(),
             Self::Signature(e) => {
                 tracing::info!(connector_channel_id = %channel_id, reason = ?e, "webhook inbound signature refused");
+                metrics::counter!("switchyard_auth_rejected_total", "reason" => "webhook_signature")
+                    .increment(1);
                 error(
                     StatusCode::UNAUTHORIZED,
                     "invalid_signature",

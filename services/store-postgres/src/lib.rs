@@ -1436,6 +1436,33 @@ impl Store for PostgresStore {
         Ok(count(n))
     }
 
+    async fn outbox_backlog(&self, now: i64, cap: u64) -> BackendResult<(u64, Option<i64>)> {
+        let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE state = 'pending' AND expires_at > $1 LIMIT $2) AS p",
+        )
+        .bind(now)
+        .bind(cap)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db("count the backlog"))?;
+        // seq follows commit order, so the lowest pending seq is the oldest message; the
+        // primary key index finds it without a scan.
+        let oldest: Option<i64> = sqlx::query_scalar(
+            "SELECT created_at FROM outbox WHERE state = 'pending' AND expires_at > $1 ORDER BY seq LIMIT 1",
+        )
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db("read the oldest pending message"))?;
+        Ok((count(n), oldest))
+    }
+
+    fn pool_stats(&self) -> Option<(u32, u32)> {
+        let idle = u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX);
+        Some((self.pool.size(), idle))
+    }
+
     async fn record_attempt(
         &self,
         channel_id: &str,

@@ -48,6 +48,7 @@ pub async fn run_all(store: Arc<dyn Store>) {
     enqueue_dedupes(s).await;
     enqueue_respects_cap(s).await;
     pending_outbox_order_and_filters(s).await;
+    outbox_backlog(s).await;
     ack_fail_and_attempts(s).await;
     purge_outbox(s).await;
     claims(s).await;
@@ -1493,6 +1494,51 @@ async fn enqueue_respects_cap(s: &dyn Store) {
             .await
             .expect("enqueue"),
         EnqueueOutcome::Stored
+    );
+}
+
+async fn outbox_backlog(s: &dyn Store) {
+    let ch = channel(s).await;
+    let now = now_ms();
+    let (before, _) = s.outbox_backlog(now, u64::MAX).await.expect("backlog");
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let m = message(&ch.id, now - 60_000 + i, now + HOUR);
+        assert_eq!(
+            s.enqueue_outbox(&m, 100, now + HOUR)
+                .await
+                .expect("enqueue"),
+            EnqueueOutcome::Stored
+        );
+        ids.push(m.message_id);
+    }
+    // Expired messages waiting for the purge are not backlog.
+    let gone = message(&ch.id, now - 2 * HOUR, now - HOUR);
+    s.enqueue_outbox(&gone, 100, now + HOUR)
+        .await
+        .expect("enqueue");
+    let (n, oldest) = s.outbox_backlog(now, u64::MAX).await.expect("backlog");
+    assert!(n >= before + 4, "{n} pending after 4 more than {before}");
+    let oldest = oldest.expect("an oldest pending message");
+    assert!(
+        oldest <= now - 60_000,
+        "the oldest is at least as old as ours"
+    );
+    assert_eq!(
+        s.outbox_backlog(now, 2).await.expect("capped").0,
+        2,
+        "counted up to the cap"
+    );
+    assert!(s.ack_outbox(&ch.id, &ids[0]).await.expect("ack"));
+    assert!(
+        s.fail_outbox(&ch.id, &ids[1], "rejected")
+            .await
+            .expect("fail")
+    );
+    let (after, _) = s.outbox_backlog(now, u64::MAX).await.expect("backlog");
+    assert!(
+        after <= n - 2,
+        "acked and failed messages leave the backlog"
     );
 }
 

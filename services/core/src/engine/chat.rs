@@ -118,7 +118,11 @@ impl Connector {
             text: p.text.as_deref(),
             files: &files,
         };
-        match self.provider.deliver(msg).await {
+        let started = std::time::Instant::now();
+        let sent = self.provider.deliver(msg).await;
+        metrics::histogram!("switchyard_provider_send_duration_seconds", "card" => self.card_id().to_owned())
+            .record(started.elapsed().as_secs_f64());
+        match sent {
             Ok(()) => Ok(ChatAckPayload::accepted(&p.message_id)),
             Err(e) if e.retryable() => {
                 tracing::info!(code = %e.code, "outbound delivery failed, retryable");

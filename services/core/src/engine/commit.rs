@@ -93,7 +93,10 @@ impl OutboxCommitter {
                     metrics::gauge!("switchyard_commit_queue_depth")
                         .set(queued.load(Ordering::Relaxed) as f64);
                     metrics::histogram!("switchyard_commit_batch_size").record(jobs.len() as f64);
+                    let started = std::time::Instant::now();
                     commit(store.as_ref(), jobs).await;
+                    metrics::histogram!("switchyard_store_operation_duration_seconds", "op" => "commit_batch")
+                        .record(started.elapsed().as_secs_f64());
                 }
             });
         }

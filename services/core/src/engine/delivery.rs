@@ -32,6 +32,8 @@ pub enum DeliveryKind {
 pub struct Delivery {
     pub seq: i64,
     pub message_id: String,
+    /// When the message was accepted (stored), in unix ms: delivery latency counts from it.
+    pub accepted_at: i64,
     pub packet: Outbound,
 }
 
@@ -133,11 +135,15 @@ impl Connector {
         if kind == DeliveryKind::None || limit == 0 {
             return Ok(Vec::new());
         }
+        let started = std::time::Instant::now();
         let recs = self
             .hub
             .store
             .pending_outbox(ch_id, after_seq, now_ms(), limit)
-            .await?;
+            .await;
+        metrics::histogram!("switchyard_store_operation_duration_seconds", "op" => "pending_read")
+            .record(started.elapsed().as_secs_f64());
+        let recs = recs?;
         Ok(recs
             .into_iter()
             .filter_map(|r| self.render(r, kind))
@@ -199,8 +205,17 @@ impl Connector {
         Some(Delivery {
             seq: rec.seq,
             message_id,
+            accepted_at: rec.created_at,
             packet,
         })
+    }
+
+    /// Records the time from acceptance to xAgent's acknowledgement (or, for `message.push`,
+    /// which has no business ack, to the hand-off to the socket).
+    pub fn record_delivery_latency(&self, accepted_at: i64) {
+        let secs = (now_ms() - accepted_at).max(0) as f64 / 1000.0;
+        metrics::histogram!("switchyard_delivery_latency_seconds", "card" => self.card_id().to_owned())
+            .record(secs);
     }
 
     /// xAgent accepted (or already had) the message: it leaves the outbox.
@@ -214,7 +229,11 @@ impl Connector {
         if done.is_empty() {
             return Ok(());
         }
-        self.hub.store.ack_outbox_batch(done).await?;
+        let started = std::time::Instant::now();
+        let acked = self.hub.store.ack_outbox_batch(done).await;
+        metrics::histogram!("switchyard_store_operation_duration_seconds", "op" => "ack_batch")
+            .record(started.elapsed().as_secs_f64());
+        acked?;
         metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "delivered").increment(done.len() as u64);
         Ok(())
     }

@@ -100,6 +100,7 @@ struct Inflight {
     message_id: String,
     packet_id: String,
     due: Instant,
+    accepted_at: i64,
 }
 
 /// What a routed channel costs: how it receives messages, a cursor and its window. The
@@ -109,6 +110,12 @@ struct Route {
     /// Highest outbox seq handed out on this socket.
     cursor: i64,
     inflight: VecDeque<Inflight>,
+}
+
+impl Drop for Outflow {
+    fn drop(&mut self) {
+        metrics::gauge!("switchyard_channels").decrement(self.routes.len() as f64);
+    }
 }
 
 /// One socket's delivery state: its routes, their windows, and the acks not yet written.
@@ -145,7 +152,7 @@ impl Outflow {
     pub fn open(&mut self, ch: &ChannelRecord) {
         let kind = self.conn.delivery_kind(&ch.profiles);
         let id = ch.id.clone();
-        self.routes.insert(
+        let before = self.routes.insert(
             id.clone(),
             Route {
                 kind,
@@ -153,13 +160,24 @@ impl Outflow {
                 inflight: VecDeque::new(),
             },
         );
+        if before.is_none() {
+            metrics::gauge!("switchyard_channels").increment(1.0);
+        }
         self.wake(&id);
     }
 
     /// The route goes (closed, taken by another socket, or deleted). What was in flight
     /// stays pending in the outbox for whoever routes the channel next.
     pub fn close(&mut self, channel_id: &str) -> bool {
-        self.routes.remove(channel_id).is_some()
+        self.unroute(channel_id)
+    }
+
+    fn unroute(&mut self, channel_id: &str) -> bool {
+        let gone = self.routes.remove(channel_id).is_some();
+        if gone {
+            metrics::gauge!("switchyard_channels").decrement(1.0);
+        }
+        gone
     }
 
     /// A newer copy of a routed channel (after a Descriptor doorbell): its profiles decide
@@ -232,7 +250,9 @@ impl Outflow {
         }
         match AckVerdict::of(p) {
             AckVerdict::Delivered => {
-                route.inflight.remove(idx);
+                if let Some(i) = route.inflight.remove(idx) {
+                    self.conn.record_delivery_latency(i.accepted_at);
+                }
                 self.done
                     .push((channel_id.to_owned(), p.message_id.clone()));
                 self.wake(channel_id);
@@ -309,7 +329,7 @@ impl Outflow {
             seen.insert(s.channel_id.clone());
             if s.route_socket.as_deref() != Some(self.socket_id.as_str()) {
                 tracing::info!(channel = %s.channel_id, "route owned by another socket; dropping it here");
-                self.routes.remove(&s.channel_id);
+                self.unroute(&s.channel_id);
                 continue;
             }
             let behind = self
@@ -320,7 +340,9 @@ impl Outflow {
                 self.wake(&s.channel_id);
             }
         }
+        let before = self.routes.len();
         self.routes.retain(|id, _| seen.contains(id));
+        metrics::gauge!("switchyard_channels").decrement((before - self.routes.len()) as f64);
     }
 
     /// Writes the round's acks in one batch, then reads every due channel up to its window.
@@ -394,9 +416,13 @@ impl Outflow {
                     message_id: d.message_id,
                     packet_id,
                     due: Instant::now() + self.limits.ack_timeout,
+                    accepted_at: d.accepted_at,
                 }),
                 // message.push has no business ack: handing it to the socket is the delivery.
-                _ => self.done.push((channel_id.to_owned(), d.message_id)),
+                _ => {
+                    self.conn.record_delivery_latency(d.accepted_at);
+                    self.done.push((channel_id.to_owned(), d.message_id));
+                }
             }
         }
     }

@@ -74,11 +74,15 @@ impl Connector {
             idempotency_key: key,
             progress,
         };
+        let started = std::time::Instant::now();
         let outcome = tokio::time::timeout(
             self.hub.config.tool_timeout,
             self.provider.invoke_tool(call),
         )
         .await;
+        // tool_id is one the Card declares (checked above), so the label stays bounded.
+        metrics::histogram!("switchyard_tool_call_duration_seconds", "card" => self.card_id().to_owned(), "tool" => tool_id.to_owned())
+            .record(started.elapsed().as_secs_f64());
         let result = match outcome {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) if e.retryable() => {
