@@ -292,7 +292,7 @@ async fn sign_in_pages_decisions_and_no_secrets() {
     // No secret in any page: operator token, API keys (old and new), the webhook signing
     // secret, the host's pairing code, the deployment's signing and encryption keys.
     let mut secrets = cf.secrets();
-    secrets.push(new_key.clone());
+    secrets.push(new_key.to_owned());
     for (what, html) in &pages {
         assert_no_secret_in(what, html, &secrets);
     }

@@ -188,9 +188,9 @@ async fn every_family_is_there_at_start_and_fills_from_traffic() {
         "the routed channel counts"
     );
     // Labels never carry ids.
-    for id in [&fx.channel_id, &fx.connector_id, "ops-m1", "ops-tool-1"] {
+    for id in [fx.channel_id.as_str(), fx.connector_id.as_str(), "ops-m1", "ops-tool-1"] {
         assert!(
-            !after.contains(id.as_str()),
+            !after.contains(id),
             "{id} appears in a metric label"
         );
     }

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use switchyard_core::Store;
 use switchyard_core::store::SCHEMA_VERSION;
 use switchyard_e2e::*;
 use tokio::net::TcpListener;

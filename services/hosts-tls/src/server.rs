@@ -14,7 +14,6 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
