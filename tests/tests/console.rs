@@ -444,8 +444,12 @@ async fn pages_walk_keyset_cursors() {
 }
 
 /// 100k channels: the channels page (first and deep pages), the bindings page and the
-/// overview stay fast because each is one indexed keyset query or a bounded count.
+/// overview stay fast because each is one indexed keyset query or a bounded count. The page
+/// times are a figure (docs/console.md), printed, not asserted: run it by hand with
+/// `cargo nextest run -p switchyard-e2e --test console --run-ignored all --no-capture pages_stay`.
+/// What it asserts is what the pages show with that many rows.
 #[tokio::test]
+#[ignore = "a figure run by hand (seeds 100k channels)"]
 async fn pages_stay_fast_with_100k_channels() {
     let pod = Pod::start(PodOptions::default().with(|c| {
         c.operator_tokens =
@@ -459,7 +463,6 @@ async fn pages_stay_fast_with_100k_channels() {
     let mut c = ConsoleClient::new(&pod.metrics_url());
     assert_eq!(c.login(OPERATOR_TOKEN).await.status, 303);
     let deep = format!("/console/channels?after={}", seeded[77_777]);
-    let mut report = Vec::new();
     for (name, path) in [
         ("overview", "/console"),
         ("channels", "/console/channels"),
@@ -479,17 +482,9 @@ async fn pages_stay_fast_with_100k_channels() {
         times.sort();
         let median = times[2];
         eprintln!("console page {name}: median {median:?} (of {times:?})");
-        report.push((name, median));
     }
     let p = c.get(&deep).await;
     assert!(p.body.contains(&seeded[77_778]) && !p.body.contains(&seeded[77_777]));
     let o = c.get("/console").await;
     assert!(o.body.contains("<b>10000+</b>channels"), "bounded count");
-    for (name, median) in report {
-        // The goal is 200 ms; a debug build on a loaded 2-core machine gets slack.
-        assert!(
-            median < Duration::from_millis(1000),
-            "{name} took {median:?} with 100k channels"
-        );
-    }
 }

@@ -188,11 +188,13 @@ async fn every_family_is_there_at_start_and_fills_from_traffic() {
         "the routed channel counts"
     );
     // Labels never carry ids.
-    for id in [fx.channel_id.as_str(), fx.connector_id.as_str(), "ops-m1", "ops-tool-1"] {
-        assert!(
-            !after.contains(id),
-            "{id} appears in a metric label"
-        );
+    for id in [
+        fx.channel_id.as_str(),
+        fx.connector_id.as_str(),
+        "ops-m1",
+        "ops-tool-1",
+    ] {
+        assert!(!after.contains(id), "{id} appears in a metric label");
     }
     // This pod is the only janitor candidate on its store: it leads and sweeps.
     eventually(WAIT, "the janitor lease", || async {

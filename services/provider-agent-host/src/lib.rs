@@ -14,9 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
-use switchyard_core::hosts::{
-    Hosts, HostsError, NewRun, binding_key, connection_status,
-};
+use switchyard_core::hosts::{Hosts, HostsError, NewRun, binding_key, connection_status};
 use switchyard_core::hoststore::{HostRecord, HostStatus, RunRecord};
 use switchyard_core::provider::{
     AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,

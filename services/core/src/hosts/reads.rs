@@ -55,7 +55,10 @@ impl Hosts {
     }
 
     /// The bytes of an artifact (see [`Hosts::uploaded_artifact`] for the record).
-    pub async fn artifact_bytes(&self, artifact: &ArtifactRecord) -> Result<ByteStream, BackendError> {
+    pub async fn artifact_bytes(
+        &self,
+        artifact: &ArtifactRecord,
+    ) -> Result<ByteStream, BackendError> {
         self.hub.files.get(&artifact.object_key).await
     }
 
