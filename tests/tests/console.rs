@@ -250,7 +250,7 @@ async fn sign_in_pages_decisions_and_no_secrets() {
     })
     .await;
     assert!(tp.contains(&new_key_id));
-    assert!(!tp.contains(&new_key), "the new key is never shown again");
+    assert!(!tp.contains(new_key), "the new key is never shown again");
     pages.push(("tenant".into(), tp));
     let r = c
         .post(
