@@ -1522,7 +1522,10 @@ async fn outbox_backlog(s: &dyn Store) {
     let oldest = oldest.expect("an oldest pending message");
     // The store is shared with the other cases, whose pending rows may be older by seq:
     // the oldest pending message is the first one waiting, never one from the future.
-    assert!(oldest <= now, "the oldest pending message was created by now");
+    assert!(
+        oldest <= now,
+        "the oldest pending message was created by now"
+    );
     assert_eq!(
         s.outbox_backlog(now, 2).await.expect("capped").0,
         2,
