@@ -14,8 +14,11 @@
 # runs the embedded mode (SQLite and files under /home/nonroot/data; mount a volume there to
 # keep them).
 
-ARG RUST_IMAGE=rust:1.95-slim-bookworm
-ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+# Bases pinned by digest, so a rebuild fetches the bytes that were reviewed (a moving tag
+# would silently change what ships). The tag stays in front for readers; the digest decides.
+# Refresh both with scripts/pin-images.sh (needs registry access), review, commit.
+ARG RUST_IMAGE=rust:1.95-slim-bookworm@sha256:d7482085ff5b415f84dba5647ae71606650bdef00db7aeb69f4b3d170c3e4082
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f
 
 FROM ${RUST_IMAGE} AS builder
 WORKDIR /src

@@ -250,3 +250,56 @@ async fn requests_carry_an_id_in_the_answer_and_the_log_with_the_pod() {
         "{line}"
     );
 }
+
+/// The `switchyard_*` metric families named in `text` (PromQL inside the chart's alerts and
+/// dashboard): histogram sample suffixes folded into their family.
+fn families_named_in(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("switchyard_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let family = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| !f.ends_with("_total")))
+            .unwrap_or(name);
+        // `switchyard_` alone is a template helper's prefix, not a series.
+        if family.len() > "switchyard_".len() {
+            out.insert(family.to_owned());
+        }
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// Every series the chart's PrometheusRule and Grafana dashboard query exists, with its
+/// `# HELP`, on a pod that has just started: an alert on a misspelt or never-registered
+/// series would stay silent forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_alerts_and_dashboard_query_series_a_fresh_pod_exports() {
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../helm/switchyard");
+    let rules = std::fs::read_to_string(format!("{chart}/templates/prometheusrule.yaml"))
+        .expect("the chart's PrometheusRule");
+    let dashboard = std::fs::read_to_string(format!("{chart}/files/dashboard.json"))
+        .expect("the chart's dashboard");
+    let mut named = families_named_in(&rules);
+    assert!(
+        named.len() >= 8,
+        "the alerts name the pod's series: {named:?}"
+    );
+    named.extend(families_named_in(&dashboard));
+
+    let pod = Pod::start(PodOptions::default()).await;
+    let at_start = scrape(&pod).await;
+    let missing: Vec<_> = named
+        .iter()
+        .filter(|f| !at_start.contains(&format!("# HELP {f} ")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "series used by the chart but not exported at start: {missing:?}"
+    );
+}

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{CloseFrame, Message};
+
+use crate::host_ws::HostSocket as WebSocket;
 use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -639,7 +641,7 @@ async fn ws(
     State(s): State<RouteState>,
     peer: Option<Extension<PeerCertificate>>,
     headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    upgrade: yawc::IncomingUpgrade,
 ) -> Response {
     if s.gw.draining.load(Ordering::SeqCst) {
         return api_error(
@@ -654,14 +656,24 @@ async fn ws(
         Err(r) => return r,
     };
     let gw = s.gw.clone();
-    let max = gw.max_frame_bytes;
-    upgrade
-        .max_message_size(max)
-        .max_frame_size(max)
-        .on_upgrade(move |socket| {
-            let tracker = gw.sessions.clone();
-            tracker.track_future(host_socket(gw, auth.host, socket))
-        })
+    let (resp, upgraded) = match crate::host_ws::accept(upgrade, gw.max_frame_bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            return api_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_format",
+                &format!("WebSocket upgrade refused: {e}"),
+            );
+        }
+    };
+    let tracker = gw.sessions.clone();
+    tokio::spawn(tracker.track_future(async move {
+        match upgraded.await {
+            Ok(socket) => host_socket(gw, auth.host, WebSocket::new(socket)).await,
+            Err(e) => tracing::debug!(error = %e, "host socket upgrade did not complete"),
+        }
+    }));
+    resp
 }
 
 fn text(m: &HostMessage) -> Message {

@@ -9,6 +9,7 @@ pub mod config;
 pub mod console;
 mod doorbells;
 pub mod download;
+pub mod host_ws;
 pub mod hosts;
 pub mod http;
 pub mod listener;
