@@ -4,10 +4,8 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use switchyard_core::{BackendError, ProviderHost};
-use tokio::time::Instant;
 
 use crate::creds::Credentials;
 
@@ -26,11 +24,22 @@ impl std::fmt::Debug for App {
     }
 }
 
+impl App {
+    /// The app a binding serves; None when its credentials are not readable as ours.
+    pub fn of_binding(b: &switchyard_core::provider::Binding) -> Option<Self> {
+        let creds = Credentials::from_stored(&b.credentials)?;
+        Some(Self {
+            key: creds.app_key(),
+            channel_id: b.channel_id.clone(),
+            creds,
+        })
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Registry {
     apps: RwLock<HashMap<String, Arc<App>>>,
     by_channel: RwLock<HashMap<String, Arc<App>>>,
-    loaded_at: RwLock<Option<Instant>>,
     refreshing: tokio::sync::Mutex<()>,
 }
 
@@ -57,38 +66,17 @@ impl Registry {
         self.load(host).await
     }
 
-    pub async fn refresh_if_older(
-        &self,
-        host: &dyn ProviderHost,
-        max_age: Duration,
-    ) -> Result<(), BackendError> {
-        let _one = self.refreshing.lock().await;
-        let fresh = self
-            .loaded_at
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|t| t.elapsed() < max_age);
-        if fresh {
-            return Ok(());
-        }
-        self.load(host).await
-    }
-
     async fn load(&self, host: &dyn ProviderHost) -> Result<(), BackendError> {
         let bindings = host.bound_channels().await?;
         let mut apps: HashMap<String, Arc<App>> = HashMap::new();
         let mut by_channel = HashMap::new();
         for b in bindings {
-            let Some(c) = Credentials::from_stored(&b.credentials) else {
+            let Some(app) = App::of_binding(&b) else {
                 tracing::warn!(connector_channel_id = %b.channel_id, "feishu binding with unreadable credentials skipped");
                 continue;
             };
-            let key = c.app_key();
-            let app = Arc::new(App {
-                key: key.clone(),
-                channel_id: b.channel_id.clone(),
-                creds: c,
-            });
+            let key = app.key.clone();
+            let app = Arc::new(app);
             by_channel.insert(b.channel_id.clone(), app.clone());
             if apps.contains_key(&key) {
                 // The core refuses the same app twice in a tenant; across tenants the first
@@ -100,7 +88,6 @@ impl Registry {
         }
         *self.apps.write().unwrap_or_else(|p| p.into_inner()) = apps;
         *self.by_channel.write().unwrap_or_else(|p| p.into_inner()) = by_channel;
-        *self.loaded_at.write().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         Ok(())
     }
 }

@@ -24,6 +24,7 @@ use switchyard_core::limits;
 use tokio::sync::Semaphore;
 
 use crate::Runtime;
+use crate::apps::App;
 use crate::crypto::{decrypt, signature};
 use crate::inbound::{Handled, handle_event, peek};
 
@@ -95,20 +96,18 @@ async fn event(
         return answer(StatusCode::SERVICE_UNAVAILABLE, "busy");
     };
     let host = st.host.as_ref();
+    // A channel bound a moment ago (here or on another pod) is not in this pod's view of the
+    // apps until the next reload; its binding is read directly rather than answered 404
+    // (Feishu's URL check comes seconds after the binding, often before any reload).
     let app = match st.rt.registry.of_channel(&channel_id) {
         Some(a) => Some(a),
-        None => {
-            if let Err(e) = st
-                .rt
-                .registry
-                .refresh_if_older(host, Duration::from_millis(500))
-                .await
-            {
-                tracing::warn!(error = %e, "bound feishu apps not reloaded");
+        None => match host.binding(&channel_id).await {
+            Ok(b) => b.and_then(|b| App::of_binding(&b)).map(Arc::new),
+            Err(e) => {
+                tracing::warn!(error = %e, "feishu binding not read");
                 return answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
             }
-            st.rt.registry.of_channel(&channel_id)
-        }
+        },
     };
     let Some(app) = app.filter(|a| a.creds.http_events()) else {
         return answer(StatusCode::NOT_FOUND, "unknown_channel");
