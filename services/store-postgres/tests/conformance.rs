@@ -1,11 +1,12 @@
-//! Runs the Store conformance suite against Postgres, in a schema of its own that is dropped
-//! afterwards. The server comes from `SWITCHYARD_TEST_POSTGRES_URL`.
+//! Runs the Store conformance suite against Postgres, one test per case, each in a schema of
+//! its own that is dropped afterwards. The server comes from `SWITCHYARD_TEST_POSTGRES_URL`.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use sqlx::Connection;
-use switchyard_core::conformance::store::run_all;
 use switchyard_core::ids::random_secret;
+use switchyard_core::store::Store;
 use switchyard_store_postgres::PostgresStore;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -24,8 +25,11 @@ async fn drop_schema(url: &str, schema: &str) {
         .expect("drop the test schema");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conformance() {
+/// Gives a conformance case a schema of its own, and drops the schema when the case is done.
+async fn with_store<F>(case: impl FnOnce(Arc<dyn Store>) -> F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
     let url = url();
     let schema = format!("t_{}", random_secret(8));
     let store = PostgresStore::connect(&url, Some(&schema), 8)
@@ -33,7 +37,7 @@ async fn conformance() {
         .expect("connect postgres");
     let store = Arc::new(store);
     // On its own task so that a failed assertion still reaches the cleanup below.
-    let outcome = tokio::spawn(run_all(store.clone())).await;
+    let outcome = tokio::spawn(case(store.clone())).await;
     store.close().await;
     drop_schema(&url, &schema).await;
     match outcome {
@@ -42,6 +46,8 @@ async fn conformance() {
         Err(e) => panic!("conformance task: {e}"),
     }
 }
+
+switchyard_core::store_conformance_tests!(with_store);
 
 #[tokio::test]
 async fn unreachable_database_is_unavailable_quickly() {
@@ -73,8 +79,6 @@ async fn schema_names_are_checked() {
 /// untouched.
 #[tokio::test]
 async fn pool_recovers_when_its_connections_die() {
-    use switchyard_core::store::Store;
-
     let tag = format!("t_{}", random_secret(8));
     let base = url();
     let sep = if base.contains('?') { '&' } else { '?' };

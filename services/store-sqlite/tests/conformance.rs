@@ -1,25 +1,42 @@
-//! Runs the Store conformance suite against SQLite: on a file (WAL, separate read and write
-//! pools) and in memory (one connection).
+//! Runs the Store conformance suite against SQLite, one test per case and each on a fresh
+//! database: on a file (WAL, separate read and write pools) and in memory (one connection).
 
+use std::future::Future;
 use std::sync::Arc;
 
-use switchyard_core::conformance::store::run_all;
+use switchyard_core::store::Store;
 use switchyard_store_sqlite::SqliteStore;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_database() {
+/// Gives a conformance case a fresh database file (WAL, separate read and write pools).
+async fn on_a_file<F>(case: impl FnOnce(Arc<dyn Store>) -> F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("switchyard.db").display());
     let store = SqliteStore::open(&url).await.expect("open sqlite");
-    run_all(Arc::new(store)).await;
+    case(Arc::new(store)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_memory_database() {
+/// Gives a conformance case a fresh in-memory database (one connection).
+async fn in_memory<F>(case: impl FnOnce(Arc<dyn Store>) -> F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
     let store = SqliteStore::open("sqlite::memory:")
         .await
         .expect("open sqlite");
-    run_all(Arc::new(store)).await;
+    case(Arc::new(store)).await;
+}
+
+mod file_database {
+    use super::*;
+    switchyard_core::store_conformance_tests!(on_a_file);
+}
+
+mod in_memory_database {
+    use super::*;
+    switchyard_core::store_conformance_tests!(in_memory);
 }
 
 /// Two stores on one file stand for two processes (a server and an admin command): their
@@ -28,7 +45,6 @@ async fn in_memory_database() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_stores_on_one_file_wait_for_each_other() {
     use switchyard_core::model::*;
-    use switchyard_core::store::Store;
 
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite://{}", dir.path().join("shared.db").display());

@@ -1,11 +1,11 @@
 //! Conformance suite for [`HostStore`]: what every durable store (SQLite, Postgres) must do
 //! with remote agent hosts, their runs, event logs, artifacts and approvals.
 //!
-//! [`run_all`] takes a migrated store (it runs at the end of the [`Store`] suite). As there,
-//! every behaviour uses its own random ids and tenant, and sweeps (`mark_hosts_lost`,
-//! `stale_runs`, `expire_approvals`, `purge_runs`) act on the whole store: their tests put the
-//! rows meant to be swept far in the past ([`AGES_AGO`]), sweep with cutoffs there and assert
-//! on their own rows only.
+//! Each `pub async fn` here is one case, run like the [`Store`] suite's (see
+//! [`store_conformance_tests!`](crate::store_conformance_tests)) on a fresh, migrated store.
+//! Every case uses its own random ids and tenant, and sweeps (`mark_hosts_lost`, `stale_runs`,
+//! `expire_approvals`, `purge_runs`) put the rows meant to be swept far in the past
+//! ([`AGES_AGO`]), sweep with cutoffs there and assert on their own rows only.
 
 use std::sync::Arc;
 
@@ -21,33 +21,6 @@ use crate::store::Store;
 /// A time long before anything a live system writes: sweep tests live here.
 const AGES_AGO: i64 = 1_000_000;
 const HOUR: i64 = 3_600_000;
-
-pub async fn run_all(store: Arc<dyn Store>) {
-    let s = &*store;
-    enrollment(s).await;
-    expired_enrollment_is_refused(s).await;
-    host_names_are_unique_per_tenant(s).await;
-    certificates(s).await;
-    connect_seen_disconnect(s).await;
-    revoke(s).await;
-    host_config(s).await;
-    mark_hosts_lost(s).await;
-    a_lost_host_resumes_on_its_session(s).await;
-    agents(s).await;
-    runs_insert_and_compare_and_set(s).await;
-    host_runs(s).await;
-    channel_runs(s).await;
-    stale_runs(s).await;
-    run_events(s).await;
-    artifacts(s).await;
-    approvals_are_decided_once(s).await;
-    expire_approvals(s).await;
-    undelivered_decisions(s).await;
-    purge_runs(s).await;
-    console_pages(s).await;
-    enrollment_is_consumed_once_under_concurrency(&store).await;
-    concurrent_appends(&store).await;
-}
 
 // -- fixtures ------------------------------------------------------------------------------------
 
@@ -236,7 +209,7 @@ fn ids<T>(items: &[T], id: impl Fn(&T) -> &str) -> Vec<String> {
 
 // -- enrollment and hosts ------------------------------------------------------------------------
 
-async fn enrollment(s: &dyn Store) {
+pub async fn enrollment(s: &dyn Store) {
     let t = tenant(s).await;
     let now = now_ms();
     let h = host_rec(&t.id, "build-box", now);
@@ -296,7 +269,7 @@ async fn enrollment(s: &dyn Store) {
     );
 }
 
-async fn expired_enrollment_is_refused(s: &dyn Store) {
+pub async fn expired_enrollment_is_refused(s: &dyn Store) {
     let t = tenant(s).await;
     let now = now_ms();
     let h = host_rec(&t.id, &new_id("name"), now - HOUR);
@@ -327,7 +300,7 @@ async fn expired_enrollment_is_refused(s: &dyn Store) {
     );
 }
 
-async fn host_names_are_unique_per_tenant(s: &dyn Store) {
+pub async fn host_names_are_unique_per_tenant(s: &dyn Store) {
     let t = tenant(s).await;
     let other = tenant(s).await;
     let now = now_ms();
@@ -365,7 +338,7 @@ async fn host_names_are_unique_per_tenant(s: &dyn Store) {
     assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
 }
 
-async fn certificates(s: &dyn Store) {
+pub async fn certificates(s: &dyn Store) {
     let t = tenant(s).await;
     let h = enrolled_at(s, &t.id, now_ms()).await;
     let fp = new_id("fp");
@@ -420,7 +393,7 @@ async fn certificates(s: &dyn Store) {
     assert_eq!(err.kind, ErrorKind::Conflict, "{err}");
 }
 
-async fn connect_seen_disconnect(s: &dyn Store) {
+pub async fn connect_seen_disconnect(s: &dyn Store) {
     let h = certified(s).await;
     let t0 = now_ms();
     assert!(connect(s, &h, "sess-1", t0).await);
@@ -493,7 +466,7 @@ async fn connect_seen_disconnect(s: &dyn Store) {
         .expect("disconnect unknown");
 }
 
-async fn revoke(s: &dyn Store) {
+pub async fn revoke(s: &dyn Store) {
     let h = certified(s).await;
     let t0 = now_ms();
     assert!(connect(s, &h, "sess-1", t0).await);
@@ -531,7 +504,7 @@ async fn revoke(s: &dyn Store) {
     assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
 }
 
-async fn host_config(s: &dyn Store) {
+pub async fn host_config(s: &dyn Store) {
     let h = certified(s).await;
     let config = json!({"max_concurrent_runs": 4, "allowed_tools": ["bash"]});
     s.set_host_config(&h.id, &config).await.expect("set config");
@@ -539,7 +512,7 @@ async fn host_config(s: &dyn Store) {
     assert_eq!(got, HostRecord { config, ..h });
 }
 
-async fn mark_hosts_lost(s: &dyn Store) {
+pub async fn mark_hosts_lost(s: &dyn Store) {
     let t = tenant(s).await;
     let now = now_ms();
     let cutoff = AGES_AGO + 100;
@@ -621,7 +594,7 @@ async fn mark_hosts_lost(s: &dyn Store) {
     );
 }
 
-async fn a_lost_host_resumes_on_its_session(s: &dyn Store) {
+pub async fn a_lost_host_resumes_on_its_session(s: &dyn Store) {
     let t = tenant(s).await;
     let cutoff = AGES_AGO + 100;
     let h = enrolled_at(s, &t.id, AGES_AGO - 500).await;
@@ -679,7 +652,7 @@ async fn a_lost_host_resumes_on_its_session(s: &dyn Store) {
     assert_eq!((got.pod_id, got.session_id), (None, None));
 }
 
-async fn agents(s: &dyn Store) {
+pub async fn agents(s: &dyn Store) {
     let t = tenant(s).await;
     let a = certified_of(s, &t.id).await;
     let b = certified_of(s, &t.id).await;
@@ -744,7 +717,7 @@ async fn agents(s: &dyn Store) {
 
 // -- runs ----------------------------------------------------------------------------------------
 
-async fn runs_insert_and_compare_and_set(s: &dyn Store) {
+pub async fn runs_insert_and_compare_and_set(s: &dyn Store) {
     let h = certified(s).await;
     let now = now_ms();
     let r = insert_run(
@@ -868,7 +841,7 @@ async fn runs_insert_and_compare_and_set(s: &dyn Store) {
     );
 }
 
-async fn host_runs(s: &dyn Store) {
+pub async fn host_runs(s: &dyn Store) {
     let h = certified(s).await;
     let other = certified(s).await;
     let now = now_ms();
@@ -907,7 +880,7 @@ async fn host_runs(s: &dyn Store) {
     );
 }
 
-async fn channel_runs(s: &dyn Store) {
+pub async fn channel_runs(s: &dyn Store) {
     let h = certified(s).await;
     let channel = new_id("cch");
     let now = now_ms();
@@ -952,7 +925,7 @@ async fn channel_runs(s: &dyn Store) {
     );
 }
 
-async fn stale_runs(s: &dyn Store) {
+pub async fn stale_runs(s: &dyn Store) {
     let h = certified(s).await;
     let cutoff = AGES_AGO + 100;
     let older = insert_run(s, run_rec(&h, RunState::Dispatched, AGES_AGO - 50)).await;
@@ -994,7 +967,7 @@ async fn stale_runs(s: &dyn Store) {
     );
 }
 
-async fn run_events(s: &dyn Store) {
+pub async fn run_events(s: &dyn Store) {
     let (_, r) = a_run(s).await;
     let append = |host_seq: Option<i64>, kind: &str| {
         let e = event_rec(
@@ -1119,7 +1092,7 @@ async fn run_events(s: &dyn Store) {
     assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
 }
 
-async fn artifacts(s: &dyn Store) {
+pub async fn artifacts(s: &dyn Store) {
     let (_, r) = a_run(s).await;
     let now = now_ms();
     let a = artifact_rec(&r, now + 1);
@@ -1167,7 +1140,7 @@ async fn artifacts(s: &dyn Store) {
 
 // -- approvals -----------------------------------------------------------------------------------
 
-async fn approvals_are_decided_once(s: &dyn Store) {
+pub async fn approvals_are_decided_once(s: &dyn Store) {
     let (h, r) = a_run(s).await;
     let now = now_ms();
     let a = approval_rec(&r, now, now + HOUR);
@@ -1272,7 +1245,7 @@ async fn approvals_are_decided_once(s: &dyn Store) {
     );
 }
 
-async fn expire_approvals(s: &dyn Store) {
+pub async fn expire_approvals(s: &dyn Store) {
     let (_, r) = a_run(s).await;
     let cutoff = AGES_AGO + 100;
     let old = approval_rec(&r, AGES_AGO - 100, AGES_AGO);
@@ -1357,7 +1330,7 @@ async fn expire_approvals(s: &dyn Store) {
     );
 }
 
-async fn undelivered_decisions(s: &dyn Store) {
+pub async fn undelivered_decisions(s: &dyn Store) {
     let (h, r) = a_run(s).await;
     let now = now_ms();
     let granted = approval_rec(&r, now, now + HOUR);
@@ -1415,7 +1388,7 @@ async fn undelivered_decisions(s: &dyn Store) {
 
 // -- purge ---------------------------------------------------------------------------------------
 
-async fn purge_runs(s: &dyn Store) {
+pub async fn purge_runs(s: &dyn Store) {
     let h = certified(s).await;
     let now = now_ms();
     let cutoff = AGES_AGO + 100;
@@ -1499,7 +1472,7 @@ async fn purge_runs(s: &dyn Store) {
 // -- concurrency ---------------------------------------------------------------------------------
 
 /// Two hosts racing with one token (or one token replayed): exactly one enrolls.
-async fn enrollment_is_consumed_once_under_concurrency(store: &Arc<dyn Store>) {
+pub async fn enrollment_is_consumed_once_under_concurrency(store: &Arc<dyn Store>) {
     let t = tenant(&**store).await;
     let now = now_ms();
     let h = host_rec(&t.id, &new_id("name"), now);
@@ -1522,7 +1495,7 @@ async fn enrollment_is_consumed_once_under_concurrency(store: &Arc<dyn Store>) {
 }
 
 /// Appends racing on one run get every seq exactly once, each task's events in its order.
-async fn concurrent_appends(store: &Arc<dyn Store>) {
+pub async fn concurrent_appends(store: &Arc<dyn Store>) {
     const TASKS: usize = 8;
     const EACH: usize = 25;
     let (_, r) = a_run(&**store).await;
@@ -1576,7 +1549,7 @@ async fn concurrent_appends(store: &Arc<dyn Store>) {
 
 /// Hosts in id order, runs newest first and pending approvals oldest first, across tenants.
 /// This test's runs and approvals live in the far future, where no other behaviour writes.
-async fn console_pages(s: &dyn Store) {
+pub async fn console_pages(s: &dyn Store) {
     let t = tenant(s).await;
     let mut hosts = Vec::new();
     for i in 0..3 {

@@ -1,11 +1,12 @@
 //! Conformance suite for [`Store`]: what every durable store (SQLite, Postgres) must do.
 //!
-//! [`run_all`] takes a fresh, empty store: it checks that the schema starts at version 0 and
-//! migrates it. Every behaviour then uses its own random ids, so the behaviours share the
-//! instance. Sweeps (`reap_dead_pods`, `purge_*`, `expired_*`, `stale_unbound_channels`) act
-//! on the whole store, so their tests put the rows meant to be swept far in the past
-//! ([`AGES_AGO`]), sweep with cutoffs there, assert on their own rows only and count with
-//! `>=`; rows of other behaviours live around the real clock and are never in reach.
+//! Each `pub async fn` here is one case. A backend's tests run every case as a test of its own
+//! with [`store_conformance_tests!`](crate::store_conformance_tests), each on a fresh, empty
+//! store: [`schema`] checks that it starts at version 0 and migrates it, every other case gets
+//! it migrated. Cases use their own random ids all the same, and sweeps (`reap_dead_pods`,
+//! `purge_*`, `expired_*`, `stale_unbound_channels`) put the rows meant to be swept far in the
+//! past ([`AGES_AGO`]), sweep with cutoffs there, assert on their own rows only and count with
+//! `>=`, so a case also holds on a store that others share.
 
 use std::sync::Arc;
 
@@ -20,58 +21,6 @@ use crate::store::{SCHEMA_VERSION, Store};
 /// A time long before anything a live system writes: sweep tests live here.
 const AGES_AGO: i64 = 1_000_000;
 const HOUR: i64 = 3_600_000;
-
-pub async fn run_all(store: Arc<dyn Store>) {
-    let s = &*store;
-    schema(s).await;
-    tenants(s).await;
-    api_keys(s).await;
-    tenant_quotas(s).await;
-    tenant_usage_counts(s).await;
-    connectors(s).await;
-    references_must_exist(s).await;
-    sockets_and_offline_time(s).await;
-    remove_pod(s).await;
-    reap_dead_pods(s).await;
-    expired_connectors(s).await;
-    delete_connector_cascades(s).await;
-    offline_clocks_restart_only_when_all_pods_are_gone(s).await;
-    channels_insert_get_list(s).await;
-    channel_routes(s).await;
-    channel_binding_and_status(s).await;
-    find_channel_by_binding_key(s).await;
-    bound_channels(s).await;
-    stale_unbound_channels(s).await;
-    delete_channel_cascades(s).await;
-    auth_sessions(s).await;
-    purge_auth_sessions(s).await;
-    enqueue_dedupes(s).await;
-    enqueue_respects_cap(s).await;
-    pending_outbox_order_and_filters(s).await;
-    outbox_backlog(s).await;
-    ack_fail_and_attempts(s).await;
-    purge_outbox(s).await;
-    claims(s).await;
-    expired_claims_are_replaced(s).await;
-    purge_claims(s).await;
-    files(s).await;
-    expired_files(s).await;
-    leases(s).await;
-    lease_release(s).await;
-    lease_is_atomic(&store).await;
-    kv(s).await;
-    last_socket_race(&store).await;
-    enqueue_is_atomic(&store).await;
-    enqueue_batch_rules(s).await;
-    enqueue_batch_is_atomic(&store).await;
-    ack_batch(s).await;
-    route_states(s).await;
-    console_pages(s).await;
-    console_channels_and_failures(s).await;
-    claim_is_atomic(&store).await;
-    // Every Store is a HostStore too: its suite runs on the migrated store.
-    super::hosts::run_all(store).await;
-}
 
 // -- fixtures ------------------------------------------------------------------------------------
 
@@ -256,7 +205,7 @@ fn sorted<T: Clone, K: Ord>(v: &[T], key: impl Fn(&T) -> K) -> Vec<T> {
 
 // -- schema, tenants, keys -----------------------------------------------------------------------
 
-async fn schema(s: &dyn Store) {
+pub async fn schema(s: &dyn Store) {
     assert_eq!(
         s.schema_version().await.expect("schema version"),
         0,
@@ -277,7 +226,7 @@ async fn schema(s: &dyn Store) {
     s.ping().await.expect("ping");
 }
 
-async fn tenants(s: &dyn Store) {
+pub async fn tenants(s: &dyn Store) {
     let t = tenant(s).await;
     assert_eq!(s.get_tenant(&t.id).await.expect("get"), Some(t.clone()));
     assert_eq!(
@@ -322,7 +271,7 @@ async fn tenants(s: &dyn Store) {
     );
 }
 
-async fn api_keys(s: &dyn Store) {
+pub async fn api_keys(s: &dyn Store) {
     let t = tenant(s).await;
     let other = tenant(s).await;
     let key = |tenant_id: &str| ApiKeyRecord {
@@ -381,7 +330,7 @@ async fn api_keys(s: &dyn Store) {
 
 // -- connector_ids, sockets, pods ----------------------------------------------------------------
 
-async fn tenant_quotas(s: &dyn Store) {
+pub async fn tenant_quotas(s: &dyn Store) {
     let t = tenant(s).await;
     let q = TenantQuota {
         tenant_id: t.id.clone(),
@@ -406,7 +355,7 @@ async fn tenant_quotas(s: &dyn Store) {
     assert_eq!(all.iter().find(|x| x.tenant_id == t.id), Some(&q2));
 }
 
-async fn tenant_usage_counts(s: &dyn Store) {
+pub async fn tenant_usage_counts(s: &dyn Store) {
     let c = connector(s).await;
     let other = channel(s).await;
     let pod = live_pod(s).await;
@@ -444,7 +393,7 @@ async fn tenant_usage_counts(s: &dyn Store) {
     );
 }
 
-async fn connectors(s: &dyn Store) {
+pub async fn connectors(s: &dyn Store) {
     let t = tenant(s).await;
     let c = connector_with(s, &t.id, None).await;
     assert_eq!(s.get_connector(&c.id).await.expect("get"), Some(c.clone()));
@@ -499,7 +448,7 @@ async fn connectors(s: &dyn Store) {
 }
 
 /// Rows that belong to another row need it to exist.
-async fn references_must_exist(s: &dyn Store) {
+pub async fn references_must_exist(s: &dyn Store) {
     let orphan = ChannelRecord {
         connector_id: new_id("conn"),
         ..channel_rec(&connector(s).await, now_ms())
@@ -519,7 +468,7 @@ async fn references_must_exist(s: &dyn Store) {
     assert_eq!(err.kind, ErrorKind::NotFound);
 }
 
-async fn sockets_and_offline_time(s: &dyn Store) {
+pub async fn sockets_and_offline_time(s: &dyn Store) {
     let t = tenant(s).await;
     let c = connector_with(s, &t.id, Some(now_ms() - HOUR)).await;
     let pod = live_pod(s).await;
@@ -569,7 +518,7 @@ async fn sockets_and_offline_time(s: &dyn Store) {
     );
 }
 
-async fn remove_pod(s: &dyn Store) {
+pub async fn remove_pod(s: &dyn Store) {
     let draining = new_id("pod");
     s.pod_heartbeat(&draining, AGES_AGO)
         .await
@@ -597,7 +546,7 @@ async fn remove_pod(s: &dyn Store) {
     assert!(!reaped.contains(&draining));
 }
 
-async fn reap_dead_pods(s: &dyn Store) {
+pub async fn reap_dead_pods(s: &dyn Store) {
     let dead = new_id("pod");
     s.pod_heartbeat(&dead, AGES_AGO).await.expect("heartbeat");
     let live = live_pod(s).await;
@@ -663,7 +612,7 @@ async fn reap_dead_pods(s: &dyn Store) {
     );
 }
 
-async fn expired_connectors(s: &dyn Store) {
+pub async fn expired_connectors(s: &dyn Store) {
     let t = tenant(s).await;
     let old = connector_with(s, &t.id, Some(AGES_AGO)).await;
     let at_cutoff = connector_with(s, &t.id, Some(AGES_AGO + 100)).await;
@@ -684,7 +633,7 @@ async fn expired_connectors(s: &dyn Store) {
     }
 }
 
-async fn offline_clocks_restart_only_when_all_pods_are_gone(s: &dyn Store) {
+pub async fn offline_clocks_restart_only_when_all_pods_are_gone(s: &dyn Store) {
     // Other behaviours keep pods alive in this shared store, so "no live pod" is simulated
     // with a cutoff in the future of every heartbeat.
     let c = connector(s).await;
@@ -729,7 +678,7 @@ async fn offline_clocks_restart_only_when_all_pods_are_gone(s: &dyn Store) {
     .expect("register");
 }
 
-async fn delete_connector_cascades(s: &dyn Store) {
+pub async fn delete_connector_cascades(s: &dyn Store) {
     let c = connector(s).await;
     let ch1 = channel_of(s, &c).await;
     let ch2 = channel_of(s, &c).await;
@@ -849,7 +798,7 @@ async fn delete_connector_cascades(s: &dyn Store) {
 
 // -- channels ------------------------------------------------------------------------------------
 
-async fn channels_insert_get_list(s: &dyn Store) {
+pub async fn channels_insert_get_list(s: &dyn Store) {
     let c = connector(s).await;
     let mut bound = channel_rec(&c, now_ms());
     bound.binding = Some(vec![0, 1, 2, 255]);
@@ -881,7 +830,7 @@ async fn channels_insert_get_list(s: &dyn Store) {
     assert_eq!(err.kind, ErrorKind::Conflict);
 }
 
-async fn channel_routes(s: &dyn Store) {
+pub async fn channel_routes(s: &dyn Store) {
     let ch = channel(s).await;
     let (a, b) = (new_id("sock"), new_id("sock"));
     let t = ch.updated_at;
@@ -933,7 +882,7 @@ async fn channel_routes(s: &dyn Store) {
     );
 }
 
-async fn channel_binding_and_status(s: &dyn Store) {
+pub async fn channel_binding_and_status(s: &dyn Store) {
     let mut ch = channel(s).await;
     ch.route_socket = Some(new_id("sock"));
     s.set_channel_route(
@@ -1009,7 +958,7 @@ async fn channel_binding_and_status(s: &dyn Store) {
     assert_eq!(s.get_channel(&ch.id).await.expect("get"), Some(unbound));
 }
 
-async fn find_channel_by_binding_key(s: &dyn Store) {
+pub async fn find_channel_by_binding_key(s: &dyn Store) {
     let c = connector(s).await;
     let key = new_id("bk");
     let view = json!({});
@@ -1089,7 +1038,7 @@ async fn find_channel_by_binding_key(s: &dyn Store) {
     );
 }
 
-async fn bound_channels(s: &dyn Store) {
+pub async fn bound_channels(s: &dyn Store) {
     let c = connector(s).await;
     let view = json!({});
     let mine = channel_of(s, &c).await;
@@ -1146,7 +1095,7 @@ async fn bound_channels(s: &dyn Store) {
     );
 }
 
-async fn stale_unbound_channels(s: &dyn Store) {
+pub async fn stale_unbound_channels(s: &dyn Store) {
     let c = connector(s).await;
     let insert = |ch: ChannelRecord| async move {
         s.insert_channel(&ch).await.expect("insert channel");
@@ -1181,7 +1130,7 @@ async fn stale_unbound_channels(s: &dyn Store) {
     }
 }
 
-async fn delete_channel_cascades(s: &dyn Store) {
+pub async fn delete_channel_cascades(s: &dyn Store) {
     let c = connector(s).await;
     let ch = channel_of(s, &c).await;
     let keep = channel_of(s, &c).await;
@@ -1255,7 +1204,7 @@ async fn delete_channel_cascades(s: &dyn Store) {
 
 // -- auth sessions -------------------------------------------------------------------------------
 
-async fn auth_sessions(s: &dyn Store) {
+pub async fn auth_sessions(s: &dyn Store) {
     let ch = channel(s).await;
     let other = channel(s).await;
     let exp = now_ms() + HOUR;
@@ -1333,7 +1282,7 @@ async fn auth_sessions(s: &dyn Store) {
     assert_eq!(err.kind, ErrorKind::Conflict);
 }
 
-async fn purge_auth_sessions(s: &dyn Store) {
+pub async fn purge_auth_sessions(s: &dyn Store) {
     let ch = channel(s).await;
     let old = auth_rec(&ch.id, AuthStatus::Pending, AGES_AGO);
     let at_cutoff = auth_rec(&ch.id, AuthStatus::Failed, AGES_AGO + 100);
@@ -1352,7 +1301,7 @@ async fn purge_auth_sessions(s: &dyn Store) {
 
 // -- outbox --------------------------------------------------------------------------------------
 
-async fn enqueue_dedupes(s: &dyn Store) {
+pub async fn enqueue_dedupes(s: &dyn Store) {
     let ch = channel(s).await;
     let now = now_ms();
     let m = message(&ch.id, now, now + HOUR);
@@ -1444,7 +1393,7 @@ async fn enqueue_dedupes(s: &dyn Store) {
     );
 }
 
-async fn enqueue_respects_cap(s: &dyn Store) {
+pub async fn enqueue_respects_cap(s: &dyn Store) {
     let ch = channel(s).await;
     let (m1, o1) = enqueue(s, &ch.id, 2).await;
     let (m2, o2) = enqueue(s, &ch.id, 2).await;
@@ -1497,7 +1446,7 @@ async fn enqueue_respects_cap(s: &dyn Store) {
     );
 }
 
-async fn outbox_backlog(s: &dyn Store) {
+pub async fn outbox_backlog(s: &dyn Store) {
     let ch = channel(s).await;
     let now = now_ms();
     let (before, _) = s.outbox_backlog(now, u64::MAX).await.expect("backlog");
@@ -1544,7 +1493,7 @@ async fn outbox_backlog(s: &dyn Store) {
     );
 }
 
-async fn pending_outbox_order_and_filters(s: &dyn Store) {
+pub async fn pending_outbox_order_and_filters(s: &dyn Store) {
     let ch = channel(s).await;
     let other = channel(s).await;
     let now = now_ms();
@@ -1623,7 +1572,7 @@ async fn pending_outbox_order_and_filters(s: &dyn Store) {
     assert_eq!(s.count_pending(&ch.id).await.expect("count"), 5);
 }
 
-async fn ack_fail_and_attempts(s: &dyn Store) {
+pub async fn ack_fail_and_attempts(s: &dyn Store) {
     let ch = channel(s).await;
     let (m, _) = enqueue(s, &ch.id, 10).await;
     let now = m.created_at;
@@ -1686,7 +1635,7 @@ async fn ack_fail_and_attempts(s: &dyn Store) {
     );
 }
 
-async fn purge_outbox(s: &dyn Store) {
+pub async fn purge_outbox(s: &dyn Store) {
     let ch = channel(s).await;
     let old = message(&ch.id, AGES_AGO - 100, AGES_AGO);
     let old_failed = message(&ch.id, AGES_AGO - 100, AGES_AGO + 50);
@@ -1751,7 +1700,7 @@ async fn purge_outbox(s: &dyn Store) {
 
 // -- idempotency ---------------------------------------------------------------------------------
 
-async fn claims(s: &dyn Store) {
+pub async fn claims(s: &dyn Store) {
     let ch = channel(s).await;
     let now = now_ms();
     let first = claim_rec(&ch.id, &new_id("k"), "fp-1", now, now + HOUR);
@@ -1826,7 +1775,7 @@ async fn claims(s: &dyn Store) {
     );
 }
 
-async fn expired_claims_are_replaced(s: &dyn Store) {
+pub async fn expired_claims_are_replaced(s: &dyn Store) {
     let ch = channel(s).await;
     let now = now_ms();
     let old = claim_rec(&ch.id, &new_id("k"), "old", now, now + 10);
@@ -1867,7 +1816,7 @@ async fn expired_claims_are_replaced(s: &dyn Store) {
     );
 }
 
-async fn purge_claims(s: &dyn Store) {
+pub async fn purge_claims(s: &dyn Store) {
     let ch = channel(s).await;
     let old = claim_rec(&ch.id, &new_id("k"), "fp", AGES_AGO - 100, AGES_AGO);
     let at_cutoff_later = claim_rec(&ch.id, &new_id("k"), "fp", AGES_AGO - 100, AGES_AGO + 101);
@@ -1885,7 +1834,7 @@ async fn purge_claims(s: &dyn Store) {
 
 // -- files ---------------------------------------------------------------------------------------
 
-async fn files(s: &dyn Store) {
+pub async fn files(s: &dyn Store) {
     let ch = channel(s).await;
     let f = FileRecord {
         direction: FileDirection::Outbound,
@@ -1908,7 +1857,7 @@ async fn files(s: &dyn Store) {
         .expect("deleting a missing file is fine");
 }
 
-async fn expired_files(s: &dyn Store) {
+pub async fn expired_files(s: &dyn Store) {
     let ch = channel(s).await;
     let old = file_rec(&ch, AGES_AGO);
     let at_cutoff = file_rec(&ch, AGES_AGO + 100);
@@ -1948,7 +1897,7 @@ async fn expired_files(s: &dyn Store) {
 
 // -- leases --------------------------------------------------------------------------------------
 
-async fn leases(s: &dyn Store) {
+pub async fn leases(s: &dyn Store) {
     let name = new_id("lease");
     let t = now_ms();
     assert_eq!(s.get_lease(&name).await.expect("get"), None);
@@ -2008,7 +1957,7 @@ async fn leases(s: &dyn Store) {
     );
 }
 
-async fn lease_release(s: &dyn Store) {
+pub async fn lease_release(s: &dyn Store) {
     let name = new_id("lease");
     let t = now_ms();
     let a = s
@@ -2049,7 +1998,7 @@ async fn lease_release(s: &dyn Store) {
         .expect("release unknown");
 }
 
-async fn lease_is_atomic(store: &Arc<dyn Store>) {
+pub async fn lease_is_atomic(store: &Arc<dyn Store>) {
     let name = new_id("lease");
     let now = now_ms();
     let tasks: Vec<_> = (0..8)
@@ -2083,7 +2032,7 @@ async fn lease_is_atomic(store: &Arc<dyn Store>) {
 
 // -- kv ------------------------------------------------------------------------------------------
 
-async fn kv(s: &dyn Store) {
+pub async fn kv(s: &dyn Store) {
     let ns = new_id("ns");
     assert_eq!(s.kv_get(&ns, "cursor").await.expect("get"), None);
     s.kv_put(&ns, "cursor", "1").await.expect("put");
@@ -2124,7 +2073,7 @@ where
 
 /// "Was it the last socket?" must see every concurrent change, or a connector_id without
 /// sockets stays online forever (never deregistered) or one with a socket goes offline.
-async fn last_socket_race(store: &Arc<dyn Store>) {
+pub async fn last_socket_race(store: &Arc<dyn Store>) {
     let s = &**store;
     let pod = live_pod(s).await;
     for _ in 0..3 {
@@ -2186,7 +2135,7 @@ async fn last_socket_race(store: &Arc<dyn Store>) {
     }
 }
 
-async fn enqueue_is_atomic(store: &Arc<dyn Store>) {
+pub async fn enqueue_is_atomic(store: &Arc<dyn Store>) {
     let s = &**store;
     let ch = channel(s).await;
     let now = now_ms();
@@ -2235,7 +2184,7 @@ async fn enqueue_is_atomic(store: &Arc<dyn Store>) {
     assert!(recs.windows(2).all(|w| w[0].seq < w[1].seq));
 }
 
-async fn claim_is_atomic(store: &Arc<dyn Store>) {
+pub async fn claim_is_atomic(store: &Arc<dyn Store>) {
     let s = &**store;
     let ch = channel(s).await;
     let now = now_ms();
@@ -2266,7 +2215,7 @@ fn item(m: OutboxRecord, cap: u32) -> Enqueue {
 }
 
 /// A batch follows the single-message rules item by item, in one transaction.
-async fn enqueue_batch_rules(s: &dyn Store) {
+pub async fn enqueue_batch_rules(s: &dyn Store) {
     let ch = channel(s).await;
     let full = channel(s).await;
     let now = now_ms();
@@ -2324,7 +2273,7 @@ async fn enqueue_batch_rules(s: &dyn Store) {
 
 /// Concurrent batches on the same channels: each message stored once, the cap holds, and
 /// seq order within a channel is commit order.
-async fn enqueue_batch_is_atomic(store: &Arc<dyn Store>) {
+pub async fn enqueue_batch_is_atomic(store: &Arc<dyn Store>) {
     let s = &**store;
     let a = channel(s).await;
     let b = channel(s).await;
@@ -2363,7 +2312,7 @@ async fn enqueue_batch_is_atomic(store: &Arc<dyn Store>) {
     }
 }
 
-async fn ack_batch(s: &dyn Store) {
+pub async fn ack_batch(s: &dyn Store) {
     let a = channel(s).await;
     let b = channel(s).await;
     let (m1, _) = enqueue(s, &a.id, 100).await;
@@ -2389,7 +2338,7 @@ async fn ack_batch(s: &dyn Store) {
     assert_eq!(s.ack_outbox_batch(&[]).await.expect("empty"), 0);
 }
 
-async fn route_states(s: &dyn Store) {
+pub async fn route_states(s: &dyn Store) {
     let c = connector(s).await;
     let idle = channel_of(s, &c).await;
     let busy = channel_of(s, &c).await;
@@ -2443,7 +2392,7 @@ async fn route_states(s: &dyn Store) {
 
 /// Keyset pages walk rows after the cursor in id order; rows of other behaviours share the
 /// store, so each check starts at a cursor just before this test's own ids.
-async fn console_pages(s: &dyn Store) {
+pub async fn console_pages(s: &dyn Store) {
     let p = new_id("cons");
     let mut tenants = Vec::new();
     for i in 0..5 {
@@ -2535,7 +2484,7 @@ async fn console_pages(s: &dyn Store) {
     );
 }
 
-async fn console_channels_and_failures(s: &dyn Store) {
+pub async fn console_channels_and_failures(s: &dyn Store) {
     let c = connector(s).await;
     let p = new_id("cchp");
     let mut ids = Vec::new();
