@@ -116,42 +116,92 @@ async fn a_socket_that_answers_no_ping_is_closed_and_one_that_does_stays() {
     assert!(live.closed().is_none());
     live.ping().await.expect("still served");
 
-    // A peer that stops reading sends no pong: closed with 1008 after two intervals.
-    use futures::SinkExt;
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    use tokio_tungstenite::tungstenite::protocol::Message;
-    let mut req = format!("{}/ws", pod.base_url().replace("http://", "ws://"))
-        .into_client_request()
-        .unwrap();
-    req.headers_mut().insert(
-        "authorization",
-        format!("Bearer {}", pod.api_key()).parse().unwrap(),
+    // A peer that answers no ping: closed with 1008 after two intervals. The client is raw
+    // bytes over TCP, so nothing (unlike a WebSocket library reading its socket) sends a pong
+    // however late the test reads what the pod sent.
+    let addr = pod.root_url().trim_start_matches("http://").to_owned();
+    let mut tcp = TcpStream::connect(&addr).await.unwrap();
+    let upgrade = format!(
+        "GET /{}/ws HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Protocol: xagent.connector.packet.v1\r\nAuthorization: Bearer {}\r\n\r\n",
+        PREFIX.trim_matches('/'),
+        addr,
+        pod.api_key()
     );
-    req.headers_mut().insert(
-        "sec-websocket-protocol",
-        "xagent.connector.packet.v1".parse().unwrap(),
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    tcp.write_all(upgrade.as_bytes()).await.unwrap();
     let hello = json!({"type": "connector.hello", "protocol_version": "3.0", "request_id": "h1",
         "payload": {"connector_card_id": CARD_ID, "protocol_version": "3.0", "supported_profiles": ["xagent.im.v2"]}});
-    ws.send(Message::Text(hello.to_string().into()))
+    tcp.write_all(&masked_text_frame(hello.to_string().as_bytes()))
         .await
         .unwrap();
-    // Silence: the client reads nothing (so answers no ping) for four intervals.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let mut close = None;
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
-        match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
-            Ok(Some(Ok(Message::Close(Some(f))))) => {
-                close = Some((u16::from(f.code), f.reason.to_string()));
-                break;
-            }
-            Ok(Some(Ok(_))) => continue,
-            _ => break,
+    let got = read_until_closed(&mut tcp, Duration::from_secs(10))
+        .await
+        .expect("the pod closes a socket that answers no ping");
+    let elapsed = t0.elapsed();
+    let head_end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP answer")
+        + 4;
+    assert!(got.starts_with(b"HTTP/1.1 101"), "upgraded");
+    let frames = server_frames(&got[head_end..]);
+    assert!(
+        frames.iter().any(|(op, _)| *op == 0x9),
+        "the pod pinged before giving up"
+    );
+    let (op, close) = frames.last().expect("a close frame");
+    assert_eq!(*op, 0x8, "the last frame closes");
+    let code = u16::from_be_bytes([close[0], close[1]]);
+    assert_eq!(
+        (code, std::str::from_utf8(&close[2..]).unwrap()),
+        (1008, "keepalive timeout")
+    );
+    assert!(
+        elapsed >= Duration::from_millis(500),
+        "not closed before two intervals: {elapsed:?}"
+    );
+}
+
+/// One masked (client-to-server) final text frame.
+fn masked_text_frame(payload: &[u8]) -> Vec<u8> {
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    let mut frame = vec![0x81];
+    match payload.len() {
+        n if n < 126 => frame.push(0x80 | n as u8),
+        n if n <= 0xffff => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(n as u64).to_be_bytes());
         }
     }
-    assert_eq!(close, Some((1008, "keepalive timeout".to_owned())));
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
+}
+
+/// The server's (unmasked, unfragmented) frames as (opcode, payload).
+fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut frames = Vec::new();
+    while bytes.len() >= 2 {
+        let op = bytes[0] & 0x0f;
+        let (len, at) = match bytes[1] & 0x7f {
+            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
+            127 => (
+                u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
+                10,
+            ),
+            n => (n as usize, 2),
+        };
+        assert!(bytes.len() >= at + len, "frame cut short");
+        frames.push((op, bytes[at..at + len].to_vec()));
+        bytes = &bytes[at + len..];
+    }
+    frames
 }
 
 #[tokio::test]

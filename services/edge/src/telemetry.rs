@@ -154,10 +154,67 @@ fn describe_and_register() {
         metrics::counter!("switchyard_quota_refused_total", "quota" => quota).absolute(0);
     }
     describe_ops();
+    describe_engine();
+    switchyard_core::hosts::describe_metrics();
+    switchyard_provider_telegram::describe_metrics();
+    switchyard_provider_wechat::describe_metrics();
+    switchyard_provider_feishu::describe_metrics();
     metrics::counter!("switchyard_doorbell_failures_total").absolute(0);
     metrics::counter!("switchyard_janitor_sweeps_total").absolute(0);
     metrics::gauge!("switchyard_sockets").increment(0.0);
     metrics::gauge!("switchyard_commit_queue_depth").set(0.0);
+}
+
+/// The engine's per-card counters without a histogram (described here, registered per card
+/// by [`register_connectors`]) and the deployment-wide ones.
+fn describe_engine() {
+    use metrics::describe_counter;
+    use switchyard_protocol::ErrorCode;
+    describe_counter!(
+        "switchyard_files_stored_total",
+        "files stored (inbound attachments and xAgent uploads), by card"
+    );
+    describe_counter!(
+        "switchyard_file_bytes_total",
+        "bytes of the files stored, by card"
+    );
+    describe_counter!(
+        "switchyard_tool_replays_total",
+        "tool calls answered from the stored result of an earlier call with the same key, by card"
+    );
+    describe_counter!(
+        "switchyard_auth_completed_total",
+        "authorization flows completed (a channel bound), by card"
+    );
+    describe_counter!(
+        "switchyard_connectors_deregistered_total",
+        "connector_ids deregistered by the janitor after their grace period"
+    );
+    describe_counter!(
+        "switchyard_hosts_tls_handshake_failures_total",
+        "agent-host TLS handshakes that failed, by reason (error, timeout)"
+    );
+    metrics::counter!("switchyard_connectors_deregistered_total").absolute(0);
+    for kind in switchyard_protocol::outbound::KINDS
+        .into_iter()
+        .chain(["other"])
+    {
+        metrics::counter!("switchyard_packets_total", "type" => kind).absolute(0);
+    }
+    for code in [
+        ErrorCode::InvalidPacket,
+        ErrorCode::HelloRequired,
+        ErrorCode::UnsupportedPacket,
+        ErrorCode::PacketTooLarge,
+        ErrorCode::RateLimited,
+        ErrorCode::Busy,
+    ] {
+        metrics::counter!("switchyard_packets_rejected_total", "code" => code.as_str()).absolute(0);
+    }
+    for reason in ["error", "timeout"] {
+        metrics::counter!("switchyard_hosts_tls_handshake_failures_total", "reason" => reason)
+            .absolute(0);
+    }
 }
 
 /// `switchyard_build_info{version, git_rev} 1`.
@@ -276,11 +333,34 @@ fn describe_ops() {
     process_metrics();
 }
 
-/// Registers the per-card series of the mounted connectors at zero: delivery and send
-/// latency per card, tool latency per declared tool, and the HTTP histogram of each
+/// Registers the per-card series of the mounted connectors at zero: inbound, delivery,
+/// outbound, tool and file counters per outcome, delivery and send latency per card, tool latency per declared tool, and the HTTP histogram of each
 /// connector's health route (other routes appear with their first request).
 pub fn register_connectors(cards: &[(String, &'static str, Vec<String>)]) {
+    use metrics::counter;
     for (card, prefix, tools) in cards {
+        for outcome in ["stored", "duplicate", "full", "unknown_channel"] {
+            counter!("switchyard_inbound_messages_total", "card" => card.clone(), "outcome" => outcome).absolute(0);
+        }
+        for outcome in ["delivered", "rejected", "retry"] {
+            counter!("switchyard_deliveries_total", "card" => card.clone(), "outcome" => outcome)
+                .absolute(0);
+        }
+        for status in ["accepted", "duplicate", "rejected"] {
+            counter!("switchyard_outbound_messages_total", "card" => card.clone(), "status" => status).absolute(0);
+        }
+        for outcome in ["ok", "error", "retryable"] {
+            counter!("switchyard_tool_calls_total", "card" => card.clone(), "outcome" => outcome)
+                .absolute(0);
+        }
+        for name in [
+            "switchyard_files_stored_total",
+            "switchyard_file_bytes_total",
+            "switchyard_tool_replays_total",
+            "switchyard_auth_completed_total",
+        ] {
+            counter!(name, "card" => card.clone()).absolute(0);
+        }
         let _ = metrics::histogram!("switchyard_delivery_latency_seconds", "card" => card.clone());
         let _ = metrics::histogram!("switchyard_provider_send_duration_seconds", "card" => card.clone());
         for tool in tools {

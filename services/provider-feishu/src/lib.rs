@@ -25,6 +25,7 @@ mod events;
 mod frame;
 mod inbound;
 mod outbound;
+mod telemetry;
 mod ws;
 
 use std::collections::{HashMap, HashSet};
@@ -52,6 +53,7 @@ use crate::creds::{
     Credentials, Domain, FIELD_APP_ID, FIELD_APP_SECRET, FIELD_DOMAIN, FIELD_ENCRYPT_KEY,
     FIELD_VERIFICATION_TOKEN, app_id_ok,
 };
+pub use crate::telemetry::describe_metrics;
 
 pub const PREFIX: &str = "/feishu";
 

@@ -23,6 +23,7 @@ mod inbound;
 mod media;
 mod outbound;
 mod poller;
+mod telemetry;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -41,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::card::{CARD_ID, FLOW_QR, TOOL_SEND, TOOL_SEND_MEDIA};
 use crate::creds::Credentials;
+pub use crate::telemetry::describe_metrics;
 
 pub const PREFIX: &str = "/wechat";
 

@@ -30,8 +30,10 @@ mod enrollment;
 mod reads;
 mod runs;
 mod sweeps;
+mod telemetry;
 
 pub use sweeps::SweepReport;
+pub use telemetry::describe_metrics;
 
 use crate::engine::Hub;
 use crate::error::{BackendError, ErrorKind};
