@@ -14,7 +14,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
-use switchyard_core::hosts::{Hosts, HostsError, NewRun, binding_key, connection_status};
+use switchyard_core::hosts::{
+    Hosts, HostsError, HostsErrorCode, NewRun, binding_key, connection_status,
+};
 use switchyard_core::hoststore::{HostRecord, HostStatus, RunRecord};
 use switchyard_core::provider::{
     AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,
@@ -121,7 +123,7 @@ impl AgentHostProvider {
                 Ok(r)
             }
             _ => Err(map_err(HostsError::new(
-                "run_not_found",
+                HostsErrorCode::RunNotFound,
                 "no such run on this channel",
             ))),
         }
@@ -494,16 +496,15 @@ fn event_text(kind: &str, payload: &Value) -> String {
 
 fn map_err(e: HostsError) -> ProviderError {
     let kind = match e.code {
-        "invalid_arguments" => ProviderErrorKind::InvalidInput,
-        "unavailable" => ProviderErrorKind::Transient,
-        "internal" => ProviderErrorKind::Internal,
-        "host_revoked" => ProviderErrorKind::Unauthorized,
+        HostsErrorCode::InvalidArguments => ProviderErrorKind::InvalidInput,
+        HostsErrorCode::Unavailable => ProviderErrorKind::Transient,
+        HostsErrorCode::Internal => ProviderErrorKind::Internal,
+        HostsErrorCode::HostRevoked => ProviderErrorKind::Unauthorized,
         _ => ProviderErrorKind::Rejected,
     };
     let code = match e.code {
-        "invalid_arguments" => "invalid_arguments",
-        "unavailable" => ErrorCode::Unavailable.as_str(),
-        other => other,
+        HostsErrorCode::Unavailable => ErrorCode::Unavailable.as_str(),
+        other => other.as_str(),
     };
     ProviderError::new(kind, code, e.message)
 }

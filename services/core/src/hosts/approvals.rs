@@ -15,13 +15,16 @@ impl Hosts {
         let by = by.trim();
         if by.is_empty() || by.len() > 256 {
             return Err(HostsError::new(
-                "invalid_arguments",
+                HostsErrorCode::InvalidArguments,
                 "the decider's identity is required",
             ));
         }
         let existing = self.hub.store.get_approval(approval_id).await?;
         let Some(existing) = existing.filter(|a| tenant_id.is_none_or(|t| t == a.tenant_id)) else {
-            return Err(HostsError::new("approval_not_found", "no such approval"));
+            return Err(HostsError::new(
+                HostsErrorCode::ApprovalNotFound,
+                "no such approval",
+            ));
         };
         let status = if grant {
             ApprovalStatus::Granted
@@ -35,7 +38,7 @@ impl Hosts {
             .await?
         else {
             return Err(HostsError::new(
-                "not_pending",
+                HostsErrorCode::NotPending,
                 format!("the approval is {}", existing.status.as_str()),
             ));
         };

@@ -9,12 +9,15 @@ impl Hosts {
         let name = name.trim();
         if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
             return Err(HostsError::new(
-                "invalid_arguments",
+                HostsErrorCode::InvalidArguments,
                 "a host name is 1-128 printable characters",
             ));
         }
         if self.hub.store.get_tenant(tenant_id).await?.is_none() {
-            return Err(HostsError::new("tenant_not_found", "no such tenant"));
+            return Err(HostsError::new(
+                HostsErrorCode::TenantNotFound,
+                "no such tenant",
+            ));
         }
         let now = now_ms();
         let host = HostRecord {
@@ -54,7 +57,7 @@ impl Hosts {
                 expires_at,
             }),
             Err(e) if e.kind == ErrorKind::Conflict => Err(HostsError::new(
-                "host_exists",
+                HostsErrorCode::HostExists,
                 "the tenant already has a host of that name",
             )),
             Err(e) => Err(e.into()),
@@ -80,7 +83,10 @@ impl Hosts {
         let host = match self.hub.store.revoke_host(host_id, now_ms()).await {
             Ok(h) => h,
             Err(e) if e.kind == ErrorKind::NotFound => {
-                return Err(HostsError::new("host_not_found", "no such host"));
+                return Err(HostsError::new(
+                    HostsErrorCode::HostNotFound,
+                    "no such host",
+                ));
             }
             Err(e) => return Err(e.into()),
         };

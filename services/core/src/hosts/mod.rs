@@ -29,9 +29,11 @@ mod dispatch;
 mod enrollment;
 mod reads;
 mod runs;
+mod step;
 mod sweeps;
 mod telemetry;
 
+pub use step::{Step, StepEnd, StepInput};
 pub use sweeps::SweepReport;
 pub use telemetry::describe_metrics;
 
@@ -113,14 +115,73 @@ impl HostBell {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct HostsError {
-    /// Stable snake_case code (`run_not_found`, `agent_not_found`, `quota_exceeded`,
-    /// `host_revoked`, `invalid_arguments`, `not_pending`, `unavailable`, `internal`).
-    pub code: &'static str,
+    pub code: HostsErrorCode,
     pub message: String,
 }
 
+/// Why a run operation was refused; [`HostsErrorCode::as_str`] is the stable snake_case
+/// code clients see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostsErrorCode {
+    RunNotFound,
+    AgentNotFound,
+    HostNotFound,
+    HostExists,
+    HostRevoked,
+    TenantNotFound,
+    ApprovalNotFound,
+    QuotaExceeded,
+    InvalidArguments,
+    /// The approval was already decided or expired.
+    NotPending,
+    Unavailable,
+    Internal,
+}
+
+impl HostsErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RunNotFound => "run_not_found",
+            Self::AgentNotFound => "agent_not_found",
+            Self::HostNotFound => "host_not_found",
+            Self::HostExists => "host_exists",
+            Self::HostRevoked => "host_revoked",
+            Self::TenantNotFound => "tenant_not_found",
+            Self::ApprovalNotFound => "approval_not_found",
+            Self::QuotaExceeded => "quota_exceeded",
+            Self::InvalidArguments => "invalid_arguments",
+            Self::NotPending => "not_pending",
+            Self::Unavailable => "unavailable",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// The HTTP status an operator-facing API answers this refusal with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::RunNotFound
+            | Self::AgentNotFound
+            | Self::HostNotFound
+            | Self::TenantNotFound
+            | Self::ApprovalNotFound => 404,
+            Self::HostExists | Self::NotPending => 409,
+            Self::HostRevoked => 403,
+            Self::QuotaExceeded => 429,
+            Self::InvalidArguments => 400,
+            Self::Unavailable => 503,
+            Self::Internal => 500,
+        }
+    }
+}
+
+impl std::fmt::Display for HostsErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl HostsError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: HostsErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -132,8 +193,11 @@ impl From<BackendError> for HostsError {
     fn from(e: BackendError) -> Self {
         tracing::warn!(error = %e, "backend error in hosts");
         match e.kind {
-            ErrorKind::Unavailable => Self::new("unavailable", "a backend is unavailable; retry"),
-            _ => Self::new("internal", "internal error"),
+            ErrorKind::Unavailable => Self::new(
+                HostsErrorCode::Unavailable,
+                "a backend is unavailable; retry",
+            ),
+            _ => Self::new(HostsErrorCode::Internal, "internal error"),
         }
     }
 }
@@ -152,6 +216,8 @@ pub struct HostSession {
     /// When the host's latest message arrived (ms; 0 = never); written when the
     /// connection ends if the refresh throttle held it back.
     last_message_at: i64,
+    /// The HTTPS fallback's session (rebuilt per request) rather than a socket's.
+    fallback: bool,
 }
 
 /// How often a busy connection refreshes its host's `last_seen_at` between heartbeats (far
@@ -168,6 +234,7 @@ impl HostSession {
             resend_all: false,
             seen_written_at: 0,
             last_message_at: 0,
+            fallback: false,
         }
     }
 
@@ -184,7 +251,12 @@ impl HostSession {
             resend_all: false,
             seen_written_at: 0,
             last_message_at: 0,
+            fallback: true,
         }
+    }
+
+    pub fn is_fallback(&self) -> bool {
+        self.fallback
     }
 }
 

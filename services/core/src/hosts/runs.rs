@@ -65,18 +65,21 @@ impl Hosts {
     /// Queues a new run on `host` for `agent_id` (on that host).
     pub async fn start_run(&self, host: &HostRecord, new: NewRun) -> Result<RunRecord, HostsError> {
         if host.status == HostStatus::Revoked {
-            return Err(HostsError::new("host_revoked", "the host was revoked"));
+            return Err(HostsError::new(
+                HostsErrorCode::HostRevoked,
+                "the host was revoked",
+            ));
         }
         if new.goal.trim().is_empty() {
             return Err(HostsError::new(
-                "invalid_arguments",
+                HostsErrorCode::InvalidArguments,
                 "goal must not be empty",
             ));
         }
         let agents = self.hub.store.list_agents(&host.id).await?;
         if !agents.iter().any(|a| a.agent_id == new.agent_id) {
             return Err(HostsError::new(
-                "agent_not_found",
+                HostsErrorCode::AgentNotFound,
                 format!("the host has no agent {:?}", clip(&new.agent_id, 64)),
             ));
         }
@@ -121,7 +124,7 @@ impl Hosts {
         }
         if active >= self.config.max_active_runs_per_tenant {
             return Err(HostsError::new(
-                "quota_exceeded",
+                HostsErrorCode::QuotaExceeded,
                 format!(
                     "the tenant has {active} unfinished runs (limit {})",
                     self.config.max_active_runs_per_tenant
@@ -174,7 +177,7 @@ impl Hosts {
             .await?
         else {
             return Err(HostsError::new(
-                "agent_not_found",
+                HostsErrorCode::AgentNotFound,
                 format!(
                     "no host of the tenant has agent {:?}",
                     clip(to_agent_id, 64)
@@ -183,7 +186,7 @@ impl Hosts {
         };
         let Some(target) = self.hub.store.get_host(&agent.host_id).await? else {
             return Err(HostsError::new(
-                "agent_not_found",
+                HostsErrorCode::AgentNotFound,
                 "the agent's host is gone",
             ));
         };

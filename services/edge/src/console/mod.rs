@@ -1384,12 +1384,8 @@ async fn decide(
             ))
         }
         Err(e) => {
-            let status = match e.code {
-                "approval_not_found" => StatusCode::NOT_FOUND,
-                "not_pending" => StatusCode::CONFLICT,
-                "invalid_arguments" => StatusCode::BAD_REQUEST,
-                _ => StatusCode::SERVICE_UNAVAILABLE,
-            };
+            let status = StatusCode::from_u16(e.code.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             error_page(status, Some(&who), &e.message)
         }
     }

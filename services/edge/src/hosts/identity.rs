@@ -1,0 +1,188 @@
+//! Who is calling: the client certificate (from the TLS handshake or a trusted ingress),
+//! the certificate-bound JWT, enrollment (token + CSR -> certificate) and token issue.
+
+use super::*;
+
+pub(super) struct Authenticated {
+    pub(super) host: HostRecord,
+}
+
+pub(super) fn presented_cert(
+    source: &CertSource,
+    peer: Option<&PeerCertificate>,
+    headers: &HeaderMap,
+) -> Result<Vec<u8>, Refusal> {
+    let der = match source {
+        CertSource::Tls => peer.and_then(|p| p.0.clone()),
+        CertSource::Header(Some(ingress)) => match headers
+            .get(&ingress.cert_header)
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(v) if !v.trim().is_empty() => Some(decode_forwarded_cert(v).map_err(|_| {
+                Refusal(
+                    StatusCode::UNAUTHORIZED,
+                    "client_certificate_required",
+                    "the forwarded client certificate cannot be decoded",
+                )
+            })?),
+            _ => None,
+        },
+        CertSource::Header(None) => None,
+    };
+    der.ok_or(Refusal(
+        StatusCode::UNAUTHORIZED,
+        "client_certificate_required",
+        "a client certificate issued at enrollment is required",
+    ))
+}
+
+impl RouteState {
+    pub(super) async fn authenticate(
+        &self,
+        peer: Option<&PeerCertificate>,
+        headers: &HeaderMap,
+        need_jwt: bool,
+    ) -> Result<Authenticated, Response> {
+        let der =
+            presented_cert(&self.source, peer, headers).map_err(IntoResponse::into_response)?;
+        let store = &self.gw.hosts.hub.store;
+        let host = match store.host_by_fingerprint(&fingerprint_hex(&der)).await {
+            Ok(Some(h)) => h,
+            Ok(None) => {
+                return Err(unauthorized(
+                    "unknown_certificate",
+                    "the certificate was not issued to a host",
+                ));
+            }
+            Err(e) => return Err(backend(e)),
+        };
+        if host.status == HostStatus::Revoked {
+            return Err(unauthorized("host_revoked", "the host was revoked"));
+        }
+        if need_jwt {
+            let bearer = headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim)
+                .ok_or_else(|| unauthorized("invalid_token", "a Bearer JWT is required"))?;
+            let claims = switchyard_hosts_tls::jwt::verify(
+                &self.gw.jwt_key,
+                bearer,
+                now_ms() / 1000,
+                &x5t_s256(&der),
+            )
+            .map_err(|e| unauthorized(e.code(), &e.to_string()))?;
+            if claims.sub != host.id || claims.tenant != host.tenant_id {
+                return Err(unauthorized(
+                    "invalid_token",
+                    "the token was issued to another host",
+                ));
+            }
+        }
+        Ok(Authenticated { host })
+    }
+}
+
+#[derive(Deserialize)]
+struct EnrollBody {
+    token: String,
+    csr_pem: String,
+}
+
+pub(super) async fn enroll(State(s): State<RouteState>, body: axum::body::Bytes) -> Response {
+    let Ok(req) = serde_json::from_slice::<EnrollBody>(&body) else {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "body must be {\"token\", \"csr_pem\"}",
+        );
+    };
+    // Check the CSR before spending the token on it.
+    if s.gw.ca.sign_csr(&req.csr_pem, "csr-check", 1).is_err() {
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_csr",
+            "csr_pem is not a valid, self-signed PKCS#10 request",
+        );
+    }
+    let host = match s.gw.hosts.redeem(&req.token).await {
+        Ok(Some(h)) => h,
+        Ok(None) => {
+            return unauthorized(
+                "invalid_token",
+                "the enrollment token is unknown, used or expired",
+            );
+        }
+        Err(e) => return hosts_error(&e),
+    };
+    let issued = match s
+        .gw
+        .ca
+        .sign_csr(&req.csr_pem, &host.id, s.gw.cert_valid_days)
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "signing an enrollment CSR failed");
+            return api_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_csr",
+                "the CSR cannot be signed",
+            );
+        }
+    };
+    if let Err(e) =
+        s.gw.hosts
+            .hub
+            .store
+            .set_host_certificate(&host.id, &issued.fingerprint, &issued.pem)
+            .await
+    {
+        return backend(e);
+    }
+    tracing::info!(host_id = %host.id, "host enrolled");
+    axum::Json(json!({
+        "host_id": host.id,
+        "tenant_id": host.tenant_id,
+        "name": host.name,
+        "certificate_pem": issued.pem,
+        "ca_pem": s.gw.ca.cert_pem(),
+    }))
+    .into_response()
+}
+
+pub(super) async fn token(
+    State(s): State<RouteState>,
+    peer: Option<Extension<PeerCertificate>>,
+    headers: HeaderMap,
+) -> Response {
+    let peer = peer.map(|Extension(p)| p);
+    let der = match presented_cert(&s.source, peer.as_ref(), &headers) {
+        Ok(d) => d,
+        Err(r) => return r.into_response(),
+    };
+    let auth = match s.authenticate(peer.as_ref(), &headers, false).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let now = now_ms() / 1000;
+    let digest: [u8; 32] = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&der).into()
+    };
+    let mut claims = HostClaims::new(
+        &auth.host.id,
+        &auth.host.tenant_id,
+        now,
+        s.gw.jwt_ttl.as_secs() as i64,
+        &digest,
+    );
+    claims.jti = Some(switchyard_core::ids::new_id("jti"));
+    let jwt = switchyard_hosts_tls::jwt::issue(&s.gw.jwt_key, &claims);
+    axum::Json(json!({
+        "token": jwt,
+        "expires_at": format_rfc3339(claims.exp * 1000),
+        "host_id": auth.host.id,
+    }))
+    .into_response()
+}
