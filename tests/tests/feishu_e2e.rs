@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use switchyard_e2e::*;
 use switchyard_fake_feishu::{Chat, FakeFeishu};
-use switchyard_xagent_sim::Deliveries;
+use switchyard_xagent_sim::{ActivityStatus, Deliveries};
 
 const CARD: &str = "im.feishu";
 const FLOW: &str = "feishu_app_binding";
@@ -345,6 +345,85 @@ async fn feishu_restart_loses_and_repeats_nothing() {
         "acked before the restart, not again"
     );
     assert_eq!(fs.connection_stats(APP).1, 1, "never two connections");
+}
+
+/// Issue 11: chat B writes while the agent is still answering chat A (activity before B's
+/// message, the stream and the final after it): all of A's answer lands in A, and the next
+/// turn in B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feishu_an_answer_stays_in_the_chat_that_started_its_turn() {
+    let fs = FakeFeishu::start().await;
+    fs.add_app(APP, SECRET, "Two Chats Bot");
+    let pod = Pod::start(opts(&fs)).await;
+    let sim = feishu_sim(&pod);
+    let (conn, _) = hello_feishu(&sim, None).await;
+    let (ch, _) = open(&conn, None).await;
+    let ack = bind(&conn, &ch, json!({"app_id": APP, "app_secret": SECRET})).await;
+    assert_eq!(ack.str_at("/status"), Some("authenticated"), "{ack:?}");
+    eventually(WAIT, "long connection", || async {
+        (fs.connections(APP) == 1).then_some(())
+    })
+    .await;
+    let chat_b = Chat::P2p {
+        user_open_id: "ou_e2e_other".into(),
+    };
+    let a = fs.push_text(APP, &p2p(), "question from A");
+    let msg = conn.next_push_of("chat.message", WAIT).await.expect("A");
+    conn.ack_chat_message(&msg, AckStatus::Accepted, None, None)
+        .await
+        .expect("ack A");
+    // The turn starts (activity, then the first delta, processed in order: once the streamed
+    // message exists, both were handled).
+    conn.send_activity(&ch, ActivityStatus::Thinking, None)
+        .await
+        .expect("activity");
+    conn.send_delta(&ch, "msg_ans_a", 1, "For A: ")
+        .await
+        .expect("delta");
+    eventually(WAIT, "streamed message", || async {
+        (!fs.all_sent().is_empty()).then_some(())
+    })
+    .await;
+    let b = fs.push_text(APP, &chat_b, "question from B");
+    assert_ne!(a.chat_id, b.chat_id);
+    let msg = conn.next_push_of("chat.message", WAIT).await.expect("B");
+    assert_eq!(msg.str_at("/message_id"), Some(b.message_id.as_str()));
+    conn.ack_chat_message(&msg, AckStatus::Accepted, None, None)
+        .await
+        .expect("ack B");
+    conn.send_activity(&ch, ActivityStatus::Tool, Some("web_search"))
+        .await
+        .expect("activity");
+    conn.send_delta(&ch, "msg_ans_a", 2, "looking")
+        .await
+        .expect("delta");
+    let long = format!("For A: {}\nand the end of A's answer", "a".repeat(7990));
+    let ack = conn
+        .send_chat_message(&ch, "msg_ans_a", Some(&long), vec![])
+        .await
+        .expect("final A");
+    assert_eq!(ack.str_at("/status"), Some("accepted"), "{ack:?}");
+    let all = fs.all_sent();
+    let chats: Vec<&str> = all.iter().map(|m| m.chat_id.as_str()).collect();
+    assert_eq!(
+        chats,
+        [a.chat_id.as_str(), a.chat_id.as_str()],
+        "the streamed first part (edited) and the second part of A's answer both went to A"
+    );
+    assert_eq!(all[1].text(), Some("and the end of A's answer"));
+
+    conn.send_activity(&ch, ActivityStatus::Thinking, None)
+        .await
+        .expect("activity");
+    let ack = conn
+        .send_chat_message(&ch, "msg_ans_b", Some("For B."), vec![])
+        .await
+        .expect("final B");
+    assert_eq!(ack.str_at("/status"), Some("accepted"), "{ack:?}");
+    let in_b = fs.sent_messages(&b.chat_id);
+    assert_eq!(in_b.len(), 1, "{in_b:?}");
+    assert_eq!(in_b[0].text(), Some("For B."));
+    assert_eq!(fs.sent_messages(&a.chat_id).len(), 2);
 }
 
 /// Inbound throughput of one pod: events pushed at the fake -> long connection -> stored ->

@@ -417,6 +417,9 @@ pub(crate) async fn handle_event(
         files,
     };
     let had_files = !wanted.is_empty();
+    // Recorded before the message is handed over: xAgent may start answering (and fix the
+    // answer's target from the conversation) before `accept_inbound` even returns.
+    remember(rt, host, &app.channel_id, &m).await;
     let outcome = match host.accept_inbound(&app.channel_id, msg).await {
         Ok(InboundOutcome::Stored) => counted("stored", Handled::Done),
         Ok(InboundOutcome::Duplicate) => counted("duplicate", Handled::Done),
@@ -435,7 +438,6 @@ pub(crate) async fn handle_event(
             .put(&seen_key, vec![1], Duration::from_secs(24 * 3600))
             .await;
     }
-    remember(rt, host, &app.channel_id, &m).await;
     outcome
 }
 

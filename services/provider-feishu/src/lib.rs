@@ -8,9 +8,11 @@
 //!   by a renewable store lease; an event is acked only after it is stored. Bindings with a
 //!   verification token or encrypt key receive HTTP events at `/feishu/events/{channel}`
 //!   instead (challenge, signature, decryption and token checked before anything is kept).
-//! - Outbound: the final `chat.message` goes to the chat of the latest inbound message (a
-//!   reply in groups and topics); deltas create one message and edit it in place; images and
-//!   files are uploaded and sent; every send carries a `uuid` derived from the logical call.
+//! - Outbound: an answer (its activity, deltas and final `chat.message`) goes to the chat of
+//!   the latest inbound message when the answer started (a reply in groups and topics), kept
+//!   cluster-wide until its final; deltas create one message and edit it in place; images
+//!   and files are uploaded and sent; every send carries a `uuid` derived from the logical
+//!   call.
 //!
 //! Secrets (app secret, verification token, encrypt key, tenant tokens, connection tickets)
 //! live only in the encrypted binding, [`switchyard_core::crypto::Secret`] and request
@@ -40,6 +42,7 @@ use switchyard_core::provider::{
     AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,
     ToolCall,
 };
+use switchyard_protocol::im::ActivityStatus;
 use switchyard_protocol::{BuildInfo, Card, ConnectionStatus, ErrorCode};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -84,6 +87,9 @@ pub struct FeishuConfig {
     pub edit_interval: Duration,
     /// Delta edits per message at most (Feishu limits edits per message); the final settles.
     pub max_stream_edits: u32,
+    /// How long the reply target of an answer is kept without its final message (so an
+    /// abandoned turn does not pin a chat for longer).
+    pub turn_ttl: Duration,
     /// How long one send may wait for the frequency limit's reset.
     pub send_budget: Duration,
     pub max_download_bytes: u64,
@@ -115,6 +121,7 @@ impl FeishuConfig {
             token_refresh_margin: Duration::from_secs(600),
             edit_interval: Duration::from_millis(1000),
             max_stream_edits: 18,
+            turn_ttl: Duration::from_secs(600),
             send_budget: Duration::from_secs(40),
             max_download_bytes: 100 * 1024 * 1024,
             max_event_bytes: 1024 * 1024,
@@ -461,6 +468,14 @@ impl Provider for FeishuProvider {
         text: &str,
     ) -> Result<(), ProviderError> {
         outbound::delta(&self.rt, binding, message_id, text).await
+    }
+
+    async fn activity(
+        &self,
+        binding: &Binding,
+        status: ActivityStatus,
+    ) -> Result<(), ProviderError> {
+        outbound::activity(&self.rt, binding, status).await
     }
 
     async fn release(&self, binding: &Binding) -> Result<(), ProviderError> {

@@ -2,6 +2,15 @@
 //! Every created message carries a `uuid` derived from the logical call (the message id or
 //! the tool call's key, and the step), which Feishu de-duplicates for an hour: a retry after a
 //! partial failure never sends a step twice.
+//!
+//! The reply target of an answer is fixed when its turn starts: xAgent's packets do not name
+//! the inbound message they answer, and one channel (one app) hears many chats, so reading
+//! "the latest conversation" at every packet would send the rest of an answer to whichever
+//! chat wrote last. The first `chat.activity` or delta of a turn (or its final, when nothing
+//! came before) records the latest conversation under `fs:turn:{channel}` in the shared
+//! ephemeral store; every packet of the turn, on any pod, uses it; the final (or `idle`)
+//! ends the turn, and `turn_ttl` bounds a turn that never ends. A streamed message also keeps
+//! its target in its own stream state, which the final prefers.
 
 use std::time::Duration;
 
@@ -16,6 +25,7 @@ use switchyard_core::provider::{
     AuthStep, Binding, OutboundMessage, ProviderError, ProviderErrorKind, ToolCall,
 };
 use switchyard_protocol::ErrorCode;
+use switchyard_protocol::im::ActivityStatus;
 use tokio::time::Instant;
 
 use crate::api::{ApiError, retrying};
@@ -405,6 +415,54 @@ impl Target<'_> {
         }
     }
 
+    async fn read_turn(&self) -> Option<Conversation> {
+        match self.host.ephemeral().get(&turn_key(self.channel_id)).await {
+            Ok(Some(b)) => serde_json::from_slice(&b).ok(),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(connector_channel_id = self.channel_id, error = %e, "feishu turn unreadable; the latest conversation is used");
+                None
+            }
+        }
+    }
+
+    /// The target of the open turn; starts one with the latest conversation when none is.
+    async fn turn(&self) -> Result<Option<Conversation>, ProviderError> {
+        if let Some(c) = self.read_turn().await {
+            return Ok(Some(c));
+        }
+        let Some(conv) = self.conversation().await? else {
+            return Ok(None);
+        };
+        let key = turn_key(self.channel_id);
+        let bytes = serde_json::to_vec(&conv).unwrap_or_default();
+        match self
+            .host
+            .ephemeral()
+            .put_if_absent(&key, bytes, self.rt.cfg.turn_ttl)
+            .await
+        {
+            Ok(true) => Ok(Some(conv)),
+            // Another pod started the turn a moment ago: its target wins.
+            Ok(false) => Ok(Some(self.read_turn().await.unwrap_or(conv))),
+            Err(e) => {
+                tracing::warn!(connector_channel_id = self.channel_id, error = %e, "feishu turn not recorded");
+                Ok(Some(conv))
+            }
+        }
+    }
+
+    async fn end_turn(&self) {
+        if let Err(e) = self
+            .host
+            .ephemeral()
+            .delete(&turn_key(self.channel_id))
+            .await
+        {
+            tracing::warn!(connector_channel_id = self.channel_id, error = %e, "feishu turn not ended; it expires");
+        }
+    }
+
     async fn default_chat(&self) -> Result<Dest, ProviderError> {
         match self.host.kv_get(&default_chat_key(self.channel_id)).await {
             Ok(Some(chat)) if !chat.is_empty() => Ok(Dest::Chat(chat)),
@@ -418,6 +476,10 @@ impl Target<'_> {
             )),
         }
     }
+}
+
+fn turn_key(channel_id: &str) -> String {
+    format!("fs:turn:{channel_id}")
 }
 
 fn dest_of(conv: &Conversation) -> Dest {
@@ -550,6 +612,9 @@ struct Stream {
     edits: u32,
     /// When the message was last created or edited, ms.
     at: i64,
+    /// Where the message is shown (and the rest of it goes).
+    #[serde(default)]
+    dest: Option<Conversation>,
 }
 
 fn stream_key(channel_id: &str, message_id: &str) -> String {
@@ -586,10 +651,14 @@ pub(crate) async fn delta(
     let interval = rt.cfg.edit_interval.as_millis() as i64;
     match read_stream(t.host, &key).await {
         None => {
-            let Some(conv) = t.conversation().await? else {
+            let Some(conv) = t.turn().await? else {
                 return Ok(());
             };
-            let claim = serde_json::to_vec(&Stream::default()).unwrap_or_default();
+            let claim = serde_json::to_vec(&Stream {
+                dest: Some(conv.clone()),
+                ..Stream::default()
+            })
+            .unwrap_or_default();
             if !eph
                 .put_if_absent(&key, claim, STREAM_TTL)
                 .await
@@ -608,6 +677,7 @@ pub(crate) async fn delta(
                         shown: hash,
                         edits: 0,
                         at: now_ms(),
+                        dest: Some(conv),
                     };
                     let _ = eph
                         .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
@@ -626,6 +696,7 @@ pub(crate) async fn delta(
             shown: prev,
             edits,
             at,
+            dest,
         }) => {
             // Deltas of one message come one after another, so the state read is current.
             if prev == hash || edits >= rt.cfg.max_stream_edits || now_ms() - at < interval {
@@ -638,6 +709,7 @@ pub(crate) async fn delta(
                         shown: hash,
                         edits: edits + 1,
                         at: now_ms(),
+                        dest,
                     };
                     let _ = eph
                         .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
@@ -651,18 +723,27 @@ pub(crate) async fn delta(
     }
 }
 
-/// Delivers xAgent's final message to the chat of the latest inbound message (a reply in
-/// groups and topics). When deltas showed it, the first part edits that message in place.
+/// `thinking` and `tool` start the turn (fixing its target) when none is open; `idle` ends it:
+/// the agent is not answering anything any more.
+pub(crate) async fn activity(
+    rt: &Runtime,
+    binding: &Binding,
+    status: ActivityStatus,
+) -> Result<(), ProviderError> {
+    let t = Target::new(rt, binding, Duration::from_secs(3)).await?;
+    match status {
+        ActivityStatus::Thinking | ActivityStatus::Tool => t.turn().await.map(|_| ()),
+        ActivityStatus::Idle => {
+            t.end_turn().await;
+            Ok(())
+        }
+    }
+}
+
+/// Delivers xAgent's final message to the target of its turn (a reply in groups and topics),
+/// then ends the turn. When deltas showed it, the first part edits that message in place.
 pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
     let t = Target::new(rt, msg.binding, rt.cfg.send_budget).await?;
-    let Some(conv) = t.conversation().await? else {
-        return Err(ProviderError::new(
-            ProviderErrorKind::Rejected,
-            ErrorCode::TargetDeliveryFailed.as_str(),
-            "no Feishu conversation yet: nobody has written to the bot",
-        ));
-    };
-    let dest = dest_of(&conv);
     let skey = stream_key(t.channel_id, msg.message_id);
     let mut stream = read_stream(t.host, &skey).await;
     let until = Instant::now() + Duration::from_secs(3);
@@ -670,18 +751,55 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
         tokio::time::sleep(Duration::from_millis(50)).await;
         stream = read_stream(t.host, &skey).await;
     }
+    // The streamed message's own target, else the open turn's, else (a turn that is only
+    // this final) the latest conversation: nothing to record, the turn ends here.
+    let conv = match stream.as_ref().and_then(|s| s.dest.clone()) {
+        Some(c) => Some(c),
+        None => match t.read_turn().await {
+            Some(c) => Some(c),
+            None => t.conversation().await?,
+        },
+    };
+    let Some(conv) = conv else {
+        return Err(ProviderError::new(
+            ProviderErrorKind::Rejected,
+            ErrorCode::TargetDeliveryFailed.as_str(),
+            "no Feishu conversation yet: nobody has written to the bot",
+        ));
+    };
     if let Some(s) = &stream {
         // The settling edit keeps the edit rate too.
         let wait = (s.at + rt.cfg.edit_interval.as_millis() as i64 - now_ms()).max(0) as u64;
         tokio::time::sleep(Duration::from_millis(wait)).await;
     }
     let streamed = stream.and_then(|s| s.id);
+    match send_final(&t, &msg, &dest_of(&conv), streamed.as_deref()).await {
+        Ok(()) => {
+            let _ = t.host.ephemeral().delete(&skey).await;
+            t.end_turn().await;
+            Ok(())
+        }
+        // xAgent sends the same message again: it keeps its target.
+        Err(e) if e.retryable() => Err(e),
+        Err(e) => {
+            t.end_turn().await;
+            Err(e)
+        }
+    }
+}
+
+async fn send_final(
+    t: &Target<'_>,
+    msg: &OutboundMessage<'_>,
+    dest: &Dest,
+    streamed: Option<&str>,
+) -> Result<(), ProviderError> {
     let key = format!("msg:{}:{}", t.channel_id, msg.message_id);
     for (i, part) in split_text(msg.text.unwrap_or_default(), MAX_TEXT_CHARS)
         .iter()
         .enumerate()
     {
-        match (i, &streamed) {
+        match (i, streamed) {
             (0, Some(id)) => match t.edit(id, part).await {
                 Ok(()) => {}
                 // Cannot be edited any more (limit reached, recalled): sent anew, once.
@@ -690,7 +808,7 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
                         && !e.is_token_invalid() =>
                 {
                     t.send(
-                        &dest,
+                        dest,
                         "text",
                         &json!({"text": part}),
                         &uuid_for(&key, "final"),
@@ -701,7 +819,7 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
             },
             _ => {
                 t.send(
-                    &dest,
+                    dest,
                     "text",
                     &json!({"text": part}),
                     &uuid_for(&key, &format!("text:{i}")),
@@ -711,9 +829,8 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
         }
     }
     for f in msg.files {
-        t.send_file(&dest, &f.record.file_ref, None, &key).await?;
+        t.send_file(dest, &f.record.file_ref, None, &key).await?;
     }
-    let _ = t.host.ephemeral().delete(&skey).await;
     Ok(())
 }
 

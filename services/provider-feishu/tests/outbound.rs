@@ -10,6 +10,10 @@ use serde_json::json;
 use switchyard_core::provider::{AuthStep, ProviderErrorKind};
 use switchyard_fake_feishu::{Chat, Failure, FakeFeishu, Pushed};
 use switchyard_protocol::ConnectionStatus;
+use switchyard_protocol::im::ActivityStatus;
+
+/// The provider's text limit per message.
+const MAX_PART: usize = 8000;
 
 fn p2p() -> Chat {
     Chat::P2p {
@@ -356,4 +360,152 @@ async fn sending_before_anyone_wrote_is_refused_clearly() {
         .await
         .unwrap_err();
     assert_eq!(err.kind, ProviderErrorKind::InvalidInput);
+}
+
+fn group() -> Chat {
+    Chat::Group {
+        chat_id: GROUP.into(),
+    }
+}
+
+/// Issue 11: one app hears two chats; chat B writes while the agent is still answering chat
+/// A. Every send and edit of A's answer stays in A (whichever pod handles the packet), and
+/// the next answer goes to B, as a reply to B's message.
+#[tokio::test]
+async fn an_answer_stays_in_its_chat_when_another_chat_writes_meanwhile() {
+    let fs = fake().await;
+    let (cluster, pod, a) = after_inbound(&fs, &p2p()).await;
+    let other = Pod::start(cluster.clone(), "b", config(&fs.base_url()), false).await;
+    cluster.add_upload("ch_1", "file_pdf", "spec.pdf", "application/pdf", b"%PDF");
+    pod.activity("ch_1", ActivityStatus::Thinking)
+        .await
+        .unwrap();
+    pod.delta("ch_1", "msg_a", "Looking").await.unwrap();
+    let b = fs.push_text(APP, &group(), "@bot and me?");
+    inbound_n(&cluster, 2).await;
+    // The rest of A's answer, on the other pod: an edit, then a final of two parts and a file.
+    other.activity("ch_1", ActivityStatus::Tool).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    other.delta("ch_1", "msg_a", "Looking it up").await.unwrap();
+    let long = format!(
+        "{}\n{}",
+        "a".repeat(MAX_PART - 10),
+        "the rest of A's answer"
+    );
+    other
+        .deliver("ch_1", "msg_a", Some(&long), &["file_pdf"])
+        .await
+        .unwrap();
+    let all = fs.all_sent();
+    let chats: Vec<&str> = all.iter().map(|m| m.chat_id.as_str()).collect();
+    assert_eq!(
+        chats,
+        [a.chat_id.as_str(); 3],
+        "streamed part, second part and file of A's answer all in A's direct chat"
+    );
+    assert!(all.iter().all(|m| m.reply_to.is_none()));
+    assert_eq!(
+        all[0].edits.len(),
+        2,
+        "the streamed message was edited in A"
+    );
+    assert_eq!(all[1].text(), Some("the rest of A's answer"));
+    assert_eq!(all[2].msg_type, "file");
+    assert!(fs.sent_messages(GROUP).is_empty());
+
+    // The next turn answers B, in its group, as a reply to the message that started it.
+    other
+        .activity("ch_1", ActivityStatus::Thinking)
+        .await
+        .unwrap();
+    pod.delta("ch_1", "msg_b", "For").await.unwrap();
+    other
+        .deliver("ch_1", "msg_b", Some("For B."), &[])
+        .await
+        .unwrap();
+    let in_group = fs.sent_messages(GROUP);
+    assert_eq!(in_group.len(), 1, "{in_group:?}");
+    assert_eq!(in_group[0].text(), Some("For B."));
+    assert_eq!(in_group[0].reply_to.as_deref(), Some(b.message_id.as_str()));
+    assert_eq!(fs.sent_messages(&a.chat_id).len(), 3);
+}
+
+/// A turn that only showed activity keeps its chat for its first delta and for a final that
+/// was never streamed.
+#[tokio::test]
+async fn the_target_is_fixed_at_the_first_activity() {
+    let fs = fake().await;
+    let (cluster, pod, a) = after_inbound(&fs, &p2p()).await;
+    pod.activity("ch_1", ActivityStatus::Thinking)
+        .await
+        .unwrap();
+    let b = fs.push_text(APP, &group(), "@bot me too");
+    inbound_n(&cluster, 2).await;
+    pod.delta("ch_1", "msg_a1", "First").await.unwrap();
+    pod.deliver("ch_1", "msg_a1", Some("First answer."), &[])
+        .await
+        .unwrap();
+    // A second turn for A that started before B wrote, without deltas.
+    let a2 = fs.push_text(APP, &p2p(), "again");
+    inbound_n(&cluster, 3).await;
+    pod.activity("ch_1", ActivityStatus::Thinking)
+        .await
+        .unwrap();
+    let b2 = fs.push_text(APP, &group(), "@bot still here");
+    inbound_n(&cluster, 4).await;
+    pod.deliver("ch_1", "msg_a2", Some("Second answer."), &[])
+        .await
+        .unwrap();
+    let in_a: Vec<_> = fs
+        .sent_messages(&a.chat_id)
+        .iter()
+        .map(|m| m.text().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(in_a, ["First answer.", "Second answer."]);
+    assert_eq!(a2.chat_id, a.chat_id);
+    assert!(fs.sent_messages(GROUP).is_empty());
+    // No stream, no activity: a final alone goes to the latest conversation.
+    pod.deliver("ch_1", "msg_b", Some("Hello group."), &[])
+        .await
+        .unwrap();
+    let in_group = fs.sent_messages(GROUP);
+    assert_eq!(in_group.len(), 1);
+    assert_eq!(
+        in_group[0].reply_to.as_deref(),
+        Some(b2.message_id.as_str())
+    );
+    assert_ne!(b.message_id, b2.message_id);
+}
+
+/// `idle` ends a turn that never got its final, and `turn_ttl` bounds one nobody ends.
+#[tokio::test]
+async fn an_abandoned_turn_does_not_pin_its_chat() {
+    let fs = fake().await;
+    let (cluster, _pod, a) = after_inbound(&fs, &p2p()).await;
+    let mut cfg = config(&fs.base_url());
+    cfg.turn_ttl = Duration::from_millis(300);
+    let pod = Pod::start(cluster.clone(), "b", cfg, false).await;
+    pod.activity("ch_1", ActivityStatus::Thinking)
+        .await
+        .unwrap();
+    fs.push_text(APP, &group(), "@bot one");
+    inbound_n(&cluster, 2).await;
+    pod.activity("ch_1", ActivityStatus::Idle).await.unwrap();
+    pod.deliver("ch_1", "msg_1", Some("to the group"), &[])
+        .await
+        .unwrap();
+    assert_eq!(fs.sent_messages(GROUP).len(), 1);
+    fs.push_text(APP, &p2p(), "me again");
+    inbound_n(&cluster, 3).await;
+    pod.activity("ch_1", ActivityStatus::Thinking)
+        .await
+        .unwrap();
+    fs.push_text(APP, &group(), "@bot two");
+    inbound_n(&cluster, 4).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    pod.deliver("ch_1", "msg_2", Some("the turn expired"), &[])
+        .await
+        .unwrap();
+    assert_eq!(fs.sent_messages(GROUP).len(), 2);
+    assert!(fs.sent_messages(&a.chat_id).is_empty());
 }

@@ -586,6 +586,15 @@ impl Pod {
             .await
     }
 
+    pub async fn activity(
+        &self,
+        channel_id: &str,
+        status: switchyard_protocol::im::ActivityStatus,
+    ) -> Result<(), switchyard_core::provider::ProviderError> {
+        let binding = self.host.cluster.binding(channel_id);
+        self.provider.activity(&binding, status).await
+    }
+
     pub async fn delta(
         &self,
         channel_id: &str,
