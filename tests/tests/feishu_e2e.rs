@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use switchyard_e2e::*;
-use switchyard_fake_feishu::{Chat, FakeFeishu};
+use switchyard_fake_feishu::{Brand, Chat, FakeFeishu};
 use switchyard_xagent_sim::{ActivityStatus, Deliveries};
 
 const CARD: &str = "im.feishu";
 const FLOW: &str = "feishu_app_binding";
+const QR_FLOW: &str = "feishu_qr_create_app";
 const APP: &str = "cli_e2e0a1b2c3d4e5f6";
 const SECRET: &str = "E2eAppSecretValue-0123456789abcdef";
 const VTOKEN: &str = "E2eVerificationToken987";
@@ -21,7 +22,9 @@ fn opts(fs: &FakeFeishu) -> PodOptions {
     let base = fs.base_url();
     PodOptions::default().with(move |c| {
         c.feishu.api_base = base.clone();
-        c.feishu.lark_api_base = base;
+        c.feishu.lark_api_base = base.clone();
+        c.feishu.accounts_base = base.clone();
+        c.feishu.lark_accounts_base = base;
         c.feishu.lease_ttl = switchyard::config::Dur(Duration::from_secs(3));
     })
 }
@@ -51,6 +54,14 @@ async fn bind(conn: &Conn, ch: &str, fields: Value) -> Envelope {
         .expect("auth.start")
         .expect_kind("auth.start.ack")
         .expect("auth.start.ack")
+}
+
+async fn status(conn: &Conn, ch: &str, session: &str) -> Envelope {
+    conn.auth_status(ch, session, false)
+        .await
+        .expect("auth.status")
+        .expect_kind("auth.status.ack")
+        .expect("auth.status.ack")
 }
 
 fn p2p() -> Chat {
@@ -203,6 +214,67 @@ async fn feishu_long_connection_bind_inbound_outbound_and_no_secret_anywhere() {
     for t in &tokens {
         assert_not_logged(t);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feishu_qr_creates_an_app_that_then_receives_messages() {
+    let fs = FakeFeishu::start().await;
+    fs.set_registration_timing(1, 600);
+    let pod = Pod::start(opts(&fs)).await;
+    let sim = feishu_sim(&pod);
+    let card = sim.card().await.expect("card");
+    let flows = card["auth_flows"].as_array().expect("auth_flows");
+    assert!(
+        flows
+            .iter()
+            .any(|f| f["id"] == QR_FLOW && f["type"] == "qr_login"),
+        "{flows:?}"
+    );
+    let (conn, _) = hello_feishu(&sim, None).await;
+    let (ch, _) = open(&conn, None).await;
+    let start = conn
+        .auth_start(&ch, QR_FLOW, json!({}))
+        .await
+        .expect("auth.start")
+        .expect_kind("auth.start.ack")
+        .expect("auth.start.ack");
+    assert_eq!(start.str_at("/status"), Some("pending"), "{start:?}");
+    let session = start
+        .str_at("/auth_session_id")
+        .expect("session")
+        .to_owned();
+    let qr = eventually(WAIT, "QR code", || async {
+        status(&conn, &ch, &session)
+            .await
+            .str_at("/qr_code_text")
+            .map(str::to_owned)
+    })
+    .await;
+    let reg = fs.registrations()[0].clone();
+    assert_eq!(qr, reg.verification_uri_complete);
+    let (app_id, secret) = fs
+        .approve_registration(&reg.device_code, Brand::Feishu)
+        .expect("app created");
+    let ack = eventually(WAIT, "authenticated", || async {
+        let s = status(&conn, &ch, &session).await;
+        (s.str_at("/status") == Some("authenticated")).then_some(s)
+    })
+    .await;
+    let text = format!("{ack:?}");
+    assert!(!text.contains(&secret) && !text.contains(&reg.device_code));
+    let d = ack.at("/connection_descriptor").expect("descriptor");
+    assert_eq!(d["target"]["display_name"], "xAgent Assistant");
+    eventually(WAIT, "long connection", || async {
+        (fs.connections(&app_id) == 1).then_some(())
+    })
+    .await;
+    let pushed = fs.push_text(&app_id, &p2p(), "hello from a QR app");
+    let msg = conn
+        .next_push_of("chat.message", WAIT)
+        .await
+        .expect("inbound chat.message");
+    assert_eq!(msg.str_at("/message_id"), Some(pushed.message_id.as_str()));
+    assert!(!format!("{msg:?}").contains(&secret));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -263,6 +263,8 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>) -> Vec<Arc<dyn Provider>> {
         &cfg.feishu.api_base,
         &cfg.feishu.lark_api_base,
     );
+    fs.accounts_base = cfg.feishu.accounts_base.clone();
+    fs.lark_accounts_base = cfg.feishu.lark_accounts_base.clone();
     fs.lease_ttl = cfg.feishu.lease_ttl.0;
     fs.max_event_bytes = cfg.ingress.max_json_bytes as usize;
     fs.http_body_timeout = cfg.ingress.body_timeout.0;

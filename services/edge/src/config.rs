@@ -557,6 +557,11 @@ pub struct FeishuConfig {
     pub api_base: String,
     /// The same for Lark (international) apps.
     pub lark_api_base: String,
+    /// Feishu accounts host, for the one-click app registration of the QR flow
+    /// (`{base}/oauth/v1/app/registration`).
+    pub accounts_base: String,
+    /// The same for Lark tenants.
+    pub lark_accounts_base: String,
     /// Lifetime of an app's long-connection lease: how soon another pod takes over after
     /// the holder dies.
     pub lease_ttl: Dur,
@@ -567,6 +572,8 @@ impl Default for FeishuConfig {
         Self {
             api_base: "https://open.feishu.cn".into(),
             lark_api_base: "https://open.larksuite.com".into(),
+            accounts_base: "https://accounts.feishu.cn".into(),
+            lark_accounts_base: "https://accounts.larksuite.com".into(),
             lease_ttl: Dur(Duration::from_secs(30)),
         }
     }
@@ -853,6 +860,8 @@ impl Config {
         for (name, v) in [
             ("wechat.api_base", &self.wechat.api_base),
             ("wechat.cdn_base", &self.wechat.cdn_base),
+            ("feishu.accounts_base", &self.feishu.accounts_base),
+            ("feishu.lark_accounts_base", &self.feishu.lark_accounts_base),
         ] {
             if !url::Url::parse(v).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
                 return Err(ConfigError::Invalid(format!(

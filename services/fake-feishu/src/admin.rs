@@ -9,7 +9,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::{Chat, Shared};
+use crate::{Brand, Chat, RegistrationState, Shared, now_ms};
 
 #[derive(Deserialize)]
 struct NewApp {
@@ -40,6 +40,11 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/_fake/expire_tokens", post(expire))
         .route("/_fake/sent", get(sent))
         .route("/_fake/log", get(log))
+        .route("/_fake/registrations", get(registrations))
+        .route(
+            "/_fake/registrations/{device_code}/{what}",
+            post(registration_knob),
+        )
         .with_state(shared)
 }
 
@@ -99,4 +104,45 @@ async fn sent(State(s): State<Arc<Shared>>) -> Json<Value> {
 
 async fn log(State(s): State<Arc<Shared>>) -> Json<Value> {
     Json(json!(s.lock().log))
+}
+
+async fn registrations(State(s): State<Arc<Shared>>) -> Json<Value> {
+    let all: Vec<Value> = s
+        .lock()
+        .registrations
+        .iter()
+        .map(|r| {
+            json!({
+                "device_code": r.device_code,
+                "verification_uri_complete": r.verification_uri_complete,
+                "state": format!("{:?}", r.state).split(' ').next().unwrap_or_default().to_ascii_lowercase(),
+                "interval": r.interval_secs,
+                "polls": r.polls.len(),
+            })
+        })
+        .collect();
+    Json(json!(all))
+}
+
+/// `approve` (`?brand=lark` for a Lark user), `deny`, `expire`, `slow_down`.
+async fn registration_knob(
+    State(s): State<Arc<Shared>>,
+    Path((device_code, what)): Path<(String, String)>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Json<Value> {
+    match what.as_str() {
+        "approve" => {
+            let brand = match q.get("brand").map(String::as_str) {
+                Some("lark") => Brand::Lark,
+                _ => Brand::Feishu,
+            };
+            let created = s.approve_registration(&device_code, brand);
+            return Json(json!({ "ok": true, "app_id": created.map(|(id, _)| id) }));
+        }
+        "deny" => s.set_registration(&device_code, |r| r.state = RegistrationState::Denied),
+        "expire" => s.set_registration(&device_code, |r| r.expires_at_ms = now_ms()),
+        "slow_down" => s.set_registration(&device_code, |r| r.force_slow_down += 1),
+        _ => return Json(json!({ "ok": false, "error": "unknown knob" })),
+    }
+    Json(json!({ "ok": true }))
 }

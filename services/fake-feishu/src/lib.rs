@@ -17,6 +17,8 @@
 //!   frames split into `sum` fragments, and the client's response frame as the ack) or, once
 //!   subscribed, by HTTP POST (plain or `{"encrypt": ...}`, `X-Lark-Signature`), until acked
 //!   (code 200 on the connection, HTTP 200 over HTTP). Unacked events are sent again.
+//! - `POST /oauth/v1/app/registration` (the accounts host's one-click app registration:
+//!   `init`, `begin`, `poll` with OAuth-style errors; `registration.rs`).
 //! - Knobs inject failures, drop connections, expire tokens, disable apps; everything sent
 //!   is recorded. `/_fake/...` exposes the main knobs over HTTP.
 
@@ -25,6 +27,9 @@ mod api;
 pub mod crypto;
 mod events;
 pub mod frame;
+mod registration;
+
+pub use crate::registration::{Brand, Registration, RegistrationState};
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -189,6 +194,13 @@ pub(crate) struct Inner {
     pub ping_interval_secs: u64,
     pub ack_timeout_ms: i64,
     pub p2p_chats: HashMap<(String, String), String>,
+    /// One-click app registrations (`/oauth/v1/app/registration`), oldest first.
+    pub registrations: Vec<Registration>,
+    pub registration_inits: u64,
+    pub registration_interval_secs: u64,
+    pub registration_expire_in_secs: u64,
+    /// The brand whose accounts host this fake is.
+    pub registration_brand: Brand,
 }
 
 pub(crate) struct Shared {
@@ -269,6 +281,11 @@ impl FakeFeishu {
                 ping_interval_secs: 120,
                 ack_timeout_ms: 5000,
                 p2p_chats: HashMap::new(),
+                registrations: Vec::new(),
+                registration_inits: 0,
+                registration_interval_secs: 5,
+                registration_expire_in_secs: 600,
+                registration_brand: Brand::Feishu,
             }),
             base_url: format!("http://{addr}"),
             http: reqwest::Client::builder()
@@ -281,6 +298,7 @@ impl FakeFeishu {
         });
         let router = api::router(shared.clone())
             .merge(events::router(shared.clone()))
+            .merge(registration::router(shared.clone()))
             .merge(admin::router(shared.clone()));
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
@@ -412,6 +430,60 @@ impl FakeFeishu {
             *n += 1;
             *apps = vec![app_id.to_owned()];
         });
+    }
+
+    // ---- one-click app registration ----------------------------------------------------
+
+    /// Makes this fake the accounts host of `brand` (default Feishu).
+    pub fn set_accounts_brand(&self, brand: Brand) {
+        self.shared.lock().registration_brand = brand;
+    }
+
+    /// `interval` and `expire_in` (seconds) of new registrations (default 5 and 600).
+    pub fn set_registration_timing(&self, interval_secs: u64, expire_in_secs: u64) {
+        let mut g = self.shared.lock();
+        g.registration_interval_secs = interval_secs;
+        g.registration_expire_in_secs = expire_in_secs;
+    }
+
+    /// Every registration begun here (or approved here after it began elsewhere).
+    pub fn registrations(&self) -> Vec<Registration> {
+        self.shared.lock().registrations.clone()
+    }
+
+    /// `action=init` calls so far.
+    pub fn registration_inits(&self) -> u64 {
+        self.shared.lock().registration_inits
+    }
+
+    /// The user scanned and approved with a tenant of `brand`. On this brand's host the app
+    /// is created (with its bot) and its `(app_id, app_secret)` returned; on the other
+    /// brand's host the polls name the brand and the client must poll there, where the same
+    /// call (with a registration begun elsewhere) creates the app.
+    pub fn approve_registration(
+        &self,
+        device_code: &str,
+        brand: Brand,
+    ) -> Option<(String, String)> {
+        self.shared.approve_registration(device_code, brand)
+    }
+
+    /// The user refused on the phone: polls answer `access_denied`.
+    pub fn deny_registration(&self, device_code: &str) {
+        self.shared
+            .set_registration(device_code, |r| r.state = RegistrationState::Denied);
+    }
+
+    /// The device code's lifetime ends now: polls answer `expired_token`.
+    pub fn expire_registration(&self, device_code: &str) {
+        self.shared
+            .set_registration(device_code, |r| r.expires_at_ms = now_ms());
+    }
+
+    /// The next `n` polls answer `slow_down` (each adds 5 s to the interval).
+    pub fn slow_down_registration(&self, device_code: &str, n: u32) {
+        self.shared
+            .set_registration(device_code, |r| r.force_slow_down += n);
     }
 
     // ---- events -------------------------------------------------------------------------

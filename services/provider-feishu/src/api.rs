@@ -152,7 +152,7 @@ impl ApiError {
     }
 }
 
-fn net_kind(e: &reqwest::Error) -> NetKind {
+pub(crate) fn net_kind(e: &reqwest::Error) -> NetKind {
     if e.is_timeout() {
         NetKind::Timeout
     } else if e.is_connect() {
@@ -164,7 +164,7 @@ fn net_kind(e: &reqwest::Error) -> NetKind {
     }
 }
 
-fn bounded(msg: &str, secrets: &[&str]) -> String {
+pub(crate) fn bounded(msg: &str, secrets: &[&str]) -> String {
     let mut m = msg.to_owned();
     for s in secrets.iter().filter(|s| !s.is_empty()) {
         m = m.replace(s, "***");
@@ -244,6 +244,11 @@ impl Api {
             local: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The HTTP client (shared with the accounts host's registration calls).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.client
     }
 
     pub fn base(&self, domain: Domain) -> &str {

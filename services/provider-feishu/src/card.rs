@@ -14,6 +14,7 @@ use crate::creds::{
 
 pub const CARD_ID: &str = "im.feishu";
 pub const FLOW_APP_BINDING: &str = "feishu_app_binding";
+pub const FLOW_QR_CREATE_APP: &str = "feishu_qr_create_app";
 pub const TOOL_SEND: &str = "feishu_message_send";
 pub const TOOL_SEND_IMAGE: &str = "feishu_message_send_image";
 pub const TOOL_REPLY: &str = "feishu_message_reply";
@@ -95,7 +96,8 @@ pub(crate) fn build(build: BuildInfo, api_key_required: bool) -> Card {
                 json!({"type": "object", "required": ["file_ref"], "properties": {"file_ref": {"type": "string", "description": FILE_REF_DOC}, "reply_ref": {"type": "string", "description": REPLY_REF_DOC}, "text": caption}}),
             ),
         ],
-        auth_flows: vec![AuthFlow {
+        auth_flows: vec![
+            AuthFlow {
             id: FLOW_APP_BINDING.into(),
             target_type: "im".into(),
             flow_type: AuthFlowType::Form,
@@ -124,7 +126,19 @@ pub(crate) fn build(build: BuildInfo, api_key_required: bool) -> Card {
                     ..AuthField::secret(FIELD_ENCRYPT_KEY, "Encrypt Key", "Only for HTTP event subscription: the encrypt key, if one is set.")
                 },
             ],
-        }],
+        },
+            AuthFlow {
+                id: FLOW_QR_CREATE_APP.into(),
+                target_type: "im".into(),
+                flow_type: AuthFlowType::QrLogin,
+                title: "飞书扫码创建应用 / Create a Feishu App by QR".into(),
+                description: Some(
+                    "Scan the QR code with Feishu (or Lark) and confirm: Feishu creates a new app with a bot in your organisation, and the connector keeps its credentials and receives its events over the long connection. Poll auth.status until the app is connected."
+                        .into(),
+                ),
+                fields: vec![],
+            },
+        ],
         ui: Some(json!({
             "login_flow": {
                 "flow_id": FLOW_APP_BINDING,
@@ -223,6 +237,9 @@ mod tests {
             );
             assert_eq!(t.related_skill_ids, vec!["connector-im-feishu".to_owned()]);
         }
+        let qr = c.flow(FLOW_QR_CREATE_APP).unwrap();
+        assert_eq!(qr.flow_type, AuthFlowType::QrLogin);
+        assert!(qr.fields.is_empty());
         let f = c.flow(FLOW_APP_BINDING).unwrap();
         let secret: Vec<&str> = f
             .fields

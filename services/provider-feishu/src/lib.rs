@@ -3,7 +3,10 @@
 //! - Binding: a `form` flow `feishu_app_binding` (`app_id`, `app_secret`, `domain`, optional
 //!   `verification_token` and `encrypt_key`), checked by getting a tenant token and the bot's
 //!   info; the binding key (a hash of domain and app id) lets the core refuse the same app
-//!   twice in a tenant.
+//!   twice in a tenant. Or the `qr_login` flow `feishu_qr_create_app`: the user scans a QR
+//!   code and Feishu creates a new app (one-click registration on the accounts host), which
+//!   is then checked and bound the same way; its state is the auth session's, so any pod
+//!   answers `auth.status`.
 //! - Ingress: the long connection by default, exactly one per app across the cluster, held
 //!   by a renewable store lease; an event is acked only after it is stored. Bindings with a
 //!   verification token or encrypt key receive HTTP events at `/feishu/events/{channel}`
@@ -18,6 +21,7 @@
 //! live only in the encrypted binding, [`switchyard_core::crypto::Secret`] and request
 //! bodies or headers, which are never logged.
 
+mod accounts;
 mod api;
 mod apps;
 mod card;
@@ -27,6 +31,7 @@ mod events;
 mod frame;
 mod inbound;
 mod outbound;
+mod qr;
 mod telemetry;
 mod ws;
 
@@ -39,8 +44,8 @@ use serde_json::{Value, json};
 use switchyard_core::ProviderHost;
 use switchyard_core::crypto::sha256_hex;
 use switchyard_core::provider::{
-    AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,
-    ToolCall,
+    AuthPoll, AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError,
+    ProviderErrorKind, ToolCall,
 };
 use switchyard_protocol::im::ActivityStatus;
 use switchyard_protocol::{BuildInfo, Card, ConnectionStatus, ErrorCode};
@@ -49,8 +54,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::apps::App;
 pub use crate::card::{
-    CARD_ID, FLOW_APP_BINDING, TOOL_REPLY, TOOL_REPLY_IMAGE, TOOL_SEND, TOOL_SEND_FILE,
-    TOOL_SEND_IMAGE,
+    CARD_ID, FLOW_APP_BINDING, FLOW_QR_CREATE_APP, TOOL_REPLY, TOOL_REPLY_IMAGE, TOOL_SEND,
+    TOOL_SEND_FILE, TOOL_SEND_IMAGE,
 };
 use crate::creds::{
     Credentials, Domain, FIELD_APP_ID, FIELD_APP_SECRET, FIELD_DOMAIN, FIELD_ENCRYPT_KEY,
@@ -67,6 +72,11 @@ pub struct FeishuConfig {
     pub api_base: String,
     /// The same for Lark apps.
     pub lark_api_base: String,
+    /// Feishu accounts host: the one-click app registration of `feishu_qr_create_app`
+    /// (`{base}/oauth/v1/app/registration`).
+    pub accounts_base: String,
+    /// The same for Lark tenants (the registration moves there when the user is on Lark).
+    pub lark_accounts_base: String,
     pub api_key_required: bool,
     /// Lifetime of an app's long-connection lease; renewed every third of it.
     pub lease_ttl: Duration,
@@ -109,6 +119,8 @@ impl FeishuConfig {
             build,
             api_base: api_base.to_owned(),
             lark_api_base: lark_api_base.to_owned(),
+            accounts_base: "https://accounts.feishu.cn".into(),
+            lark_accounts_base: "https://accounts.larksuite.com".into(),
             api_key_required: true,
             lease_ttl: Duration::from_secs(30),
             lease_retry: Duration::from_secs(5),
@@ -136,6 +148,7 @@ impl FeishuConfig {
 pub(crate) struct Runtime {
     pub cfg: FeishuConfig,
     pub api: api::Api,
+    pub accounts: accounts::Accounts,
     pub registry: apps::Registry,
     pub host: OnceLock<Arc<dyn ProviderHost>>,
     pub kick: Notify,
@@ -311,12 +324,18 @@ impl FeishuProvider {
             cfg.request_timeout,
             cfg.token_refresh_margin,
         );
+        let accounts = accounts::Accounts::new(
+            &cfg.accounts_base,
+            &cfg.lark_accounts_base,
+            cfg.request_timeout,
+        );
         Self {
             card,
             skill: card::skill(),
             rt: Arc::new(Runtime {
                 cfg,
                 api,
+                accounts,
                 registry: apps::Registry::default(),
                 host: OnceLock::new(),
                 kick: Notify::new(),
@@ -400,6 +419,10 @@ impl Provider for FeishuProvider {
     }
 
     async fn auth_start(&self, req: AuthRequest<'_>) -> Result<AuthStep, ProviderError> {
+        if req.flow.id == FLOW_QR_CREATE_APP {
+            self.rt.host()?;
+            return Ok(qr::start(&self.rt, req.auth_session_id));
+        }
         if req.flow.id != FLOW_APP_BINDING {
             return Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
@@ -447,6 +470,13 @@ impl Provider for FeishuProvider {
             after_change(self.rt.clone(), host, req.channel_id.to_owned(), true);
         }
         Ok(step)
+    }
+
+    async fn auth_poll(&self, poll: AuthPoll<'_>) -> Result<Option<AuthStep>, ProviderError> {
+        if poll.flow.id != FLOW_QR_CREATE_APP {
+            return Ok(None);
+        }
+        qr::poll(&self.rt, &poll).await
     }
 
     async fn invoke_tool(&self, call: ToolCall<'_>) -> Result<Value, ProviderError> {

@@ -14,11 +14,11 @@ use switchyard_core::ids::now_ms;
 use switchyard_core::model::AuthStatus;
 use switchyard_core::provider::{AuthPoll, AuthStep, ProviderError};
 use switchyard_protocol::ErrorCode;
+use switchyard_qr::qr_data_url;
 
 use crate::Runtime;
 use crate::creds::{Credentials, binding_key};
 use crate::ilink::accepted_base;
-use crate::media::qr_data_url;
 
 const SESSION_TTL_MS: i64 = 5 * 60 * 1000;
 /// A background fetch not finished after this is taken over by whoever polls.

@@ -15,8 +15,8 @@ use switchyard_core::files::{ByteStream, bytes_stream, collect};
 use switchyard_core::ids::now_ms;
 use switchyard_core::model::{AuthStatus, FileDirection, FileRecord};
 use switchyard_core::provider::{
-    AuthRequest, AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile,
-    OutboundMessage, ProgressSink, Provider, ToolCall,
+    AuthPoll, AuthRequest, AuthStep, Binding, HostError, InboundMessage, InboundOutcome,
+    OutboundFile, OutboundMessage, ProgressSink, Provider, ToolCall,
 };
 use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderHost};
 use switchyard_fake_feishu::FakeFeishu;
@@ -43,6 +43,8 @@ pub fn build_info() -> BuildInfo {
 /// Fast settings for tests.
 pub fn config(api_base: &str) -> FeishuConfig {
     let mut c = FeishuConfig::new(build_info(), api_base, api_base);
+    c.accounts_base = api_base.to_owned();
+    c.lark_accounts_base = api_base.to_owned();
     c.lease_ttl = Duration::from_millis(1500);
     c.lease_retry = Duration::from_millis(200);
     c.reconnect_backoff = Duration::from_millis(100);
@@ -105,6 +107,21 @@ pub struct StoredFile {
     pub direction: FileDirection,
 }
 
+/// An auth session as the core keeps it (status, provider state, last public view).
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub channel_id: String,
+    pub status: AuthStatus,
+    pub state: Value,
+    pub qr_code_text: Option<String>,
+    pub qr_code_image: Option<String>,
+    pub message: String,
+    pub poll_interval_ms: u64,
+    pub credentials: Option<Value>,
+    pub binding_key: Option<String>,
+    pub failure_code: Option<String>,
+}
+
 struct Lease {
     holder: String,
     generation: i64,
@@ -119,6 +136,8 @@ pub struct Cluster {
     pub files: Mutex<HashMap<String, StoredFile>>,
     pub statuses: Mutex<Vec<(String, ConnectionStatus)>>,
     pub kv: Mutex<HashMap<String, String>>,
+    /// Auth sessions by id.
+    pub sessions: Mutex<HashMap<String, Session>>,
     leases: Mutex<HashMap<String, Lease>>,
     pub eph: Arc<MemoryEphemeral>,
     pub full: AtomicBool,
@@ -206,6 +225,64 @@ impl Cluster {
             .get(name)
             .filter(|l| l.expires_at > now_ms())
             .map(|l| l.holder.clone())
+    }
+
+    /// Applies an auth step to a session as the core does (binding on success).
+    pub fn apply(&self, session_id: &str, step: AuthStep) {
+        let mut bind = None;
+        {
+            let mut sessions = self.sessions.lock().unwrap();
+            let Some(s) = sessions.get_mut(session_id) else {
+                return;
+            };
+            match step {
+                AuthStep::Pending {
+                    status,
+                    qr_code_text,
+                    qr_code_image,
+                    message,
+                    poll_interval_ms,
+                    state,
+                    ..
+                } => {
+                    s.status = status;
+                    s.qr_code_text = qr_code_text;
+                    s.qr_code_image = qr_code_image;
+                    s.message = message;
+                    s.poll_interval_ms = poll_interval_ms;
+                    s.state = state;
+                }
+                AuthStep::Authenticated {
+                    credentials,
+                    binding_key,
+                    ..
+                } => {
+                    s.status = AuthStatus::Authenticated;
+                    s.credentials = Some(credentials.clone());
+                    s.binding_key = binding_key;
+                    s.state = Value::Null;
+                    bind = Some((s.channel_id.clone(), credentials));
+                }
+                AuthStep::Failed { code, message } => {
+                    s.status = AuthStatus::Failed;
+                    s.message = message;
+                    s.failure_code = Some(code);
+                    s.state = Value::Null;
+                }
+            }
+        }
+        if let Some((ch, c)) = bind {
+            self.bind(&ch, c);
+        }
+    }
+
+    pub fn session(&self, id: &str) -> Session {
+        self.sessions
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .expect("session")
     }
 
     pub fn kv(&self, key: &str) -> Option<String> {
@@ -381,12 +458,20 @@ impl ProviderHost for FakeHost {
 
     async fn auth_state(
         &self,
-        _auth_session_id: &str,
+        auth_session_id: &str,
     ) -> Result<Option<(String, AuthStatus, Value)>, BackendError> {
-        Ok(None)
+        Ok(self
+            .cluster
+            .sessions
+            .lock()
+            .unwrap()
+            .get(auth_session_id)
+            .filter(|s| !s.status.is_terminal())
+            .map(|s| (s.channel_id.clone(), s.status, s.state.clone())))
     }
 
-    async fn advance_auth(&self, _auth_session_id: &str, _step: AuthStep) -> Result<(), HostError> {
+    async fn advance_auth(&self, auth_session_id: &str, step: AuthStep) -> Result<(), HostError> {
+        self.cluster.apply(auth_session_id, step);
         Ok(())
     }
 
@@ -535,6 +620,86 @@ impl Pod {
             input: &input,
         };
         self.provider.auth_start(req).await.expect("auth_start")
+    }
+
+    /// `auth.start` of the QR flow as the core runs it: the session exists first, the step
+    /// is applied after.
+    pub async fn qr_start(&self, channel_id: &str, session_id: &str) -> AuthStep {
+        self.host.cluster.sessions.lock().unwrap().insert(
+            session_id.into(),
+            Session {
+                channel_id: channel_id.into(),
+                status: AuthStatus::Pending,
+                state: Value::Null,
+                qr_code_text: None,
+                qr_code_image: None,
+                message: String::new(),
+                poll_interval_ms: 0,
+                credentials: None,
+                binding_key: None,
+                failure_code: None,
+            },
+        );
+        let flow: AuthFlow = self
+            .provider
+            .card()
+            .flow("feishu_qr_create_app")
+            .unwrap()
+            .clone();
+        let input = serde_json::Map::new();
+        let step = self
+            .provider
+            .auth_start(AuthRequest {
+                tenant_id: "ten_1",
+                channel_id,
+                auth_session_id: session_id,
+                flow: &flow,
+                input: &input,
+            })
+            .await
+            .expect("auth_start");
+        self.host.cluster.apply(session_id, step.clone());
+        step
+    }
+
+    /// `auth.status` as the core runs it (terminal sessions are not polled); returns the
+    /// session afterwards.
+    pub async fn qr_status(&self, session_id: &str, refresh: bool) -> Session {
+        let s = self.host.cluster.session(session_id);
+        if s.status.is_terminal() {
+            return s;
+        }
+        let flow: AuthFlow = self
+            .provider
+            .card()
+            .flow("feishu_qr_create_app")
+            .unwrap()
+            .clone();
+        let step = self
+            .provider
+            .auth_poll(AuthPoll {
+                channel_id: &s.channel_id,
+                auth_session_id: session_id,
+                flow: &flow,
+                status: s.status,
+                state: &s.state,
+                refresh,
+            })
+            .await
+            .expect("auth_poll");
+        if let Some(step) = step {
+            self.host.cluster.apply(session_id, step);
+        }
+        self.host.cluster.session(session_id)
+    }
+
+    /// Waits until the session shows its QR code; returns the session.
+    pub async fn qr_shown(&self, session_id: &str) -> Session {
+        eventually(WAIT, "QR in the session", || async {
+            let s = self.host.cluster.session(session_id);
+            s.qr_code_text.is_some().then_some(s)
+        })
+        .await
     }
 
     pub async fn tool(
