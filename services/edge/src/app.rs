@@ -266,6 +266,7 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>) -> Vec<Arc<dyn Provider>> {
     fs.accounts_base = cfg.feishu.accounts_base.clone();
     fs.lark_accounts_base = cfg.feishu.lark_accounts_base.clone();
     fs.lease_ttl = cfg.feishu.lease_ttl.0;
+    fs.turn_ttl = cfg.feishu.turn_ttl.0;
     fs.max_event_bytes = cfg.ingress.max_json_bytes as usize;
     fs.http_body_timeout = cfg.ingress.body_timeout.0;
     fs.max_http_concurrent = cfg.ingress.max_concurrent;

@@ -565,6 +565,9 @@ pub struct FeishuConfig {
     /// Lifetime of an app's long-connection lease: how soon another pod takes over after
     /// the holder dies.
     pub lease_ttl: Dur,
+    /// Longest an answer's turn keeps its reply target (the chat it started in) without a
+    /// final or `idle`; an abandoned turn cannot pin the channel's answers to one chat longer.
+    pub turn_ttl: Dur,
 }
 
 impl Default for FeishuConfig {
@@ -575,6 +578,7 @@ impl Default for FeishuConfig {
             accounts_base: "https://accounts.feishu.cn".into(),
             lark_accounts_base: "https://accounts.larksuite.com".into(),
             lease_ttl: Dur(Duration::from_secs(30)),
+            turn_ttl: Dur(Duration::from_secs(600)),
         }
     }
 }
