@@ -12,7 +12,6 @@ use switchyard_protocol::ConnectionStatus;
 use switchyard_protocol::hosts::HostMessage;
 
 #[tokio::test]
-#[ignore = "failed on its first run at the end of the session (a row lookup; fix applied, not yet re-run): issue 13"]
 async fn sign_in_pages_decisions_and_no_secrets() {
     let mut cf = ConsoleFixture::start().await;
     let pod = &cf.fx.pod;
