@@ -463,6 +463,12 @@ async fn pages_stay_fast_with_100k_channels() {
                 .unwrap();
     }))
     .await;
+    // The seeding is one write transaction of several seconds, longer than SQLite's busy
+    // timeout: let the pod finish its own startup writes first.
+    eventually(Duration::from_secs(30), "pod ready", || async {
+        (pod.readyz().await == Some(200)).then_some(())
+    })
+    .await;
     let t0 = Instant::now();
     let (_, seeded) = seed_channels(&pod, 100_000).await;
     eprintln!("seeded 100000 channels in {:?}", t0.elapsed());
