@@ -154,6 +154,33 @@ impl Session {
             .to_owned())
     }
 
+    /// Waits until the current URL satisfies `arrived`, polling for at most `within`, and
+    /// returns it. A click that submits a form can return before Chromium has navigated
+    /// (chromedriver does not always see the form's navigation start, notably on a loaded
+    /// machine), so the URL and the page right after the click may still be the old ones.
+    pub async fn wait_for_url(
+        &self,
+        within: Duration,
+        arrived: impl Fn(&str) -> bool,
+    ) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let url = self.current_url().await?;
+            if arrived(&url) {
+                return Ok(url);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let page = self.source().await.unwrap_or_default();
+                let heading = page
+                    .split_once("<h1>")
+                    .and_then(|(_, rest)| rest.split_once("</h1>"))
+                    .map_or("", |(h, _)| h);
+                anyhow::bail!("still at {url} (page {heading:?}) after {within:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn source(&self) -> anyhow::Result<String> {
         Ok(self
             .cmd(reqwest::Method::GET, "/source", None)

@@ -12,7 +12,6 @@ use switchyard_protocol::ConnectionStatus;
 use switchyard_protocol::hosts::HostMessage;
 
 #[tokio::test]
-#[ignore = "failed on its first run at the end of the session (a row lookup; fix applied, not yet re-run): issue 13"]
 async fn sign_in_pages_decisions_and_no_secrets() {
     let mut cf = ConsoleFixture::start().await;
     let pod = &cf.fx.pod;
@@ -463,6 +462,12 @@ async fn pages_stay_fast_with_100k_channels() {
             serde_json::from_value(serde_json::json!(format!("{OPERATOR}={OPERATOR_TOKEN}")))
                 .unwrap();
     }))
+    .await;
+    // The seeding is one write transaction of several seconds, longer than SQLite's busy
+    // timeout: let the pod finish its own startup writes first.
+    eventually(Duration::from_secs(30), "pod ready", || async {
+        (pod.readyz().await == Some(200)).then_some(())
+    })
     .await;
     let t0 = Instant::now();
     let (_, seeded) = seed_channels(&pod, 100_000).await;
