@@ -1,0 +1,15 @@
+//! The Store's statements both dialects run as they are, one function per `Store` method over
+//! the backend's [`Handles`](crate::Handles).
+
+mod channels;
+mod connectors;
+mod files;
+mod outbox;
+mod tenants;
+
+pub use crate::console::*;
+pub use channels::*;
+pub use connectors::*;
+pub use files::*;
+pub use outbox::*;
+pub use tenants::*;
