@@ -18,10 +18,9 @@ use sqlx::{Executor, Postgres, Transaction};
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
 use switchyard_core::store::{BatchFacts, plan_enqueue_batch};
-use switchyard_store_sql::records::{channel, claim_record, claim_state, file, lease};
+use switchyard_store_sql::records::lease;
 use switchyard_store_sql::{
-    Conn, Handles, StoreDialect, Tx, all, channel_cols, claim_cols, file_cols, get, json_text,
-    lease_cols, one,
+    Conn, Handles, Lock, StoreDialect, Tx, get, json_text, lease_cols, one,
 };
 
 mod hosts;
@@ -192,56 +191,6 @@ async fn mark_offline_if_unsocketed(
     Ok(())
 }
 
-/// Locks the channels chosen by `channels_where` (a condition on `channels` with `$1` bound to
-/// `key`), deletes everything that hangs off them, then them; returns the channels and files.
-async fn delete_channels(
-    tx: &mut Transaction<'static, Postgres>,
-    channels_where: &str,
-    key: &str,
-) -> BackendResult<Cascade> {
-    // Waits for in-flight enqueues (which lock the channel row) so none lands after the purge.
-    sqlx::query(&format!(
-        "SELECT id FROM channels WHERE {channels_where} ORDER BY id FOR UPDATE"
-    ))
-    .bind(key)
-    .execute(&mut **tx)
-    .await
-    .map_err(db("lock channels"))?;
-    let of_channels = format!("channel_id IN (SELECT id FROM channels WHERE {channels_where})");
-    let files = sqlx::query(&format!(
-        "DELETE FROM files WHERE {of_channels} RETURNING {}",
-        file_cols!()
-    ))
-    .bind(key)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(db("delete files"))?;
-    for table in ["auth_sessions", "outbox", "inbound_seen", "claims"] {
-        sqlx::query(&format!("DELETE FROM {table} WHERE {of_channels}"))
-            .bind(key)
-            .execute(&mut **tx)
-            .await
-            .map_err(db("delete channel children"))?;
-    }
-    let channels = sqlx::query(&format!(
-        "DELETE FROM channels WHERE {channels_where} RETURNING {}",
-        channel_cols!()
-    ))
-    .bind(key)
-    .fetch_all(&mut **tx)
-    .await
-    .map_err(db("delete channels"))?;
-    let mut out = Cascade {
-        channels: all(channels, channel)?,
-        files: all(files, file)?,
-    };
-    out.channels
-        .sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-    out.files
-        .sort_by(|a, b| (a.created_at, &a.file_ref).cmp(&(b.created_at, &b.file_ref)));
-    Ok(out)
-}
-
 /// The highest applied migration, 0 when the schema was never migrated.
 async fn applied_version(conn: &mut sqlx::PgConnection) -> BackendResult<i64> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('schema_migrations') IS NOT NULL")
@@ -265,6 +214,14 @@ impl Handles for PostgresStore {
 
     fn read(&self) -> Conn<'_, Postgres> {
         Conn::new(&self.pool, map_err)
+    }
+
+    fn lock(&self, strength: Lock) -> &'static str {
+        match strength {
+            Lock::Update => " FOR UPDATE",
+            // Leaves inserts that only reference the row (sockets, channels) unblocked.
+            Lock::NoKeyUpdate => " FOR NO KEY UPDATE",
+        }
     }
 
     /// A write is one statement on the pool: Postgres makes each atomic.
@@ -312,40 +269,6 @@ impl StoreDialect for PostgresStore {
     async fn schema_version(&self) -> BackendResult<i64> {
         let mut conn = self.pool.acquire().await.map_err(db("acquire"))?;
         applied_version(&mut conn).await
-    }
-
-    async fn tenant_stored_bytes(&self, tenant_id: &str) -> BackendResult<u64> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(byte_size), 0)::BIGINT FROM files WHERE tenant_id = $1",
-        )
-        .bind(tenant_id)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(db("tenant stored bytes"))?;
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    async fn register_socket(&self, s: &SocketRecord) -> BackendResult<()> {
-        let mut tx = self.begin().await?;
-        lock_connectors(&mut tx, std::slice::from_ref(&s.connector_id)).await?;
-        // A retried registration of the same socket is a no-op, not a conflict.
-        sqlx::query(
-            "INSERT INTO sockets (id, connector_id, pod_id, opened_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(&s.id)
-        .bind(&s.connector_id)
-        .bind(&s.pod_id)
-        .bind(s.opened_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(db("insert socket"))?;
-        sqlx::query("UPDATE connectors SET offline_since = NULL WHERE id = $1")
-            .bind(&s.connector_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("mark connector online"))?;
-        tx.commit().await.map_err(db("commit"))
     }
 
     async fn unregister_socket(&self, socket_id: &str, now: i64) -> BackendResult<()> {
@@ -430,45 +353,6 @@ impl StoreDialect for PostgresStore {
         tx.commit().await.map_err(db("commit"))?;
         dead.sort();
         Ok(dead)
-    }
-
-    async fn delete_connector(
-        &self,
-        id: &str,
-        offline_before: i64,
-    ) -> BackendResult<Option<Cascade>> {
-        let mut tx = self.begin().await?;
-        // The row lock serialises this with register_socket, which clears offline_since.
-        let offline: Option<Option<i64>> =
-            sqlx::query_scalar("SELECT offline_since FROM connectors WHERE id = $1 FOR UPDATE")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db("lock connector"))?;
-        if !matches!(offline, Some(Some(t)) if t < offline_before) {
-            tx.commit().await.map_err(db("commit"))?;
-            return Ok(None);
-        }
-        let cascade = delete_channels(&mut tx, "connector_id = $1", id).await?;
-        for sql in [
-            "DELETE FROM sockets WHERE connector_id = $1",
-            "DELETE FROM connectors WHERE id = $1",
-        ] {
-            sqlx::query(sql)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(db("delete connector"))?;
-        }
-        tx.commit().await.map_err(db("commit"))?;
-        Ok(Some(cascade))
-    }
-
-    async fn delete_channel(&self, id: &str) -> BackendResult<Vec<FileRecord>> {
-        let mut tx = self.begin().await?;
-        let cascade = delete_channels(&mut tx, "id = $1", id).await?;
-        tx.commit().await.map_err(db("commit"))?;
-        Ok(cascade.files)
     }
 
     async fn enqueue_outbox_batch(&self, items: &[Enqueue]) -> BackendResult<Vec<EnqueueOutcome>> {
@@ -629,51 +513,6 @@ impl StoreDialect for PostgresStore {
     fn pool_stats(&self) -> Option<(u32, u32)> {
         let idle = u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX);
         Some((self.pool.size(), idle))
-    }
-
-    async fn claim(&self, rec: &IdempotencyRecord) -> BackendResult<Claim> {
-        let mut tx = self.begin().await?;
-        let outcome = rec.outcome.as_ref().map(json_text).transpose()?;
-        // Inserts, or replaces a claim that expired by the time of this one. Otherwise no row
-        // comes back, but the stored claim is locked, so the read below sees it.
-        let won = sqlx::query(concat!(
-            "INSERT INTO claims (",
-            claim_cols!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-             ON CONFLICT (scope, channel_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, \
-             state = excluded.state, outcome = excluded.outcome, created_at = excluded.created_at, \
-             expires_at = excluded.expires_at WHERE claims.expires_at <= excluded.created_at \
-             RETURNING scope"
-        ))
-        .bind(&rec.scope)
-        .bind(&rec.channel_id)
-        .bind(&rec.key)
-        .bind(&rec.fingerprint)
-        .bind(claim_state(rec.state))
-        .bind(outcome)
-        .bind(rec.created_at)
-        .bind(rec.expires_at)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db("claim"))?;
-        let result = if won.is_some() {
-            Claim::New
-        } else {
-            let row = sqlx::query(concat!(
-                "SELECT ",
-                claim_cols!(),
-                " FROM claims WHERE scope = $1 AND channel_id = $2 AND key = $3"
-            ))
-            .bind(&rec.scope)
-            .bind(&rec.channel_id)
-            .bind(&rec.key)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db("read claim"))?;
-            Claim::Existing(claim_record(&row)?)
-        };
-        tx.commit().await.map_err(db("commit"))?;
-        Ok(result)
     }
 
     async fn acquire_lease(

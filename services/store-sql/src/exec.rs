@@ -204,6 +204,15 @@ impl<DB: Database> Tx<DB> {
     }
 }
 
+/// How strongly a transaction locks the rows it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// Against every other writer of the row.
+    Update,
+    /// Against other updates, not against inserts that only refer to the row.
+    NoKeyUpdate,
+}
+
 /// The handles of a store: reads, single-statement writes and transactions. A backend picks
 /// what each is (SQLite writes take the one writer's `BEGIN IMMEDIATE` lock, Postgres writes
 /// go straight to the pool).
@@ -217,6 +226,8 @@ pub trait Handles: Send + Sync {
         Self: 'a;
     type Tx: Exec;
     fn read(&self) -> Self::Read<'_>;
+    /// What ends a `SELECT` in a transaction that locks the rows it reads until the end.
+    fn lock(&self, strength: Lock) -> &'static str;
     async fn write(&self) -> BackendResult<Self::Write<'_>>;
     async fn begin(&self) -> BackendResult<Self::Tx>;
 }

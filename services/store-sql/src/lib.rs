@@ -11,10 +11,12 @@ mod rows;
 pub mod console;
 pub mod dialect;
 pub mod host_ops;
+#[doc(hidden)]
+pub mod impl_store;
 pub mod ops;
 
 pub use dialect::{HostDialect, StoreDialect};
-pub use exec::{Arg, Conn, ErrMap, Exec, Handles, Stmt, Tx, stmt};
+pub use exec::{Arg, Conn, ErrMap, Exec, Handles, Lock, Stmt, Tx, stmt};
 pub use rows::{
     Cell, Col, SqlRow, all, capped, corrupt, count, first, get, json_col, json_text, one,
 };

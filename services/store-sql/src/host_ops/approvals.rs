@@ -1,6 +1,6 @@
 //! Approvals.
 
-use switchyard_core::error::BackendResult;
+use switchyard_core::error::{BackendError, BackendResult};
 use switchyard_core::hoststore::*;
 
 use crate::host_records::approval;
@@ -106,4 +106,36 @@ pub async fn mark_approval_delivered(s: &impl Handles, id: &str, now: i64) -> Ba
     .execute(&mut tx, "mark approval delivered")
     .await?;
     tx.commit().await
+}
+
+pub async fn decide_approval(
+    s: &impl Handles,
+    id: &str,
+    status: ApprovalStatus,
+    decided_by: &str,
+    reason: Option<&str>,
+    now: i64,
+) -> BackendResult<Option<ApprovalRecord>> {
+    if !matches!(status, ApprovalStatus::Granted | ApprovalStatus::Denied) {
+        return Err(BackendError::internal(format!(
+            "an approval is decided as granted or denied, not {}",
+            status.as_str()
+        )));
+    }
+    let mut tx = s.write().await?;
+    let row = stmt(concat!(
+        "UPDATE approvals SET status = $2, decided_by = $3, reason = $4, decided_at = $5 \
+         WHERE id = $1 AND status = 'pending' AND expires_at > $5 RETURNING ",
+        crate::approval_cols!()
+    ))
+    .bind(id)
+    .bind(status.as_str())
+    .bind(decided_by)
+    .bind(reason)
+    .bind(now)
+    .fetch_optional(&mut tx, "decide approval")
+    .await?;
+    let out = one(row, approval)?;
+    tx.commit().await?;
+    Ok(out)
 }

@@ -1,10 +1,10 @@
 //! Enrollment, hosts and their agents.
 
-use switchyard_core::error::BackendResult;
+use switchyard_core::error::{BackendError, BackendResult};
 use switchyard_core::hoststore::*;
 
-use crate::host_records::{agent, host};
-use crate::{Exec, Handles, all, json_text, one, stmt};
+use crate::host_records::{agent, enrollment, host};
+use crate::{Exec, Handles, Lock, all, json_text, one, stmt};
 
 pub async fn insert_enrollment(
     s: &impl Handles,
@@ -259,4 +259,82 @@ pub async fn find_agent(
     .fetch_optional(&mut s.read(), "find agent")
     .await?;
     one(row, agent)
+}
+
+pub async fn consume_enrollment(
+    s: &impl Handles,
+    token_hash: &str,
+    now: i64,
+) -> BackendResult<Option<EnrollmentRecord>> {
+    let mut tx = s.write().await?;
+    let row = stmt(concat!(
+        "UPDATE host_enrollments SET used_at = $2 \
+         WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING ",
+        crate::enrollment_cols!()
+    ))
+    .bind(token_hash)
+    .bind(now)
+    .fetch_optional(&mut tx, "consume enrollment")
+    .await?;
+    let out = one(row, enrollment)?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+pub async fn revoke_host(s: &impl Handles, id: &str, now: i64) -> BackendResult<HostRecord> {
+    let mut tx = s.write().await?;
+    // Revoking twice keeps the first revocation time.
+    let row = stmt(concat!(
+        "UPDATE hosts SET status = 'revoked', revoked_at = COALESCE(revoked_at, $2), \
+         pod_id = NULL, session_id = NULL, lost_pod_id = NULL, lost_session_id = NULL \
+         WHERE id = $1 RETURNING ",
+        crate::host_cols!()
+    ))
+    .bind(id)
+    .bind(now)
+    .fetch_optional(&mut tx, "revoke host")
+    .await?;
+    let out = one(row, host)?.ok_or_else(|| BackendError::not_found("host"))?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+pub async fn replace_agents(
+    s: &impl Handles,
+    host_id: &str,
+    agents: &[AgentRecord],
+) -> BackendResult<()> {
+    let mut tx = s.begin().await?;
+    // Two replacements of one host queue here instead of interleaving their inserts.
+    let lock = format!(
+        "SELECT id FROM hosts WHERE id = $1{}",
+        s.lock(Lock::NoKeyUpdate)
+    );
+    stmt(&lock)
+        .bind(host_id)
+        .execute(&mut tx, "lock host")
+        .await?;
+    stmt("DELETE FROM host_agents WHERE host_id = $1")
+        .bind(host_id)
+        .execute(&mut tx, "delete agents")
+        .await?;
+    for a in agents {
+        stmt(concat!(
+            "INSERT INTO host_agents (",
+            crate::agent_cols!(),
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        ))
+        .bind(host_id)
+        .bind(&a.tenant_id)
+        .bind(&a.agent_id)
+        .bind(&a.runtime)
+        .bind(&a.model)
+        .bind(json_text(&a.tools)?)
+        .bind(i64::from(a.max_turns))
+        .bind(json_text(&a.supports)?)
+        .bind(a.updated_at)
+        .execute(&mut tx, "insert agent")
+        .await?;
+    }
+    tx.commit().await
 }

@@ -5,7 +5,7 @@ use switchyard_core::hoststore::*;
 use switchyard_protocol::hosts::RunState;
 
 use crate::host_records::{artifact, event, run};
-use crate::{Exec, Handles, all, json_text, one, stmt};
+use crate::{Exec, Handles, Lock, all, get, json_text, one, stmt};
 
 pub async fn insert_run(s: &impl Handles, r: &RunRecord) -> BackendResult<()> {
     let mut tx = s.write().await?;
@@ -200,4 +200,75 @@ pub async fn run_artifacts(s: &impl Handles, run_id: &str) -> BackendResult<Vec<
     .fetch_all(&mut s.read(), "run artifacts")
     .await?;
     all(rows, artifact)
+}
+
+pub async fn append_run_event(s: &impl Handles, e: &RunEventRecord) -> BackendResult<Option<i64>> {
+    let mut tx = s.begin().await?;
+    // The run row's lock makes the seq assignment one step per run.
+    let counters = format!(
+        "SELECT event_count, last_host_seq FROM runs WHERE id = $1{}",
+        s.lock(Lock::NoKeyUpdate)
+    );
+    let Some(row) = stmt(&counters)
+        .bind(&e.run_id)
+        .fetch_optional(&mut tx, "read run counters")
+        .await?
+    else {
+        return Err(BackendError::not_found("run"));
+    };
+    let (event_count, last_host_seq): (i64, i64) =
+        (get(&row, "event_count")?, get(&row, "last_host_seq")?);
+    if let Some(h) = e.host_seq {
+        let stored: Option<i64> =
+            stmt("SELECT seq FROM run_events WHERE run_id = $1 AND host_seq = $2")
+                .bind(&e.run_id)
+                .bind(h)
+                .scalar_opt(&mut tx, "look for a replayed event")
+                .await?;
+        if stored.is_some() {
+            // A replay: the transaction rolls back with nothing written.
+            return Ok(None);
+        }
+    }
+    let seq = event_count + 1;
+    stmt(concat!(
+        "INSERT INTO run_events (",
+        crate::event_cols!(),
+        ") VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    ))
+    .bind(&e.run_id)
+    .bind(seq)
+    .bind(e.host_seq)
+    .bind(&e.kind)
+    .bind(&e.timestamp)
+    .bind(json_text(&e.payload)?)
+    .bind(e.received_at)
+    .execute(&mut tx, "insert run event")
+    .await?;
+    // The ack moves over the gap-free prefix only: an event that arrived before an
+    // earlier lost one stays unacknowledged until the gap is filled.
+    let mut acked = last_host_seq;
+    if e.host_seq == Some(acked + 1) {
+        acked += 1;
+        loop {
+            let next: Option<i64> =
+                stmt("SELECT seq FROM run_events WHERE run_id = $1 AND host_seq = $2")
+                    .bind(&e.run_id)
+                    .bind(acked + 1)
+                    .scalar_opt(&mut tx, "advance the acked seq")
+                    .await?;
+            if next.is_none() {
+                break;
+            }
+            acked += 1;
+        }
+    }
+    stmt("UPDATE runs SET event_count = $2, last_host_seq = $3 WHERE id = $1")
+        .bind(&e.run_id)
+        .bind(seq)
+        .bind(acked)
+        .execute(&mut tx, "bump run counters")
+        .await?;
+    tx.commit().await?;
+    Ok(Some(seq))
 }

@@ -4,8 +4,8 @@ use switchyard_core::error::BackendResult;
 use switchyard_core::model::*;
 use switchyard_protocol::ConnectionStatus;
 
-use crate::records::{auth_session, channel};
-use crate::{Exec, Handles, all, json_text, one, stmt};
+use crate::records::{auth_session, channel, file};
+use crate::{Exec, Handles, Lock, all, json_text, one, stmt};
 
 pub async fn insert_channel(s: &impl Handles, c: &ChannelRecord) -> BackendResult<()> {
     let mut tx = s.write().await?;
@@ -260,4 +260,59 @@ pub async fn purge_auth_sessions(s: &impl Handles, before: i64) -> BackendResult
         .await?;
     tx.commit().await?;
     Ok(done)
+}
+
+pub async fn delete_channel(s: &impl Handles, id: &str) -> BackendResult<Vec<FileRecord>> {
+    let mut tx = s.begin().await?;
+    let cascade = delete_channels(&mut tx, s.lock(Lock::Update), "id = $1", id).await?;
+    tx.commit().await?;
+    Ok(cascade.files)
+}
+
+/// Locks the channels chosen by `channels_where` (a condition on `channels` with `$1` bound to
+/// `key`) with `lock`, deletes everything that hangs off them, then them; returns the channels
+/// and files.
+pub(crate) async fn delete_channels(
+    tx: &mut impl Exec,
+    lock: &str,
+    channels_where: &str,
+    key: &str,
+) -> BackendResult<Cascade> {
+    // Waits for in-flight enqueues (which lock the channel row) so none lands after the purge.
+    stmt(&format!(
+        "SELECT id FROM channels WHERE {channels_where} ORDER BY id{lock}"
+    ))
+    .bind(key)
+    .execute(tx, "lock channels")
+    .await?;
+    let of_channels = format!("channel_id IN (SELECT id FROM channels WHERE {channels_where})");
+    let files = stmt(&format!(
+        "DELETE FROM files WHERE {of_channels} RETURNING {}",
+        crate::file_cols!()
+    ))
+    .bind(key)
+    .fetch_all(tx, "delete files")
+    .await?;
+    for table in ["auth_sessions", "outbox", "inbound_seen", "claims"] {
+        stmt(&format!("DELETE FROM {table} WHERE {of_channels}"))
+            .bind(key)
+            .execute(tx, "delete channel children")
+            .await?;
+    }
+    let channels = stmt(&format!(
+        "DELETE FROM channels WHERE {channels_where} RETURNING {}",
+        crate::channel_cols!()
+    ))
+    .bind(key)
+    .fetch_all(tx, "delete channels")
+    .await?;
+    let mut out = Cascade {
+        channels: all(channels, channel)?,
+        files: all(files, file)?,
+    };
+    out.channels
+        .sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+    out.files
+        .sort_by(|a, b| (a.created_at, &a.file_ref).cmp(&(b.created_at, &b.file_ref)));
+    Ok(out)
 }

@@ -3,8 +3,9 @@
 use switchyard_core::error::BackendResult;
 use switchyard_core::model::*;
 
+use crate::ops::channels::delete_channels;
 use crate::records::connector;
-use crate::{Exec, Handles, all, one, stmt};
+use crate::{Exec, Handles, Lock, all, one, stmt};
 
 pub async fn get_connector(s: &impl Handles, id: &str) -> BackendResult<Option<ConnectorRecord>> {
     let row = stmt(concat!(
@@ -98,4 +99,67 @@ pub async fn expired_connectors(
     .fetch_all(&mut s.read(), "expired connectors")
     .await?;
     all(rows, connector)
+}
+
+pub async fn register_socket(s: &impl Handles, rec: &SocketRecord) -> BackendResult<()> {
+    let mut tx = s.begin().await?;
+    // Socket bookkeeping locks the connector row first (see the backends' lock order).
+    let lock = format!(
+        "SELECT id FROM connectors WHERE id = $1{}",
+        s.lock(Lock::NoKeyUpdate)
+    );
+    stmt(&lock)
+        .bind(&rec.connector_id)
+        .execute(&mut tx, "lock connectors")
+        .await?;
+    // A retried registration of the same socket is a no-op, not a conflict.
+    stmt(
+        "INSERT INTO sockets (id, connector_id, pod_id, opened_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(&rec.id)
+    .bind(&rec.connector_id)
+    .bind(&rec.pod_id)
+    .bind(rec.opened_at)
+    .execute(&mut tx, "insert socket")
+    .await?;
+    stmt("UPDATE connectors SET offline_since = NULL WHERE id = $1")
+        .bind(&rec.connector_id)
+        .execute(&mut tx, "mark connector online")
+        .await?;
+    tx.commit().await
+}
+
+pub async fn delete_connector(
+    s: &impl Handles,
+    id: &str,
+    offline_before: i64,
+) -> BackendResult<Option<Cascade>> {
+    // The lock (BEGIN IMMEDIATE on SQLite, the row lock on Postgres) serialises this with
+    // register_socket, which clears offline_since.
+    let mut tx = s.begin().await?;
+    let read = format!(
+        "SELECT offline_since FROM connectors WHERE id = $1{}",
+        s.lock(Lock::Update)
+    );
+    let offline: Option<Option<i64>> = stmt(&read)
+        .bind(id)
+        .scalar_opt(&mut tx, "lock connector")
+        .await?;
+    if !matches!(offline, Some(Some(t)) if t < offline_before) {
+        tx.commit().await?;
+        return Ok(None);
+    }
+    let cascade = delete_channels(&mut tx, s.lock(Lock::Update), "connector_id = $1", id).await?;
+    for sql in [
+        "DELETE FROM sockets WHERE connector_id = $1",
+        "DELETE FROM connectors WHERE id = $1",
+    ] {
+        stmt(sql)
+            .bind(id)
+            .execute(&mut tx, "delete connector")
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(Some(cascade))
 }

@@ -1,7 +1,7 @@
 //! The Store's statements both dialects run as they are, one function per `Store` method over
 //! the backend's [`Handles`](crate::Handles).
 
-mod channels;
+pub(crate) mod channels;
 mod connectors;
 mod files;
 mod outbox;

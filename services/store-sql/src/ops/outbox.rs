@@ -4,7 +4,7 @@ use switchyard_core::error::{BackendError, BackendResult};
 use switchyard_core::model::*;
 use switchyard_core::store::Store;
 
-use crate::records::{claim_state, outbox};
+use crate::records::{claim_record, claim_state, outbox};
 use crate::{Exec, Handles, all, count, json_text, stmt};
 
 pub async fn enqueue_outbox(
@@ -194,4 +194,48 @@ pub async fn purge_claims(s: &impl Handles, now: i64) -> BackendResult<u64> {
         .await?;
     tx.commit().await?;
     Ok(done)
+}
+
+pub async fn claim(s: &impl Handles, rec: &IdempotencyRecord) -> BackendResult<Claim> {
+    let mut tx = s.begin().await?;
+    let outcome = rec.outcome.as_ref().map(json_text).transpose()?;
+    // Inserts, or replaces a claim that expired by the time of this one. Otherwise no row
+    // comes back and the stored claim stays as it is (on Postgres, locked), so the read below
+    // sees it.
+    let won = stmt(concat!(
+        "INSERT INTO claims (",
+        crate::claim_cols!(),
+        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         ON CONFLICT (scope, channel_id, key) DO UPDATE SET fingerprint = excluded.fingerprint, \
+         state = excluded.state, outcome = excluded.outcome, created_at = excluded.created_at, \
+         expires_at = excluded.expires_at WHERE claims.expires_at <= excluded.created_at \
+         RETURNING scope"
+    ))
+    .bind(&rec.scope)
+    .bind(&rec.channel_id)
+    .bind(&rec.key)
+    .bind(&rec.fingerprint)
+    .bind(claim_state(rec.state))
+    .bind(outcome)
+    .bind(rec.created_at)
+    .bind(rec.expires_at)
+    .fetch_optional(&mut tx, "claim")
+    .await?;
+    let result = if won.is_some() {
+        Claim::New
+    } else {
+        let row = stmt(concat!(
+            "SELECT ",
+            crate::claim_cols!(),
+            " FROM claims WHERE scope = $1 AND channel_id = $2 AND key = $3"
+        ))
+        .bind(&rec.scope)
+        .bind(&rec.channel_id)
+        .bind(&rec.key)
+        .fetch_one(&mut tx, "read claim")
+        .await?;
+        Claim::Existing(claim_record(&row)?)
+    };
+    tx.commit().await?;
+    Ok(result)
 }

@@ -200,3 +200,12 @@ pub async fn touch_api_key(s: &impl Handles, id: &str, now: i64) -> BackendResul
     .await?;
     tx.commit().await
 }
+
+pub async fn tenant_stored_bytes(s: &impl Handles, tenant_id: &str) -> BackendResult<u64> {
+    let n: i64 =
+        stmt("SELECT CAST(COALESCE(SUM(byte_size), 0) AS BIGINT) FROM files WHERE tenant_id = $1")
+            .bind(tenant_id)
+            .scalar(&mut s.read(), "tenant stored bytes")
+            .await?;
+    Ok(count(n))
+}
