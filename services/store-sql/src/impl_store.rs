@@ -1,8 +1,8 @@
 //! The `Store` and `HostStore` impls of a SQL backend, written once: a backend implements
 //! [`Handles`](crate::Handles), [`StoreDialect`](crate::StoreDialect) and
 //! [`HostDialect`](crate::HostDialect), then writes `impl_store!(MyStore)`. A method moving
-//! between shared and dialect-specific moves between the ops modules and those traits (this
-//! file is generated from the trait signatures in `switchyard-core`).
+//! between shared and dialect-specific moves between the ops modules and those traits; a
+//! method added to `Store` or `HostStore` fails to compile here until it is listed.
 
 #[doc(hidden)]
 pub mod __macro {

@@ -3,13 +3,14 @@
 
 pub(crate) mod channels;
 mod connectors;
+mod console;
 mod files;
 mod outbox;
 mod tenants;
 
-pub use crate::console::*;
 pub use channels::*;
 pub use connectors::*;
+pub use console::*;
 pub use files::*;
 pub use outbox::*;
 pub use tenants::*;
