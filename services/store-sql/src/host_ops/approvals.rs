@@ -7,7 +7,7 @@ use crate::host_records::approval;
 use crate::{Exec, Handles, all, one, stmt};
 
 pub async fn insert_approval(s: &impl Handles, a: &ApprovalRecord) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(concat!(
         "INSERT INTO approvals (",
         crate::approval_cols!(),
@@ -26,9 +26,9 @@ pub async fn insert_approval(s: &impl Handles, a: &ApprovalRecord) -> BackendRes
     .bind(a.expires_at)
     .bind(a.decided_at)
     .bind(a.delivered_at)
-    .execute(&mut tx, "insert approval")
+    .execute(&mut w, "insert approval")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn get_approval(s: &impl Handles, id: &str) -> BackendResult<Option<ApprovalRecord>> {
@@ -62,17 +62,17 @@ pub async fn list_approvals(
 }
 
 pub async fn expire_approvals(s: &impl Handles, now: i64) -> BackendResult<Vec<ApprovalRecord>> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     let rows = stmt(concat!(
         "UPDATE approvals SET status = 'expired', decided_at = $1 \
          WHERE status = 'pending' AND expires_at < $1 RETURNING ",
         crate::approval_cols!()
     ))
     .bind(now)
-    .fetch_all(&mut tx, "expire approvals")
+    .fetch_all(&mut w, "expire approvals")
     .await?;
     let mut out = all(rows, approval)?;
-    tx.commit().await?;
+    w.commit().await?;
     out.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
     Ok(out)
 }
@@ -95,7 +95,7 @@ pub async fn undelivered_decisions(
 }
 
 pub async fn mark_approval_delivered(s: &impl Handles, id: &str, now: i64) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // Delivered twice keeps the first delivery time.
     stmt(
         "UPDATE approvals SET delivered_at = COALESCE(delivered_at, $2) \
@@ -103,9 +103,9 @@ pub async fn mark_approval_delivered(s: &impl Handles, id: &str, now: i64) -> Ba
     )
     .bind(id)
     .bind(now)
-    .execute(&mut tx, "mark approval delivered")
+    .execute(&mut w, "mark approval delivered")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn decide_approval(
@@ -122,7 +122,7 @@ pub async fn decide_approval(
             status.as_str()
         )));
     }
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     let row = stmt(concat!(
         "UPDATE approvals SET status = $2, decided_by = $3, reason = $4, decided_at = $5 \
          WHERE id = $1 AND status = 'pending' AND expires_at > $5 RETURNING ",
@@ -133,9 +133,9 @@ pub async fn decide_approval(
     .bind(decided_by)
     .bind(reason)
     .bind(now)
-    .fetch_optional(&mut tx, "decide approval")
+    .fetch_optional(&mut w, "decide approval")
     .await?;
     let out = one(row, approval)?;
-    tx.commit().await?;
+    w.commit().await?;
     Ok(out)
 }

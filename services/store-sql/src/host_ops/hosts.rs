@@ -121,7 +121,7 @@ pub async fn host_connected(
     adapters: &[String],
     now: i64,
 ) -> BackendResult<bool> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     let done = stmt(
         "UPDATE hosts SET status = 'online', pod_id = $2, session_id = $3, hostname = $4, \
          agent_version = $5, adapters = $6, connected_at = $7, last_seen_at = $7, \
@@ -135,9 +135,9 @@ pub async fn host_connected(
     .bind(agent_version)
     .bind(json_text(&adapters)?)
     .bind(now)
-    .execute(&mut tx, "host connected")
+    .execute(&mut w, "host connected")
     .await?;
-    tx.commit().await?;
+    w.commit().await?;
     Ok(done > 0)
 }
 
@@ -149,7 +149,7 @@ pub async fn host_seen(
     now: i64,
 ) -> BackendResult<()> {
     let metrics = metrics.map(json_text).transpose()?;
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // SET expressions read the row as it was: a host lost while this session was its
     // connection gets that connection back.
     stmt(
@@ -165,9 +165,9 @@ pub async fn host_seen(
     .bind(session_id)
     .bind(now)
     .bind(metrics)
-    .execute(&mut tx, "host seen")
+    .execute(&mut w, "host seen")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn host_disconnected(
@@ -176,7 +176,7 @@ pub async fn host_disconnected(
     session_id: &str,
     _now: i64,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // The live session goes offline; a lost host forgets the session it could resume.
     stmt(
         "UPDATE hosts SET \
@@ -189,9 +189,9 @@ pub async fn host_disconnected(
     )
     .bind(id)
     .bind(session_id)
-    .execute(&mut tx, "host disconnected")
+    .execute(&mut w, "host disconnected")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn set_host_config(
@@ -199,13 +199,13 @@ pub async fn set_host_config(
     id: &str,
     config: &serde_json::Value,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt("UPDATE hosts SET config = $2 WHERE id = $1")
         .bind(id)
         .bind(json_text(config)?)
-        .execute(&mut tx, "set host config")
+        .execute(&mut w, "set host config")
         .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn mark_hosts_lost(
@@ -213,7 +213,7 @@ pub async fn mark_hosts_lost(
     stale_before: i64,
     _now: i64,
 ) -> BackendResult<Vec<HostRecord>> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // The connection is kept aside (lost_*) so a late heartbeat on it can resume it.
     let rows = stmt(concat!(
         "UPDATE hosts SET status = 'lost', lost_pod_id = pod_id, lost_session_id = session_id, \
@@ -223,10 +223,10 @@ pub async fn mark_hosts_lost(
         crate::host_cols!()
     ))
     .bind(stale_before)
-    .fetch_all(&mut tx, "mark hosts lost")
+    .fetch_all(&mut w, "mark hosts lost")
     .await?;
     let mut out = all(rows, host)?;
-    tx.commit().await?;
+    w.commit().await?;
     out.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
     Ok(out)
 }
@@ -266,7 +266,7 @@ pub async fn consume_enrollment(
     token_hash: &str,
     now: i64,
 ) -> BackendResult<Option<EnrollmentRecord>> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     let row = stmt(concat!(
         "UPDATE host_enrollments SET used_at = $2 \
          WHERE token_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING ",
@@ -274,15 +274,15 @@ pub async fn consume_enrollment(
     ))
     .bind(token_hash)
     .bind(now)
-    .fetch_optional(&mut tx, "consume enrollment")
+    .fetch_optional(&mut w, "consume enrollment")
     .await?;
     let out = one(row, enrollment)?;
-    tx.commit().await?;
+    w.commit().await?;
     Ok(out)
 }
 
 pub async fn revoke_host(s: &impl Handles, id: &str, now: i64) -> BackendResult<HostRecord> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // Revoking twice keeps the first revocation time.
     let row = stmt(concat!(
         "UPDATE hosts SET status = 'revoked', revoked_at = COALESCE(revoked_at, $2), \
@@ -292,10 +292,10 @@ pub async fn revoke_host(s: &impl Handles, id: &str, now: i64) -> BackendResult<
     ))
     .bind(id)
     .bind(now)
-    .fetch_optional(&mut tx, "revoke host")
+    .fetch_optional(&mut w, "revoke host")
     .await?;
     let out = one(row, host)?.ok_or_else(|| BackendError::not_found("host"))?;
-    tx.commit().await?;
+    w.commit().await?;
     Ok(out)
 }
 

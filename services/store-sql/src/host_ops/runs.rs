@@ -8,7 +8,7 @@ use crate::host_records::{artifact, event, run};
 use crate::{Exec, Handles, Lock, all, get, json_text, one, stmt};
 
 pub async fn insert_run(s: &impl Handles, r: &RunRecord) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(concat!(
         "INSERT INTO runs (",
         crate::run_cols!(),
@@ -38,9 +38,9 @@ pub async fn insert_run(s: &impl Handles, r: &RunRecord) -> BackendResult<()> {
     .bind(r.created_at)
     .bind(r.updated_at)
     .bind(r.finished_at)
-    .execute(&mut tx, "insert run")
+    .execute(&mut w, "insert run")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn get_run(s: &impl Handles, id: &str) -> BackendResult<Option<RunRecord>> {
@@ -61,7 +61,7 @@ pub async fn update_run(
     expected: RunState,
     expected_updated_at: i64,
 ) -> BackendResult<bool> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // `last_host_seq` and `event_count` belong to append_run_event: a run read before an
     // append must not roll the log's sequence back.
     let done = stmt(
@@ -95,9 +95,9 @@ pub async fn update_run(
     .bind(r.finished_at)
     .bind(expected.as_str())
     .bind(expected_updated_at)
-    .execute(&mut tx, "update run")
+    .execute(&mut w, "update run")
     .await?;
-    tx.commit().await?;
+    w.commit().await?;
     Ok(done > 0)
 }
 
@@ -138,7 +138,7 @@ pub async fn run_events(
 }
 
 pub async fn insert_artifact(s: &impl Handles, a: &ArtifactRecord) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(concat!(
         "INSERT INTO artifacts (",
         crate::artifact_cols!(),
@@ -154,9 +154,9 @@ pub async fn insert_artifact(s: &impl Handles, a: &ArtifactRecord) -> BackendRes
     .bind(&a.object_key)
     .bind(a.uploaded_at)
     .bind(a.created_at)
-    .execute(&mut tx, "insert artifact")
+    .execute(&mut w, "insert artifact")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn get_artifact(s: &impl Handles, id: &str) -> BackendResult<Option<ArtifactRecord>> {
@@ -177,17 +177,17 @@ pub async fn artifact_uploaded(
     size_bytes: i64,
     now: i64,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     let done = stmt("UPDATE artifacts SET size_bytes = $2, uploaded_at = $3 WHERE id = $1")
         .bind(id)
         .bind(size_bytes)
         .bind(now)
-        .execute(&mut tx, "artifact uploaded")
+        .execute(&mut w, "artifact uploaded")
         .await?;
     if done == 0 {
         return Err(BackendError::not_found("artifact"));
     }
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn run_artifacts(s: &impl Handles, run_id: &str) -> BackendResult<Vec<ArtifactRecord>> {

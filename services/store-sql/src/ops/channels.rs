@@ -8,7 +8,7 @@ use crate::records::{auth_session, channel, file};
 use crate::{Exec, Handles, Lock, all, json_text, one, stmt};
 
 pub async fn insert_channel(s: &impl Handles, c: &ChannelRecord) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(concat!(
         "INSERT INTO channels (",
         crate::channel_cols!(),
@@ -26,9 +26,9 @@ pub async fn insert_channel(s: &impl Handles, c: &ChannelRecord) -> BackendResul
     .bind(&c.binding_key)
     .bind(c.created_at)
     .bind(c.updated_at)
-    .execute(&mut tx, "insert channel")
+    .execute(&mut w, "insert channel")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn get_channel(s: &impl Handles, id: &str) -> BackendResult<Option<ChannelRecord>> {
@@ -65,15 +65,15 @@ pub async fn set_channel_route(
     profiles: &[String],
     now: i64,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt("UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 WHERE id = $1")
         .bind(id)
         .bind(socket)
         .bind(json_text(&profiles)?)
         .bind(now)
-        .execute(&mut tx, "set channel route")
+        .execute(&mut w, "set channel route")
         .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn clear_channel_route_if(
@@ -82,14 +82,14 @@ pub async fn clear_channel_route_if(
     socket: &str,
     now: i64,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt("UPDATE channels SET route_socket = NULL, updated_at = $3 WHERE id = $1 AND route_socket = $2")
         .bind(id)
         .bind(socket)
         .bind(now)
-        .execute(&mut tx, "clear channel route")
+        .execute(&mut w, "clear channel route")
         .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn set_channel_binding(
@@ -101,7 +101,7 @@ pub async fn set_channel_binding(
     view: &serde_json::Value,
     now: i64,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(
         "UPDATE channels SET binding = $2, binding_key = $3, status = $4, view = $5, updated_at = $6 WHERE id = $1",
     )
@@ -111,9 +111,9 @@ pub async fn set_channel_binding(
     .bind(status.as_str())
     .bind(json_text(view)?)
     .bind(now)
-    .execute(&mut tx, "set channel binding")
+    .execute(&mut w, "set channel binding")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn set_channel_status(
@@ -123,15 +123,15 @@ pub async fn set_channel_status(
     view: &serde_json::Value,
     now: i64,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt("UPDATE channels SET status = $2, view = $3, updated_at = $4 WHERE id = $1")
         .bind(id)
         .bind(status.as_str())
         .bind(json_text(view)?)
         .bind(now)
-        .execute(&mut tx, "set channel status")
+        .execute(&mut w, "set channel status")
         .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn find_channel_by_binding_key(
@@ -183,7 +183,7 @@ pub async fn stale_unbound_channels(
 }
 
 pub async fn insert_auth_session(s: &impl Handles, a: &AuthSessionRecord) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(concat!(
         "INSERT INTO auth_sessions (",
         crate::auth_cols!(),
@@ -197,9 +197,9 @@ pub async fn insert_auth_session(s: &impl Handles, a: &AuthSessionRecord) -> Bac
     .bind(json_text(&a.public)?)
     .bind(a.created_at)
     .bind(a.expires_at)
-    .execute(&mut tx, "insert auth session")
+    .execute(&mut w, "insert auth session")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn get_auth_session(
@@ -218,7 +218,7 @@ pub async fn get_auth_session(
 }
 
 pub async fn update_auth_session(s: &impl Handles, a: &AuthSessionRecord) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // The owning channel and the creation time are fixed at insert.
     stmt(
         "UPDATE auth_sessions SET flow_id = $2, status = $3, state = $4, public = $5, expires_at = $6 WHERE id = $1",
@@ -229,9 +229,9 @@ pub async fn update_auth_session(s: &impl Handles, a: &AuthSessionRecord) -> Bac
     .bind(&a.state)
     .bind(json_text(&a.public)?)
     .bind(a.expires_at)
-    .execute(&mut tx, "update auth session")
+    .execute(&mut w, "update auth session")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn open_auth_sessions(
@@ -253,12 +253,12 @@ pub async fn open_auth_sessions(
 }
 
 pub async fn purge_auth_sessions(s: &impl Handles, before: i64) -> BackendResult<u64> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     let done = stmt("DELETE FROM auth_sessions WHERE expires_at < $1")
         .bind(before)
-        .execute(&mut tx, "purge auth sessions")
+        .execute(&mut w, "purge auth sessions")
         .await?;
-    tx.commit().await?;
+    w.commit().await?;
     Ok(done)
 }
 

@@ -37,7 +37,7 @@ pub async fn connector_for(
 }
 
 pub async fn insert_connector(s: &impl Handles, c: &ConnectorRecord) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(
         "INSERT INTO connectors (id, tenant_id, card_id, created_at, offline_since) VALUES ($1, $2, $3, $4, $5)",
     )
@@ -46,22 +46,22 @@ pub async fn insert_connector(s: &impl Handles, c: &ConnectorRecord) -> BackendR
     .bind(&c.card_id)
     .bind(c.created_at)
     .bind(c.offline_since)
-    .execute(&mut tx, "insert connector")
+    .execute(&mut w, "insert connector")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn pod_heartbeat(s: &impl Handles, pod_id: &str, now: i64) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(
         "INSERT INTO pods (id, last_seen) VALUES ($1, $2) \
          ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen",
     )
     .bind(pod_id)
     .bind(now)
-    .execute(&mut tx, "pod heartbeat")
+    .execute(&mut w, "pod heartbeat")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn restart_offline_clocks(

@@ -8,7 +8,7 @@ use switchyard_protocol::ConnectionStatus;
 
 use crate::host_records::{approval, host, run};
 use crate::records::{connector, tenant};
-use crate::{Exec, Handles, SqlRow, all, capped, corrupt, count, first, get, json_col, stmt};
+use crate::{Handles, SqlRow, all, capped, corrupt, count, get, json_col, stmt};
 
 fn lim(limit: u32) -> i64 {
     i64::from(limit.clamp(1, 1000))
@@ -71,7 +71,7 @@ pub async fn page_tenants(
     let q = stmt("SELECT id, name, created_at FROM tenants WHERE id > $1 ORDER BY id LIMIT $2")
         .bind(after.unwrap_or(""))
         .bind(lim(limit));
-    all(s.read().all(q, "page tenants").await?, tenant)
+    all(q.fetch_all(&mut s.read(), "page tenants").await?, tenant)
 }
 
 pub async fn tenant_keys(s: &impl Handles, tenant_id: &str) -> BackendResult<Vec<ApiKeyInfo>> {
@@ -80,7 +80,7 @@ pub async fn tenant_keys(s: &impl Handles, tenant_id: &str) -> BackendResult<Vec
          WHERE tenant_id = $1 ORDER BY created_at, id",
     )
     .bind(tenant_id);
-    all(s.read().all(q, "tenant keys").await?, key_info)
+    all(q.fetch_all(&mut s.read(), "tenant keys").await?, key_info)
 }
 
 pub async fn page_connectors(
@@ -94,7 +94,10 @@ pub async fn page_connectors(
     )
     .bind(after.unwrap_or(""))
     .bind(lim(limit));
-    all(s.read().all(q, "page connectors").await?, connector)
+    all(
+        q.fetch_all(&mut s.read(), "page connectors").await?,
+        connector,
+    )
 }
 
 pub async fn page_channels(
@@ -118,7 +121,7 @@ pub async fn page_channels(
         format!("{SELECT} WHERE c.id > $1 ORDER BY c.id LIMIT $2")
     };
     let q = stmt(&sql).bind(after.unwrap_or("")).bind(lim(limit));
-    all(s.read().all(q, "page channels").await?, summary)
+    all(q.fetch_all(&mut s.read(), "page channels").await?, summary)
 }
 
 pub async fn page_failures(
@@ -133,7 +136,7 @@ pub async fn page_failures(
     )
     .bind(before_seq.unwrap_or(i64::MAX))
     .bind(lim(limit));
-    all(s.read().all(q, "page failures").await?, failure)
+    all(q.fetch_all(&mut s.read(), "page failures").await?, failure)
 }
 
 pub async fn page_hosts(
@@ -148,7 +151,7 @@ pub async fn page_hosts(
     ))
     .bind(after.unwrap_or(""))
     .bind(lim(limit));
-    all(s.read().all(q, "page hosts").await?, host)
+    all(q.fetch_all(&mut s.read(), "page hosts").await?, host)
 }
 
 pub async fn page_runs(
@@ -166,7 +169,7 @@ pub async fn page_runs(
     .bind(at)
     .bind(id)
     .bind(lim(limit));
-    all(s.read().all(q, "page runs").await?, run)
+    all(q.fetch_all(&mut s.read(), "page runs").await?, run)
 }
 
 pub async fn page_approvals(
@@ -186,16 +189,19 @@ pub async fn page_approvals(
     .bind(at)
     .bind(id)
     .bind(lim(limit));
-    all(s.read().all(q, "page approvals").await?, approval)
+    all(
+        q.fetch_all(&mut s.read(), "page approvals").await?,
+        approval,
+    )
 }
 
 pub async fn overview(s: &impl Handles, at_most: u64) -> BackendResult<Overview> {
     let count = |sql: &'static str| async move {
-        let row = s
-            .read()
-            .one(stmt(sql).bind(capped(at_most)), "overview count")
+        let n: i64 = stmt(sql)
+            .bind(capped(at_most))
+            .scalar(&mut s.read(), "overview count")
             .await?;
-        BackendResult::Ok(count(first(&row)?))
+        BackendResult::Ok(count(n))
     };
     Ok(Overview {
         tenants: count("SELECT COUNT(*) FROM (SELECT 1 FROM tenants LIMIT $1) t").await?,

@@ -9,7 +9,7 @@ use crate::{Exec, Handles, all, one, stmt};
 pub async fn insert_file(s: &impl Handles, f: &FileRecord) -> BackendResult<()> {
     let size =
         i64::try_from(f.byte_size).map_err(|_| BackendError::internal("file size out of range"))?;
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(concat!(
         "INSERT INTO files (",
         crate::file_cols!(),
@@ -26,9 +26,9 @@ pub async fn insert_file(s: &impl Handles, f: &FileRecord) -> BackendResult<()> 
     .bind(&f.storage_key)
     .bind(f.created_at)
     .bind(f.expires_at)
-    .execute(&mut tx, "insert file")
+    .execute(&mut w, "insert file")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn get_file(s: &impl Handles, file_ref: &str) -> BackendResult<Option<FileRecord>> {
@@ -44,12 +44,12 @@ pub async fn get_file(s: &impl Handles, file_ref: &str) -> BackendResult<Option<
 }
 
 pub async fn delete_file(s: &impl Handles, file_ref: &str) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt("DELETE FROM files WHERE file_ref = $1")
         .bind(file_ref)
-        .execute(&mut tx, "delete file")
+        .execute(&mut w, "delete file")
         .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn expired_files(
@@ -70,14 +70,14 @@ pub async fn expired_files(
 }
 
 pub async fn release_lease(s: &impl Handles, name: &str, holder: &str) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // The row stays so the next holder still gets a higher generation (fencing).
     stmt("UPDATE leases SET expires_at = 0 WHERE name = $1 AND holder = $2")
         .bind(name)
         .bind(holder)
-        .execute(&mut tx, "release lease")
+        .execute(&mut w, "release lease")
         .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn get_lease(s: &impl Handles, name: &str) -> BackendResult<Option<Lease>> {
@@ -106,7 +106,7 @@ pub async fn kv_put(
     key: &str,
     value: &str,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(
         "INSERT INTO kv (namespace, key, value) VALUES ($1, $2, $3) \
          ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value",
@@ -114,7 +114,7 @@ pub async fn kv_put(
     .bind(namespace)
     .bind(key)
     .bind(value)
-    .execute(&mut tx, "kv put")
+    .execute(&mut w, "kv put")
     .await?;
-    tx.commit().await
+    w.commit().await
 }

@@ -88,16 +88,16 @@ pub async fn record_attempt(
     message_id: &str,
     error: Option<&str>,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(
         "UPDATE outbox SET attempts = attempts + 1, last_error = $3 WHERE channel_id = $1 AND message_id = $2",
     )
     .bind(channel_id)
     .bind(message_id)
     .bind(error)
-    .execute(&mut tx, "record attempt")
+    .execute(&mut w, "record attempt")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn ack_outbox(
@@ -105,13 +105,13 @@ pub async fn ack_outbox(
     channel_id: &str,
     message_id: &str,
 ) -> BackendResult<bool> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     let done = stmt("DELETE FROM outbox WHERE channel_id = $1 AND message_id = $2")
         .bind(channel_id)
         .bind(message_id)
-        .execute(&mut tx, "ack outbox")
+        .execute(&mut w, "ack outbox")
         .await?;
-    tx.commit().await?;
+    w.commit().await?;
     Ok(done > 0)
 }
 
@@ -121,7 +121,7 @@ pub async fn fail_outbox(
     message_id: &str,
     reason: &str,
 ) -> BackendResult<bool> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     let done = stmt(
         "UPDATE outbox SET state = 'failed', last_error = $3 \
          WHERE channel_id = $1 AND message_id = $2 AND state = 'pending'",
@@ -129,9 +129,9 @@ pub async fn fail_outbox(
     .bind(channel_id)
     .bind(message_id)
     .bind(reason)
-    .execute(&mut tx, "fail outbox")
+    .execute(&mut w, "fail outbox")
     .await?;
-    tx.commit().await?;
+    w.commit().await?;
     Ok(done > 0)
 }
 
@@ -156,16 +156,16 @@ pub async fn finish_claim(
     key: &str,
     outcome: &serde_json::Value,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt("UPDATE claims SET state = $4, outcome = $5 WHERE scope = $1 AND channel_id = $2 AND key = $3")
         .bind(scope)
         .bind(channel_id)
         .bind(key)
         .bind(claim_state(ClaimState::Done))
         .bind(json_text(outcome)?)
-        .execute(&mut tx, "finish claim")
+        .execute(&mut w, "finish claim")
         .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn release_claim(
@@ -174,25 +174,25 @@ pub async fn release_claim(
     channel_id: &str,
     key: &str,
 ) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // A finished claim stays: its outcome answers retries.
     stmt("DELETE FROM claims WHERE scope = $1 AND channel_id = $2 AND key = $3 AND state = $4")
         .bind(scope)
         .bind(channel_id)
         .bind(key)
         .bind(claim_state(ClaimState::InProgress))
-        .execute(&mut tx, "release claim")
+        .execute(&mut w, "release claim")
         .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn purge_claims(s: &impl Handles, now: i64) -> BackendResult<u64> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     let done = stmt("DELETE FROM claims WHERE expires_at <= $1")
         .bind(now)
-        .execute(&mut tx, "purge claims")
+        .execute(&mut w, "purge claims")
         .await?;
-    tx.commit().await?;
+    w.commit().await?;
     Ok(done)
 }
 

@@ -12,14 +12,14 @@ pub async fn ping(s: &impl Handles) -> BackendResult<()> {
 }
 
 pub async fn create_tenant(s: &impl Handles, t: &Tenant) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
         .bind(&t.id)
         .bind(&t.name)
         .bind(t.created_at)
-        .execute(&mut tx, "insert tenant")
+        .execute(&mut w, "insert tenant")
         .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn list_tenants(s: &impl Handles) -> BackendResult<Vec<Tenant>> {
@@ -59,7 +59,7 @@ pub async fn find_tenant(s: &impl Handles, id_or_name: &str) -> BackendResult<Op
 }
 
 pub async fn insert_api_key(s: &impl Handles, k: &ApiKeyRecord) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(
         "INSERT INTO api_keys (id, tenant_id, secret_hash, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5)",
     )
@@ -68,9 +68,9 @@ pub async fn insert_api_key(s: &impl Handles, k: &ApiKeyRecord) -> BackendResult
     .bind(&k.secret_hash)
     .bind(k.created_at)
     .bind(k.revoked_at)
-    .execute(&mut tx, "insert api key")
+    .execute(&mut w, "insert api key")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn get_api_key(s: &impl Handles, id: &str) -> BackendResult<Option<ApiKeyRecord>> {
@@ -98,22 +98,22 @@ pub async fn list_api_keys(s: &impl Handles, tenant_id: &str) -> BackendResult<V
 }
 
 pub async fn revoke_api_key(s: &impl Handles, id: &str, at: i64) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // Revoking twice keeps the first revocation time.
     let done = stmt("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1")
         .bind(id)
         .bind(at)
-        .execute(&mut tx, "revoke api key")
+        .execute(&mut w, "revoke api key")
         .await?;
     if done == 0 {
         return Err(BackendError::not_found("api key"));
     }
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn set_tenant_quota(s: &impl Handles, q: &TenantQuota) -> BackendResult<()> {
     let as_i64 = |v: Option<u64>| v.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     stmt(
         "INSERT INTO tenant_quotas \
          (tenant_id, sockets, channels, stored_bytes, requests_per_second, updated_at) \
@@ -128,9 +128,9 @@ pub async fn set_tenant_quota(s: &impl Handles, q: &TenantQuota) -> BackendResul
     .bind(as_i64(q.stored_bytes))
     .bind(as_i64(q.requests_per_second))
     .bind(q.updated_at)
-    .execute(&mut tx, "set tenant quota")
+    .execute(&mut w, "set tenant quota")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn tenant_quotas(s: &impl Handles) -> BackendResult<Vec<TenantQuota>> {
@@ -188,7 +188,7 @@ pub async fn count_tenant_channels(
 }
 
 pub async fn touch_api_key(s: &impl Handles, id: &str, now: i64) -> BackendResult<()> {
-    let mut tx = s.write().await?;
+    let mut w = s.write().await?;
     // At most one write a minute per key: authentication must stay a read.
     stmt(
         "UPDATE api_keys SET last_used_at = $2 WHERE id = $1 \
@@ -196,9 +196,9 @@ pub async fn touch_api_key(s: &impl Handles, id: &str, now: i64) -> BackendResul
     )
     .bind(id)
     .bind(now)
-    .execute(&mut tx, "touch api key")
+    .execute(&mut w, "touch api key")
     .await?;
-    tx.commit().await
+    w.commit().await
 }
 
 pub async fn tenant_stored_bytes(s: &impl Handles, tenant_id: &str) -> BackendResult<u64> {
