@@ -6,18 +6,15 @@ use switchyard_core::hoststore::{ApprovalRecord, ApprovalStatus, HostRecord, Run
 use switchyard_core::model::*;
 use switchyard_protocol::ConnectionStatus;
 
-use crate::hosts::{approval, host, run};
-use crate::{SqliteStore, all, connector, corrupt, db, get, json_col, tenant};
+use crate::host_records::{approval, host, run};
+use crate::records::{connector, tenant};
+use crate::{Handles, SqlRow, all, capped, corrupt, count, get, json_col, stmt};
 
 fn lim(limit: u32) -> i64 {
     i64::from(limit.clamp(1, 1000))
 }
 
-fn capped(at_most: u64) -> i64 {
-    i64::try_from(at_most).unwrap_or(i64::MAX)
-}
-
-fn key_info(row: &sqlx::sqlite::SqliteRow) -> BackendResult<ApiKeyInfo> {
+fn key_info(row: &impl SqlRow) -> BackendResult<ApiKeyInfo> {
     Ok(ApiKeyInfo {
         id: get(row, "id")?,
         tenant_id: get(row, "tenant_id")?,
@@ -27,9 +24,9 @@ fn key_info(row: &sqlx::sqlite::SqliteRow) -> BackendResult<ApiKeyInfo> {
     })
 }
 
-fn summary(row: &sqlx::sqlite::SqliteRow) -> BackendResult<ChannelSummary> {
+fn summary(row: &impl SqlRow) -> BackendResult<ChannelSummary> {
     let status: String = get(row, "status")?;
-    let n = |c: &str| -> BackendResult<u64> { Ok(u64::try_from(get::<i64>(row, c)?).unwrap_or(0)) };
+    let n = |c: &str| -> BackendResult<u64> { Ok(count(get(row, c)?)) };
     Ok(ChannelSummary {
         id: get(row, "id")?,
         tenant_id: get(row, "tenant_id")?,
@@ -47,7 +44,7 @@ fn summary(row: &sqlx::sqlite::SqliteRow) -> BackendResult<ChannelSummary> {
     })
 }
 
-fn failure(row: &sqlx::sqlite::SqliteRow) -> BackendResult<DeliveryFailure> {
+fn failure(row: &impl SqlRow) -> BackendResult<DeliveryFailure> {
     let state: String = get(row, "state")?;
     Ok(DeliveryFailure {
         seq: get(row, "seq")?,
@@ -66,55 +63,45 @@ fn failure(row: &sqlx::sqlite::SqliteRow) -> BackendResult<DeliveryFailure> {
     })
 }
 
-pub(crate) async fn page_tenants(
-    s: &SqliteStore,
+pub async fn page_tenants(
+    s: &impl Handles,
     after: Option<&str>,
     limit: u32,
 ) -> BackendResult<Vec<Tenant>> {
-    let rows =
-        sqlx::query("SELECT id, name, created_at FROM tenants WHERE id > $1 ORDER BY id LIMIT $2")
-            .bind(after.unwrap_or(""))
-            .bind(lim(limit))
-            .fetch_all(&s.reader)
-            .await
-            .map_err(db("page tenants"))?;
-    all(rows, tenant)
+    let q = stmt("SELECT id, name, created_at FROM tenants WHERE id > $1 ORDER BY id LIMIT $2")
+        .bind(after.unwrap_or(""))
+        .bind(lim(limit));
+    all(q.fetch_all(&mut s.read(), "page tenants").await?, tenant)
 }
 
-pub(crate) async fn tenant_keys(
-    s: &SqliteStore,
-    tenant_id: &str,
-) -> BackendResult<Vec<ApiKeyInfo>> {
-    let rows = sqlx::query(
+pub async fn tenant_keys(s: &impl Handles, tenant_id: &str) -> BackendResult<Vec<ApiKeyInfo>> {
+    let q = stmt(
         "SELECT id, tenant_id, created_at, revoked_at, last_used_at FROM api_keys \
          WHERE tenant_id = $1 ORDER BY created_at, id",
     )
-    .bind(tenant_id)
-    .fetch_all(&s.reader)
-    .await
-    .map_err(db("tenant keys"))?;
-    all(rows, key_info)
+    .bind(tenant_id);
+    all(q.fetch_all(&mut s.read(), "tenant keys").await?, key_info)
 }
 
-pub(crate) async fn page_connectors(
-    s: &SqliteStore,
+pub async fn page_connectors(
+    s: &impl Handles,
     after: Option<&str>,
     limit: u32,
 ) -> BackendResult<Vec<ConnectorRecord>> {
-    let rows = sqlx::query(
+    let q = stmt(
         "SELECT id, tenant_id, card_id, created_at, offline_since FROM connectors \
          WHERE id > $1 ORDER BY id LIMIT $2",
     )
     .bind(after.unwrap_or(""))
-    .bind(lim(limit))
-    .fetch_all(&s.reader)
-    .await
-    .map_err(db("page connectors"))?;
-    all(rows, connector)
+    .bind(lim(limit));
+    all(
+        q.fetch_all(&mut s.read(), "page connectors").await?,
+        connector,
+    )
 }
 
-pub(crate) async fn page_channels(
-    s: &SqliteStore,
+pub async fn page_channels(
+    s: &impl Handles,
     after: Option<&str>,
     bound_only: bool,
     limit: u32,
@@ -133,103 +120,88 @@ pub(crate) async fn page_channels(
     } else {
         format!("{SELECT} WHERE c.id > $1 ORDER BY c.id LIMIT $2")
     };
-    let rows = sqlx::query(&sql)
-        .bind(after.unwrap_or(""))
-        .bind(lim(limit))
-        .fetch_all(&s.reader)
-        .await
-        .map_err(db("page channels"))?;
-    all(rows, summary)
+    let q = stmt(&sql).bind(after.unwrap_or("")).bind(lim(limit));
+    all(q.fetch_all(&mut s.read(), "page channels").await?, summary)
 }
 
-pub(crate) async fn page_failures(
-    s: &SqliteStore,
+pub async fn page_failures(
+    s: &impl Handles,
     before_seq: Option<i64>,
     limit: u32,
 ) -> BackendResult<Vec<DeliveryFailure>> {
-    let rows = sqlx::query(
+    let q = stmt(
         "SELECT o.seq, o.channel_id, c.tenant_id, c.card_id, o.message_id, o.state, o.attempts, \
          o.last_error, o.created_at FROM outbox o JOIN channels c ON c.id = o.channel_id \
          WHERE o.last_error IS NOT NULL AND o.seq < $1 ORDER BY o.seq DESC LIMIT $2",
     )
     .bind(before_seq.unwrap_or(i64::MAX))
-    .bind(lim(limit))
-    .fetch_all(&s.reader)
-    .await
-    .map_err(db("page failures"))?;
-    all(rows, failure)
+    .bind(lim(limit));
+    all(q.fetch_all(&mut s.read(), "page failures").await?, failure)
 }
 
-pub(crate) async fn page_hosts(
-    s: &SqliteStore,
+pub async fn page_hosts(
+    s: &impl Handles,
     after: Option<&str>,
     limit: u32,
 ) -> BackendResult<Vec<HostRecord>> {
-    let rows = sqlx::query(concat!(
+    let q = stmt(concat!(
         "SELECT ",
-        host_cols!(),
+        crate::host_cols!(),
         " FROM hosts WHERE id > $1 ORDER BY id LIMIT $2"
     ))
     .bind(after.unwrap_or(""))
-    .bind(lim(limit))
-    .fetch_all(&s.reader)
-    .await
-    .map_err(db("page hosts"))?;
-    all(rows, host)
+    .bind(lim(limit));
+    all(q.fetch_all(&mut s.read(), "page hosts").await?, host)
 }
 
-pub(crate) async fn page_runs(
-    s: &SqliteStore,
+pub async fn page_runs(
+    s: &impl Handles,
     before: Option<(i64, &str)>,
     limit: u32,
 ) -> BackendResult<Vec<RunRecord>> {
     let (at, id) = before.unwrap_or((i64::MAX, ""));
-    let rows = sqlx::query(concat!(
+    let q = stmt(concat!(
         "SELECT ",
-        run_cols!(),
+        crate::run_cols!(),
         " FROM runs WHERE created_at < $1 OR (created_at = $1 AND id < $2) \
          ORDER BY created_at DESC, id DESC LIMIT $3"
     ))
     .bind(at)
     .bind(id)
-    .bind(lim(limit))
-    .fetch_all(&s.reader)
-    .await
-    .map_err(db("page runs"))?;
-    all(rows, run)
+    .bind(lim(limit));
+    all(q.fetch_all(&mut s.read(), "page runs").await?, run)
 }
 
-pub(crate) async fn page_approvals(
-    s: &SqliteStore,
+pub async fn page_approvals(
+    s: &impl Handles,
     status: ApprovalStatus,
     after: Option<(i64, &str)>,
     limit: u32,
 ) -> BackendResult<Vec<ApprovalRecord>> {
     let (at, id) = after.unwrap_or((i64::MIN, ""));
-    let rows = sqlx::query(concat!(
+    let q = stmt(concat!(
         "SELECT ",
-        approval_cols!(),
+        crate::approval_cols!(),
         " FROM approvals WHERE status = $1 AND (created_at > $2 OR (created_at = $2 AND id > $3)) \
          ORDER BY created_at, id LIMIT $4"
     ))
     .bind(status.as_str())
     .bind(at)
     .bind(id)
-    .bind(lim(limit))
-    .fetch_all(&s.reader)
-    .await
-    .map_err(db("page approvals"))?;
-    all(rows, approval)
+    .bind(lim(limit));
+    all(
+        q.fetch_all(&mut s.read(), "page approvals").await?,
+        approval,
+    )
 }
 
-pub(crate) async fn overview(s: &SqliteStore, at_most: u64) -> BackendResult<Overview> {
+pub async fn overview(s: &impl Handles, at_most: u64) -> BackendResult<Overview> {
     let count = |sql: &'static str| async move {
-        let n: i64 = sqlx::query_scalar(sql)
+        let n: i64 = stmt(sql)
             .bind(capped(at_most))
-            .fetch_one(&s.reader)
-            .await
-            .map_err(db("overview count"))?;
-        BackendResult::Ok(u64::try_from(n).unwrap_or(0))
+            .scalar(&mut s.read(), "overview count")
+            .await?;
+        BackendResult::Ok(count(n))
     };
     Ok(Overview {
         tenants: count("SELECT COUNT(*) FROM (SELECT 1 FROM tenants LIMIT $1) t").await?,

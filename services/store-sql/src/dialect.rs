@@ -1,0 +1,53 @@
+//! The methods whose SQL differs between the dialects: each backend implements these, and
+//! [`impl_store!`](crate::impl_store) routes every other `Store` / `HostStore` method to the
+//! shared statements in [`ops`](crate::ops) and [`host_ops`](crate::host_ops).
+
+use async_trait::async_trait;
+use switchyard_core::error::BackendResult;
+use switchyard_core::hoststore::*;
+use switchyard_core::model::*;
+use switchyard_protocol::hosts::RunState;
+
+use crate::Handles;
+
+/// The `Store` methods whose SQL differs between the dialects.
+#[async_trait]
+pub trait StoreDialect: Handles {
+    async fn migrate(&self) -> BackendResult<()>;
+    async fn schema_version(&self) -> BackendResult<i64>;
+    async fn unregister_socket(&self, socket_id: &str, now: i64) -> BackendResult<()>;
+    async fn remove_pod(&self, pod_id: &str, now: i64) -> BackendResult<()>;
+    async fn reap_dead_pods(&self, stale_before: i64, now: i64) -> BackendResult<Vec<String>>;
+    async fn enqueue_outbox_batch(&self, items: &[Enqueue]) -> BackendResult<Vec<EnqueueOutcome>>;
+    fn pool_stats(&self) -> Option<(u32, u32)> {
+        None
+    }
+    async fn ack_outbox_batch(&self, done: &[(String, String)]) -> BackendResult<u64>;
+    async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>>;
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_ms: i64,
+        now: i64,
+    ) -> BackendResult<Option<Lease>>;
+}
+
+/// The `HostStore` methods whose SQL differs between the dialects.
+#[async_trait]
+pub trait HostDialect: Handles {
+    async fn set_host_certificate(
+        &self,
+        id: &str,
+        fingerprint: &str,
+        cert_pem: &str,
+    ) -> BackendResult<()>;
+    async fn host_runs(&self, host_id: &str, states: &[RunState]) -> BackendResult<Vec<RunRecord>>;
+    async fn stale_runs(
+        &self,
+        states: &[RunState],
+        before: i64,
+        limit: u32,
+    ) -> BackendResult<Vec<RunRecord>>;
+    async fn purge_runs(&self, before: i64) -> BackendResult<RunPurge>;
+}
