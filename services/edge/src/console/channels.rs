@@ -1,0 +1,290 @@
+//! Connectors, channels with their outbox depth, provider bindings and recent delivery
+//! failures.
+
+use super::*;
+
+pub(super) async fn connectors(
+    State(st): State<ConsoleState>,
+    headers: HeaderMap,
+    Query(c): Query<Cursor>,
+) -> Response {
+    let who = match viewer(&st, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let list = match st.hosts.hub.store.page_connectors(c.after(), PAGE).await {
+        Ok(l) => l,
+        Err(e) => return backend(&who, e),
+    };
+    let grace = st.hosts.hub.config.connector_grace.as_millis() as i64;
+    let now = now_ms();
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|k| {
+            let (state, since, left) = match k.offline_since {
+                None => (
+                    "<span class=\"ok\">online</span>".to_owned(),
+                    "—".into(),
+                    "—".into(),
+                ),
+                Some(at) => (
+                    "<span class=\"warn\">offline</span>".to_owned(),
+                    time(at),
+                    span(at + grace - now),
+                ),
+            };
+            vec![
+                code(&k.card_id),
+                code(&k.id),
+                link(
+                    &format!("/console/tenants/{}", html::url(&k.tenant_id)),
+                    &k.tenant_id,
+                ),
+                state,
+                esc(&since),
+                esc(&left),
+            ]
+        })
+        .collect();
+    let mut body = table(
+        &[
+            "card",
+            "connector_id",
+            "tenant",
+            "state",
+            "offline since",
+            "grace left",
+        ],
+        &rows,
+    );
+    body.push_str(&next_link(
+        "/console/connectors",
+        "after",
+        full(&list)
+            .then(|| list.last().map(|t| t.id.clone()))
+            .flatten(),
+        "",
+    ));
+    ok("Connectors", &who, &body)
+}
+
+pub(super) fn status_class(s: switchyard_protocol::ConnectionStatus) -> &'static str {
+    use switchyard_protocol::ConnectionStatus as S;
+    match s {
+        S::Connected => "ok",
+        S::Degraded => "warn",
+        S::Expired | S::Revoked => "bad",
+        _ => "muted",
+    }
+}
+
+/// The Descriptor's target as shown: display name, and the account hint masked.
+pub(super) fn target(view: &serde_json::Value) -> String {
+    let name = view["display_name"].as_str().unwrap_or("");
+    let hint = view["account_hint"].as_str().map(mask);
+    match (name.is_empty(), hint) {
+        (true, None) => "<span class=\"muted\">—</span>".into(),
+        (_, Some(h)) => format!("{} <span class=\"muted\">{}</span>", esc(name), esc(&h)),
+        (false, None) => esc(name),
+    }
+}
+
+pub(super) fn channel_rows(
+    list: &[switchyard_core::model::ChannelSummary],
+    with_health: bool,
+) -> Vec<Vec<String>> {
+    let now = now_ms();
+    list.iter()
+        .map(|c| {
+            let oldest = c
+                .oldest_pending_at
+                .map(|at| span(now - at))
+                .unwrap_or_else(|| "—".into());
+            let mut row = vec![
+                code(&c.id),
+                code(&c.card_id),
+                link(
+                    &format!("/console/tenants/{}", html::url(&c.tenant_id)),
+                    &c.tenant_id,
+                ),
+                format!(
+                    "<span class=\"{}\">{}</span>",
+                    status_class(c.status),
+                    esc(c.status.as_str())
+                ),
+                target(&c.view),
+                if c.bound { "bound" } else { "—" }.into(),
+                if c.routed {
+                    "<span class=\"ok\">open</span>"
+                } else {
+                    "closed"
+                }
+                .into(),
+                format!("<span class=\"depth\">{}</span>", c.pending),
+                esc(&oldest),
+                c.failed.to_string(),
+            ];
+            if with_health {
+                row.push(health(c, now));
+            }
+            row
+        })
+        .collect()
+}
+
+/// A binding's health from what the store knows: its Descriptor status and its outbox.
+pub(super) fn health(c: &switchyard_core::model::ChannelSummary, now: i64) -> String {
+    use switchyard_protocol::ConnectionStatus as S;
+    let stuck = c.oldest_pending_at.is_some_and(|at| now - at > 60_000);
+    let (class, label) = match c.status {
+        S::Expired | S::Revoked => ("bad", "needs re-binding"),
+        S::Connected if c.failed == 0 && !stuck => ("ok", "healthy"),
+        S::Connected | S::Degraded => (
+            "warn",
+            if stuck {
+                "deliveries waiting"
+            } else if c.failed > 0 {
+                "failed deliveries"
+            } else {
+                "degraded"
+            },
+        ),
+        _ => ("muted", "not connected"),
+    };
+    format!("<span class=\"{class}\">{label}</span>")
+}
+
+pub(super) const CHANNEL_HEADERS: [&str; 10] = [
+    "connector_channel_id",
+    "card",
+    "tenant",
+    "status",
+    "target",
+    "binding",
+    "route",
+    "outbox depth",
+    "oldest pending",
+    "failed",
+];
+
+pub(super) async fn channels(
+    State(st): State<ConsoleState>,
+    headers: HeaderMap,
+    Query(c): Query<Cursor>,
+) -> Response {
+    let who = match viewer(&st, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let list = match st
+        .hosts
+        .hub
+        .store
+        .page_channels(c.after(), false, PAGE)
+        .await
+    {
+        Ok(l) => l,
+        Err(e) => return backend(&who, e),
+    };
+    let mut body = table(&CHANNEL_HEADERS, &channel_rows(&list, false));
+    body.push_str(&next_link(
+        "/console/channels",
+        "after",
+        full(&list)
+            .then(|| list.last().map(|t| t.id.clone()))
+            .flatten(),
+        "",
+    ));
+    ok("Channels", &who, &body)
+}
+
+pub(super) async fn bindings(
+    State(st): State<ConsoleState>,
+    headers: HeaderMap,
+    Query(c): Query<Cursor>,
+) -> Response {
+    let who = match viewer(&st, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let list = match st
+        .hosts
+        .hub
+        .store
+        .page_channels(c.after(), true, PAGE)
+        .await
+    {
+        Ok(l) => l,
+        Err(e) => return backend(&who, e),
+    };
+    let mut headers_ = CHANNEL_HEADERS.to_vec();
+    headers_.push("health");
+    let mut body = String::from(
+        "<p class=\"muted\">Provider bindings (Telegram, WeChat, Feishu, webhook, agent hosts): \
+         bound channels; credentials are never shown.</p>",
+    );
+    body.push_str(&table(&headers_, &channel_rows(&list, true)));
+    body.push_str(&next_link(
+        "/console/bindings",
+        "after",
+        full(&list)
+            .then(|| list.last().map(|t| t.id.clone()))
+            .flatten(),
+        "",
+    ));
+    ok("Provider bindings", &who, &body)
+}
+
+pub(super) async fn failures(
+    State(st): State<ConsoleState>,
+    headers: HeaderMap,
+    Query(c): Query<Cursor>,
+) -> Response {
+    let who = match viewer(&st, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let before = c.before.as_deref().and_then(|b| b.parse::<i64>().ok());
+    let list = match st.hosts.hub.store.page_failures(before, PAGE).await {
+        Ok(l) => l,
+        Err(e) => return backend(&who, e),
+    };
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|f| {
+            vec![
+                esc(&time(f.created_at)),
+                code(&f.channel_id),
+                code(&f.card_id),
+                code(&f.message_id),
+                match f.state {
+                    OutboxState::Failed => "<span class=\"bad\">failed</span>".into(),
+                    OutboxState::Pending => "<span class=\"warn\">retrying</span>".into(),
+                },
+                f.attempts.to_string(),
+                esc(&clip(&f.reason, 300)),
+            ]
+        })
+        .collect();
+    let mut body = table(
+        &[
+            "message created",
+            "channel",
+            "card",
+            "message_id",
+            "state",
+            "attempts",
+            "reason",
+        ],
+        &rows,
+    );
+    body.push_str(&next_link(
+        "/console/failures",
+        "before",
+        full(&list)
+            .then(|| list.last().map(|f| f.seq.to_string()))
+            .flatten(),
+        "",
+    ));
+    ok("Recent delivery failures", &who, &body)
+}
