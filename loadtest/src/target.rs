@@ -14,7 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
-use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 use crate::stats::{Flows, parse_stamp};
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use switchyard_xagent_sim::{Envelope, EnvelopeExt, SimError};
 use tokio::sync::Semaphore;
 use tokio::time::Instant as TokioInstant;

@@ -21,7 +21,7 @@ use switchyard::config::{CidrList, Config, Dur};
 use switchyard_core::engine::create_tenant;
 use switchyard_core::ids::{now_ms, random_secret};
 use switchyard_protocol::{Card, Descriptor};
-use switchyard_provider_webhook::signing;
+use switchyard_webhook_signing as signing;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;

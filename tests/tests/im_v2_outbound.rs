@@ -80,7 +80,7 @@ async fn a_final_message_is_posted_then_accepted() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!((ts - switchyard_provider_webhook::signing::unix_now()).abs() < 60);
+    assert!((ts - switchyard_webhook_signing::unix_now()).abs() < 60);
 
     // IM2-25: the same message again -> duplicate, no second post.
     let (p2, ack2) = send(

@@ -8,7 +8,7 @@ use base64::Engine as _;
 use common::{CHANNEL, FakeHost, SECRET, config, serve_ingress};
 use serde_json::{Value, json};
 use switchyard_provider_webhook::WebhookProvider;
-use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 struct Ingress {
     host: std::sync::Arc<FakeHost>,

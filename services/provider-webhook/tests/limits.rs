@@ -10,8 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{CHANNEL, FakeHost, SECRET, config, serve_ingress};
 use serde_json::{Value, json};
-use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use switchyard_provider_webhook::{WebhookConfig, WebhookProvider};
+use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use tokio::sync::mpsc;
 
 const WRONG_SECRET: &str = "not-the-secret-0123456789";

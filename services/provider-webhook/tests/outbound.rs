@@ -10,8 +10,8 @@ use common::{CHANNEL, Endpoint, FakeHost, NoProgress, SECRET, config, refused_ur
 use serde_json::{Map, Value, json};
 use switchyard_core::provider::{Binding, OutboundMessage, Provider, ProviderErrorKind, ToolCall};
 use switchyard_protocol::ConnectionStatus;
-use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use switchyard_provider_webhook::{TOOL_FILE_SEND, TOOL_MESSAGE_SEND, WebhookProvider};
+use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 fn provider(host: &Arc<FakeHost>) -> WebhookProvider {
     let p = WebhookProvider::new(config());
