@@ -226,7 +226,7 @@ async fn uploaded_files_go_out_with_absolute_signed_urls() {
 async fn foreign_or_unknown_file_refs_are_rejected() {
     let fx = Fixture::start(PodOptions::default()).await;
     // A second bound channel of the same tenant owns a file.
-    let (other_ch, _) = bind_channel(&fx.conn, &fx.endpoint.url, &fx.secret).await;
+    let (other_ch, _) = bind_channel(&fx.conn, fx.endpoint.url(), &fx.secret).await;
     let (status, up) = fx
         .sim
         .upload(&other_ch, "theirs.txt", "text/plain", &b"not yours"[..])
