@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use switchyard_fake_webhook::InboundRequest;
 use switchyard_xagent_sim::{Envelope, EnvelopeExt, SimError};
 use tokio::sync::Semaphore;
 use tokio::time::Instant as TokioInstant;
@@ -143,16 +143,11 @@ pub async fn inbound(ctx: Arc<Ctx>, n: u64) {
         }
         let pod = &pods[(n as usize + attempt) % pods.len()];
         attempt += 1;
-        let ts = signing::unix_now();
-        let sig = signing::sign(backend.secret.as_bytes(), ts, body.as_bytes());
+        // Signed now, not once: a retry late in a long run must not carry a stale timestamp.
+        let req = InboundRequest::raw(&backend.secret, "application/json", body.clone().into());
         flow.attempt();
-        let res = ctx
-            .http
-            .post(format!("{}/webhook/inbound/{ch}", pod.base_url))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(TIMESTAMP_HEADER, ts.to_string())
-            .header(SIGNATURE_HEADER, sig)
-            .body(body.clone())
+        let res = req
+            .request(&ctx.http, &format!("{}/webhook/inbound/{ch}", pod.base_url))
             .send()
             .await;
         match res {

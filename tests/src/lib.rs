@@ -5,25 +5,18 @@
 //!
 //! Every scenario builds its own [`Pod`], so tests are independent and run in parallel.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 use switchyard::config::{CidrList, Config, Dur};
 use switchyard_core::engine::create_tenant;
 use switchyard_core::ids::{now_ms, random_secret};
 use switchyard_protocol::{Card, Descriptor};
-use switchyard_provider_webhook::signing;
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +24,7 @@ pub mod console;
 pub mod hosts;
 pub mod webdriver;
 
+pub use switchyard_fake_webhook::{FakeWebhook, InboundRequest, Received};
 pub use switchyard_xagent_sim::{AckStatus, Conn, Envelope, EnvelopeExt, Sim, schemas};
 
 pub const CARD_ID: &str = "im.webhook";
@@ -441,243 +435,14 @@ impl Drop for Pod {
 
 // ---- the fake chat system (target side of im.webhook) ---------------------------------
 
-/// One POST the fake endpoint received.
-#[derive(Debug, Clone)]
-pub struct Received {
-    pub headers: HeaderMap,
-    pub raw: Bytes,
-    pub body: Value,
-    /// The signature verified with the endpoint's secret.
-    pub signature_valid: bool,
-    /// The status the endpoint answered.
-    pub answered: u16,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Reply {
-    status: u16,
-    delay: Duration,
-}
-
-struct EndpointState {
-    secret: String,
-    received: Mutex<Vec<Received>>,
-    changed: Notify,
-    script: Mutex<VecDeque<Reply>>,
-    default: Mutex<Reply>,
-}
-
-/// A chat system's webhook endpoint on 127.0.0.1:0: records every post, checks its
-/// signature, and answers as told (2xx by default).
-pub struct FakeEndpoint {
-    /// Where Switchyard posts; the query carries a token that must never be shown.
-    pub url: String,
-    state: Arc<EndpointState>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for FakeEndpoint {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn endpoint_handler(
-    State(st): State<Arc<EndpointState>>,
-    headers: HeaderMap,
-    raw: Bytes,
-) -> StatusCode {
-    let reply = st
-        .script
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .pop_front()
-        .unwrap_or_else(|| *st.default.lock().unwrap_or_else(|p| p.into_inner()));
-    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
-    let signature_valid = signing::verify(
-        st.secret.as_bytes(),
-        h(signing::TIMESTAMP_HEADER),
-        h(signing::SIGNATURE_HEADER),
-        &raw,
-        signing::unix_now(),
+/// A chat system's webhook endpoint on 127.0.0.1:0 that checks signatures against `secret`;
+/// the query carries a token that must never be shown.
+pub async fn fake_endpoint(secret: &str) -> FakeWebhook {
+    FakeWebhook::start(
+        "/hooks/switchyard?token=chat-system-path-token",
+        Some(secret),
     )
-    .is_ok();
-    let body = serde_json::from_slice(&raw).unwrap_or(Value::Null);
-    st.received
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(Received {
-            headers: headers.clone(),
-            raw,
-            body,
-            signature_valid,
-            answered: reply.status,
-        });
-    st.changed.notify_waiters();
-    if !reply.delay.is_zero() {
-        tokio::time::sleep(reply.delay).await;
-    }
-    StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-}
-
-impl FakeEndpoint {
-    pub async fn start(secret: &str) -> Self {
-        let state = Arc::new(EndpointState {
-            secret: secret.to_owned(),
-            received: Mutex::default(),
-            changed: Notify::new(),
-            script: Mutex::default(),
-            default: Mutex::new(Reply {
-                status: 200,
-                delay: Duration::ZERO,
-            }),
-        });
-        let router = Router::new()
-            .route("/hooks/switchyard", axum::routing::post(endpoint_handler))
-            .with_state(state.clone());
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind endpoint");
-        let addr = listener.local_addr().expect("endpoint addr");
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
-        Self {
-            url: format!("http://{addr}/hooks/switchyard?token=chat-system-path-token"),
-            state,
-            task,
-        }
-    }
-
-    /// The status answered from now on (after any scripted replies).
-    pub fn answer(&self, status: u16) {
-        self.state
-            .default
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .status = status;
-    }
-
-    /// Answers later than now (for drain scenarios).
-    pub fn delay(&self, d: Duration) {
-        self.state
-            .default
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .delay = d;
-    }
-
-    /// The next posts get these statuses, in order, before the default applies again.
-    pub fn script(&self, statuses: &[u16]) {
-        let mut s = self.state.script.lock().unwrap_or_else(|p| p.into_inner());
-        s.extend(statuses.iter().map(|&status| Reply {
-            status,
-            delay: Duration::ZERO,
-        }));
-    }
-
-    pub fn received(&self) -> Vec<Received> {
-        self.state
-            .received
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    pub fn count(&self) -> usize {
-        self.state
-            .received
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
-    }
-
-    /// Waits until at least `n` posts arrived; panics after [`WAIT`].
-    pub async fn wait_for(&self, n: usize) -> Vec<Received> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let changed = self.state.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let got = self.received();
-            if got.len() >= n {
-                return got;
-            }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                panic!("endpoint got {} posts, expected {n}", self.count());
-            }
-        }
-    }
-}
-
-// ---- inbound (chat system -> Switchyard) -----------------------------------------------
-
-/// A signed request to `POST {base}/inbound/{channel}` exactly as the contract describes.
-pub struct InboundRequest {
-    pub content_type: String,
-    pub body: Vec<u8>,
-    pub timestamp: i64,
-    /// Secret to sign with; None sends no signature headers.
-    pub secret: Option<String>,
-    /// Replaces the computed signature (tampering tests).
-    pub signature: Option<String>,
-}
-
-impl InboundRequest {
-    pub fn json(secret: &str, body: &Value) -> Self {
-        Self {
-            content_type: "application/json".into(),
-            body: serde_json::to_vec(body).expect("json"),
-            timestamp: signing::unix_now(),
-            secret: Some(secret.to_owned()),
-            signature: None,
-        }
-    }
-
-    /// `multipart/form-data` with a `message` JSON part and one part per file.
-    pub fn multipart(secret: &str, message: &Value, files: &[(&str, &str, &[u8])]) -> Self {
-        let boundary = format!("----switchyard-e2e-{}", random_secret(8));
-        let mut body = Vec::new();
-        body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"message\"\r\nContent-Type: application/json\r\n\r\n").as_bytes());
-        body.extend_from_slice(message.to_string().as_bytes());
-        body.extend_from_slice(b"\r\n");
-        for (i, (name, mime, bytes)) in files.iter().enumerate() {
-            body.extend_from_slice(
-                format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file{i}\"; filename=\"{name}\"\r\nContent-Type: {mime}\r\n\r\n").as_bytes(),
-            );
-            body.extend_from_slice(bytes);
-            body.extend_from_slice(b"\r\n");
-        }
-        body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-        Self {
-            content_type: format!("multipart/form-data; boundary={boundary}"),
-            body,
-            timestamp: signing::unix_now(),
-            secret: Some(secret.to_owned()),
-            signature: None,
-        }
-    }
-
-    /// Posts it; returns the status and the JSON body (Null when not JSON).
-    pub async fn send(&self, base_url: &str, channel_id: &str) -> (u16, Value) {
-        let mut req = reqwest::Client::new()
-            .post(format!("{base_url}/inbound/{channel_id}"))
-            .header(reqwest::header::CONTENT_TYPE, &self.content_type)
-            .body(self.body.clone());
-        if let Some(secret) = &self.secret {
-            let sig = self
-                .signature
-                .clone()
-                .unwrap_or_else(|| signing::sign(secret.as_bytes(), self.timestamp, &self.body));
-            req = req
-                .header(signing::TIMESTAMP_HEADER, self.timestamp.to_string())
-                .header(signing::SIGNATURE_HEADER, sig);
-        }
-        let resp = req.send().await.expect("inbound post");
-        let status = resp.status().as_u16();
-        let body = resp.json::<Value>().await.unwrap_or(Value::Null);
-        (status, body)
-    }
+    .await
 }
 
 // ---- the data plane --------------------------------------------------------------------
@@ -853,7 +618,7 @@ pub struct Fixture {
     pub pod: Pod,
     pub sim: Sim,
     pub card: Value,
-    pub endpoint: FakeEndpoint,
+    pub endpoint: FakeWebhook,
     pub secret: String,
     pub conn: Conn,
     pub connector_id: String,
@@ -871,9 +636,9 @@ impl Fixture {
         let sim = pod.sim();
         let card = sim.card().await.expect("card");
         let secret = new_secret();
-        let endpoint = FakeEndpoint::start(&secret).await;
+        let endpoint = fake_endpoint(&secret).await;
         let (conn, connector_id) = hello(&sim, None, profiles).await;
-        let (channel_id, ack) = bind_channel(&conn, &endpoint.url, &secret).await;
+        let (channel_id, ack) = bind_channel(&conn, endpoint.url(), &secret).await;
         let d = ack
             .at("/connection_descriptor")
             .expect("descriptor")

@@ -254,11 +254,11 @@ async fn form_flow_binds_and_pushes_the_descriptor() {
     let sim = pod.sim();
     let card = sim.card().await.unwrap();
     let secret = new_secret();
-    let endpoint = FakeEndpoint::start(&secret).await;
+    let endpoint = fake_endpoint(&secret).await;
     let (conn, connector_id) = hello(&sim, None, &[IM_V2]).await;
     let (ch, _) = open(&conn, None).await;
 
-    let req_input = json!({"endpoint_url": endpoint.url, "signing_secret": secret});
+    let req_input = json!({"endpoint_url": endpoint.url(), "signing_secret": secret});
     let ack = conn
         .auth_start(&ch, FLOW_BINDING, req_input)
         .await
@@ -393,7 +393,7 @@ async fn auth_status_and_cancel_answers() {
     let pod = Pod::start(PodOptions::default()).await;
     let sim = pod.sim();
     let secret = new_secret();
-    let endpoint = FakeEndpoint::start(&secret).await;
+    let endpoint = fake_endpoint(&secret).await;
     let (conn, _) = hello(&sim, None, &[IM_V2]).await;
     let (ch, _) = open(&conn, None).await;
 
@@ -456,7 +456,7 @@ async fn auth_status_and_cancel_answers() {
     assert_eq!(reqwest::get(&link).await.unwrap().status(), 404);
 
     // A finished session -> ignored, with the Descriptor; the login survives the cancel.
-    let ack = auth_bind(&conn, &ch, &endpoint.url, &secret).await;
+    let ack = auth_bind(&conn, &ch, endpoint.url(), &secret).await;
     let sid = ack.str_at("/auth_session_id").unwrap().to_owned();
     let c = conn
         .auth_cancel(&ch, &sid)
@@ -553,7 +553,7 @@ async fn logout_clears_the_login_but_keeps_the_channel() {
     assert_eq!(status, 404);
 
     // CH-08: the same channel can be bound again.
-    let again = auth_bind(&fx.conn, &fx.channel_id, &fx.endpoint.url, &fx.secret).await;
+    let again = auth_bind(&fx.conn, &fx.channel_id, fx.endpoint.url(), &fx.secret).await;
     assert_eq!(
         again.connector_channel_id.as_deref(),
         Some(fx.channel_id.as_str())
@@ -567,7 +567,7 @@ async fn pairing_flow_end_to_end() {
     let sim = pod.sim();
     let card = sim.card().await.unwrap();
     let secret = new_secret();
-    let endpoint = FakeEndpoint::start(&secret).await;
+    let endpoint = fake_endpoint(&secret).await;
     let (conn, connector_id) = hello(&sim, None, &[IM_V2]).await;
     let (ch, _) = open(&conn, None).await;
 
@@ -628,7 +628,7 @@ async fn pairing_flow_end_to_end() {
     // Submitting bad input leaves it scanned.
     let bad = reqwest::Client::new()
         .post(&link)
-        .json(&json!({"endpoint_url": endpoint.url, "signing_secret": "short"}))
+        .json(&json!({"endpoint_url": endpoint.url(), "signing_secret": "short"}))
         .send()
         .await
         .unwrap();
@@ -644,7 +644,7 @@ async fn pairing_flow_end_to_end() {
     // Submitting the binding -> authenticated, with the Descriptor, pushed too.
     let done = reqwest::Client::new()
         .post(&link)
-        .json(&json!({"endpoint_url": endpoint.url, "signing_secret": secret}))
+        .json(&json!({"endpoint_url": endpoint.url(), "signing_secret": secret}))
         .send()
         .await
         .unwrap();
@@ -758,7 +758,11 @@ async fn a_reconnect_reopens_every_channel_concurrently() {
     let fx = Fixture::start(PodOptions::default()).await;
     let mut channels = vec![fx.channel_id.clone()];
     for _ in 0..4 {
-        channels.push(bind_channel(&fx.conn, &fx.endpoint.url, &fx.secret).await.0);
+        channels.push(
+            bind_channel(&fx.conn, fx.endpoint.url(), &fx.secret)
+                .await
+                .0,
+        );
     }
     fx.conn.close(1001, "xAgent going away").await.unwrap();
     fx.conn.wait_closed(WAIT).await.unwrap();

@@ -282,7 +282,7 @@ async fn readyz_reflects_draining_while_livez_stays_up() {
         }
     });
     eventually(WAIT, "the tool's post to reach the endpoint", || async {
-        (endpoint.total() == 1).then_some(())
+        (endpoint.count() == 1).then_some(())
     })
     .await;
     cluster.sigterm("a");
@@ -328,7 +328,7 @@ async fn readyz_reflects_draining_while_livez_stays_up() {
     let status = cluster.wait_exit("a", Duration::from_secs(15)).await;
     assert!(status.success(), "drained pod exits 0: {status}");
     let drained_in = t0.elapsed();
-    assert_eq!(endpoint.count(&tool_msg), 1, "the tool ran once");
+    assert_eq!(endpoint.message_count(&tool_msg), 1, "the tool ran once");
 
     // The same call again on B is a replay, not a second post.
     endpoint.delay(Duration::ZERO);
@@ -342,8 +342,8 @@ async fn readyz_reflects_draining_while_livez_stays_up() {
         )
         .await;
     assert_eq!(classify_tool(again), ToolOutcome::Sent(tool_msg.clone()));
-    assert_eq!(endpoint.count(&tool_msg), 1, "replayed, not re-run");
-    assert_eq!(endpoint.bad_signatures(), 0);
+    assert_eq!(endpoint.message_count(&tool_msg), 1, "replayed, not re-run");
+    assert_eq!(endpoint.stats().bad_signature, 0);
     println!(
         "scenario 7: readyz 503 {unready_after:?} after SIGTERM; livez 200 and readyz 503 on {probes} probes while a 3 s tool call finished; pod exited 0 after {drained_in:?}"
     );

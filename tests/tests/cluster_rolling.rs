@@ -160,7 +160,7 @@ async fn rolling_restart_under_load_loses_and_repeats_nothing() {
     let mut sent_ids: HashMap<String, String> = HashMap::new();
     // Which retried calls had run already (their answer was lost with the socket): the
     // retry must then be a replay.
-    let posted_before_retries = endpoint.counts();
+    let posted_before_retries = endpoint.message_counts();
     let mut retried: Vec<String> = Vec::new();
     for (id, ch, outcome) in &first {
         let mut outcome = outcome.clone();
@@ -203,17 +203,17 @@ async fn rolling_restart_under_load_loses_and_repeats_nothing() {
         .count();
     for (id, m) in &sent_ids {
         assert_eq!(
-            endpoint.count(m),
+            endpoint.message_count(m),
             1,
             "tool call {id} ({m}) reached the endpoint exactly once"
         );
     }
     assert_eq!(
-        endpoint.total() as usize,
+        endpoint.count(),
         first.len(),
         "one post per tool call, nothing else"
     );
-    assert_eq!(endpoint.bad_signatures(), 0);
+    assert_eq!(endpoint.stats().bad_signature, 0);
 
     // Nothing comes back after the acks (ack timeout 2 s + sweep 2 s).
     tokio::time::sleep(Duration::from_secs(3)).await;

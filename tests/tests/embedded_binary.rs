@@ -163,9 +163,9 @@ async fn embedded_mode_keeps_everything_across_restarts_and_drains_on_sigterm() 
     assert_eq!(first.readyz().await, Some(200));
 
     let secret = new_secret();
-    let endpoint = FakeEndpoint::start(&secret).await;
+    let endpoint = fake_endpoint(&secret).await;
     let (conn, connector_id) = hello(&sim, None, &[IM_V2]).await;
-    let (ch, _) = bind_channel(&conn, &endpoint.url, &secret).await;
+    let (ch, _) = bind_channel(&conn, endpoint.url(), &secret).await;
     // A message accepted while the channel is closed stays pending across the restart.
     conn.close_channel(&ch)
         .await

@@ -147,9 +147,9 @@ async fn garbage_signature_floods_keep_the_pod_small() {
     let base = format!("http://127.0.0.1:{port}{PREFIX}");
     let sim = Sim::new(&base, Some(&key)).unwrap();
     let secret = new_secret();
-    let endpoint = FakeEndpoint::start(&secret).await;
+    let endpoint = fake_endpoint(&secret).await;
     let (conn, _) = hello(&sim, None, &[IM_V2]).await;
-    let (ch, _) = bind_channel(&conn, &endpoint.url, &secret).await;
+    let (ch, _) = bind_channel(&conn, endpoint.url(), &secret).await;
     let url = format!("{base}/inbound/{ch}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(pid);

@@ -179,7 +179,7 @@ async fn inbound_requests_are_authenticated_and_validated() {
         .await;
     assert_eq!(s, 401);
     let mut tampered = InboundRequest::json(&fx.secret, &body);
-    tampered.signature = Some(switchyard_provider_webhook::signing::sign(
+    tampered.signature = Some(switchyard_webhook_signing::sign(
         fx.secret.as_bytes(),
         tampered.timestamp,
         b"{}",

@@ -80,7 +80,7 @@ async fn a_final_message_is_posted_then_accepted() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!((ts - switchyard_provider_webhook::signing::unix_now()).abs() < 60);
+    assert!((ts - switchyard_webhook_signing::unix_now()).abs() < 60);
 
     // IM2-25: the same message again -> duplicate, no second post.
     let (p2, ack2) = send(
@@ -226,7 +226,7 @@ async fn uploaded_files_go_out_with_absolute_signed_urls() {
 async fn foreign_or_unknown_file_refs_are_rejected() {
     let fx = Fixture::start(PodOptions::default()).await;
     // A second bound channel of the same tenant owns a file.
-    let (other_ch, _) = bind_channel(&fx.conn, &fx.endpoint.url, &fx.secret).await;
+    let (other_ch, _) = bind_channel(&fx.conn, fx.endpoint.url(), &fx.secret).await;
     let (status, up) = fx
         .sim
         .upload(&other_ch, "theirs.txt", "text/plain", &b"not yours"[..])

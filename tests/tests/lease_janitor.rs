@@ -51,7 +51,7 @@ async fn an_offline_connector_is_deregistered_after_the_grace() {
         .expect_kind("channel.close.ack")
         .unwrap();
     assert_eq!(fx.inbound_text("m-orphan", "never delivered").await, 202);
-    let (second, _) = bind_channel(&fx.conn, &fx.endpoint.url, &fx.secret).await;
+    let (second, _) = bind_channel(&fx.conn, fx.endpoint.url(), &fx.secret).await;
 
     let closed_at = Instant::now();
     disconnect(&fx.conn).await;

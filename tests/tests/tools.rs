@@ -338,8 +338,8 @@ async fn file_send_tool_posts_a_working_download_url() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routing_uses_only_the_envelope_channel() {
     let fx = Fixture::start(PodOptions::default()).await;
-    let other_endpoint = FakeEndpoint::start(&fx.secret).await;
-    let (other_ch, _) = bind_channel(&fx.conn, &other_endpoint.url, &fx.secret).await;
+    let other_endpoint = fake_endpoint(&fx.secret).await;
+    let (other_ch, _) = bind_channel(&fx.conn, other_endpoint.url(), &fx.secret).await;
     // T-02: the model's argument names the other channel; the envelope decides.
     let ack = fx
         .conn

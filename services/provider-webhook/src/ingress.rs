@@ -30,7 +30,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::binding::Credentials;
 use crate::pairing;
-use crate::signing::{self, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER, Verifier};
+use switchyard_webhook_signing::{
+    self as signing, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER, Verifier,
+};
 
 const MAX_MESSAGE_ID_BYTES: usize = 256;
 const MAX_FILENAME_BYTES: usize = 255;

@@ -12,7 +12,6 @@ mod card;
 mod ingress;
 mod outbound;
 mod pairing;
-pub mod signing;
 
 /// Entry points of the fuzz targets (`fuzz/`): the parsers of pre-authentication input.
 #[doc(hidden)]

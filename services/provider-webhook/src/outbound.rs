@@ -14,7 +14,7 @@ use switchyard_core::provider::{OutboundFile, ProviderError};
 use switchyard_protocol::ConnectionStatus;
 
 use crate::binding::Credentials;
-use crate::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// Consecutive transient failures from which the target is reported offline.
 const OFFLINE_AFTER: u64 = 3;

@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering;
 use base64::Engine as _;
 use common::{CHANNEL, FakeHost, SECRET, config, serve_ingress};
 use serde_json::{Value, json};
+use switchyard_fake_webhook::InboundRequest;
 use switchyard_provider_webhook::WebhookProvider;
-use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 struct Ingress {
     host: std::sync::Arc<FakeHost>,
@@ -43,14 +44,12 @@ impl Ingress {
         ts: i64,
         secret: &str,
     ) -> (u16, Value) {
-        let sig = signing::sign(secret.as_bytes(), ts, &body);
-        let resp = self
-            .http
-            .post(self.url(channel))
-            .header("content-type", content_type)
-            .header(TIMESTAMP_HEADER, ts.to_string())
-            .header(SIGNATURE_HEADER, sig)
-            .body(body)
+        let req = InboundRequest {
+            timestamp: ts,
+            ..InboundRequest::raw(secret, content_type, body)
+        };
+        let resp = req
+            .request(&self.http, &self.url(channel))
             .send()
             .await
             .unwrap();

@@ -10,8 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{CHANNEL, FakeHost, SECRET, config, serve_ingress};
 use serde_json::{Value, json};
-use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use switchyard_fake_webhook::InboundRequest;
 use switchyard_provider_webhook::{WebhookConfig, WebhookProvider};
+use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use tokio::sync::mpsc;
 
 const WRONG_SECRET: &str = "not-the-secret-0123456789";
@@ -95,18 +96,8 @@ impl Ingress {
         body: &Value,
         secret: &str,
     ) -> (u16, Value, Option<String>) {
-        let body = serde_json::to_vec(body).unwrap();
-        let ts = signing::unix_now();
-        let resp = self
-            .http
-            .post(self.url(channel))
-            .header("content-type", "application/json")
-            .header(TIMESTAMP_HEADER, ts.to_string())
-            .header(
-                SIGNATURE_HEADER,
-                signing::sign(secret.as_bytes(), ts, &body),
-            )
-            .body(body)
+        let resp = InboundRequest::json(secret, body)
+            .request(&self.http, &self.url(channel))
             .send()
             .await
             .unwrap();

@@ -6,12 +6,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CHANNEL, Endpoint, FakeHost, NoProgress, SECRET, config, refused_url};
+use common::{CHANNEL, FakeHost, NoProgress, SECRET, config, endpoint, refused_url};
 use serde_json::{Map, Value, json};
 use switchyard_core::provider::{Binding, OutboundMessage, Provider, ProviderErrorKind, ToolCall};
+use switchyard_fake_webhook::Received;
 use switchyard_protocol::ConnectionStatus;
-use switchyard_provider_webhook::signing::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use switchyard_provider_webhook::{TOOL_FILE_SEND, TOOL_MESSAGE_SEND, WebhookProvider};
+use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 fn provider(host: &Arc<FakeHost>) -> WebhookProvider {
     let p = WebhookProvider::new(config());
@@ -34,15 +35,15 @@ async fn deliver(
     .await
 }
 
-fn header<'a>(r: &'a common::Received, name: &str) -> &'a str {
+fn header<'a>(r: &'a Received, name: &str) -> &'a str {
     r.headers.get(name).unwrap().to_str().unwrap()
 }
 
 #[tokio::test]
 async fn delivers_signed_json() {
     let host = FakeHost::new();
-    let ep = Endpoint::start().await;
-    let binding = host.bind(CHANNEL, &ep.url);
+    let ep = endpoint().await;
+    let binding = host.bind(CHANNEL, ep.url());
     let p = provider(&host);
 
     deliver(&p, &binding, "out_1", "hello there").await.unwrap();
@@ -55,11 +56,11 @@ async fn delivers_signed_json() {
         SECRET.as_bytes(),
         Some(header(r, TIMESTAMP_HEADER)),
         Some(header(r, SIGNATURE_HEADER)),
-        &r.body,
+        &r.raw,
         signing::unix_now(),
     )
     .expect("the endpoint can verify what it receives");
-    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    let v: Value = serde_json::from_slice(&r.raw).unwrap();
     assert_eq!(
         v,
         json!({"message_id": "out_1", "connector_channel_id": CHANNEL, "text": "hello there"})
@@ -73,8 +74,8 @@ async fn delivers_signed_json() {
 #[tokio::test]
 async fn status_mapping() {
     let host = FakeHost::new();
-    let ep = Endpoint::start().await;
-    let binding = host.bind(CHANNEL, &ep.url);
+    let ep = endpoint().await;
+    let binding = host.bind(CHANNEL, ep.url());
     let p = provider(&host);
 
     ep.answer(204);
@@ -124,9 +125,9 @@ async fn refused_connection_is_transient_and_leaks_nothing() {
 #[tokio::test]
 async fn timeout_is_transient() {
     let host = FakeHost::new();
-    let ep = Endpoint::start().await;
+    let ep = endpoint().await;
     ep.delay(Duration::from_secs(3)); // config() times out after 500 ms
-    let binding = host.bind(CHANNEL, &ep.url);
+    let binding = host.bind(CHANNEL, ep.url());
     let p = provider(&host);
     let e = deliver(&p, &binding, "a", "x").await.unwrap_err();
     assert_eq!(
@@ -139,8 +140,8 @@ async fn timeout_is_transient() {
 #[tokio::test]
 async fn health_follows_the_endpoint() {
     let host = FakeHost::new();
-    let ep = Endpoint::start().await;
-    let binding = host.bind(CHANNEL, &ep.url);
+    let ep = endpoint().await;
+    let binding = host.bind(CHANNEL, ep.url());
     let p = provider(&host);
 
     ep.answer(500);
@@ -171,8 +172,8 @@ async fn health_follows_the_endpoint() {
 #[tokio::test]
 async fn outbound_files_carry_metadata_and_download_url() {
     let host = FakeHost::new();
-    let ep = Endpoint::start().await;
-    let binding = host.bind(CHANNEL, &ep.url);
+    let ep = endpoint().await;
+    let binding = host.bind(CHANNEL, ep.url());
     host.add_upload(
         CHANNEL,
         "file_1",
@@ -198,7 +199,7 @@ async fn outbound_files_carry_metadata_and_download_url() {
     let id = out["message_id"].as_str().unwrap().to_owned();
     assert_eq!(out["status"], "sent");
 
-    let v: Value = serde_json::from_slice(&ep.received()[0].body).unwrap();
+    let v: Value = serde_json::from_slice(&ep.received()[0].raw).unwrap();
     assert_eq!(
         v,
         json!({
@@ -219,8 +220,8 @@ async fn outbound_files_carry_metadata_and_download_url() {
 #[tokio::test]
 async fn file_of_another_channel_is_file_not_found() {
     let host = FakeHost::new();
-    let ep = Endpoint::start().await;
-    let binding = host.bind(CHANNEL, &ep.url);
+    let ep = endpoint().await;
+    let binding = host.bind(CHANNEL, ep.url());
     host.add_upload("cch_other", "file_x", "a.txt", "text/plain", b"x");
     let p = provider(&host);
     for file_ref in ["file_x", "file_missing"] {
@@ -247,8 +248,8 @@ async fn file_of_another_channel_is_file_not_found() {
 #[tokio::test]
 async fn message_tool_ids_are_stable_across_retries() {
     let host = FakeHost::new();
-    let ep = Endpoint::start().await;
-    let binding = host.bind(CHANNEL, &ep.url);
+    let ep = endpoint().await;
+    let binding = host.bind(CHANNEL, ep.url());
     let p = provider(&host);
     let mut args = Map::new();
     args.insert("text".into(), json!("ping"));
@@ -276,7 +277,7 @@ async fn message_tool_ids_are_stable_across_retries() {
         .received()
         .iter()
         .map(|r| {
-            serde_json::from_slice::<Value>(&r.body).unwrap()["message_id"]
+            serde_json::from_slice::<Value>(&r.raw).unwrap()["message_id"]
                 .as_str()
                 .unwrap()
                 .to_owned()
@@ -308,9 +309,9 @@ async fn message_tool_ids_are_stable_across_retries() {
 #[tokio::test]
 async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
     let host = FakeHost::new();
-    let ep = Endpoint::start().await;
+    let ep = endpoint().await;
     let port = ep
-        .url
+        .url()
         .split(':')
         .nth(2)
         .and_then(|p| p.split('/').next())
@@ -321,7 +322,7 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
     p.attach(host.clone());
     // Stored bindings skip the binding-time check (made before the guard, or rebinding).
     for url in [
-        ep.url.clone(),
+        ep.url().to_owned(),
         format!("http://localhost:{port}/hook"),
         format!("http://2130706433:{port}/hook"),
         format!("http://[::ffff:127.0.0.1]:{port}/hook"),
@@ -334,7 +335,7 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
     }
     assert!(ep.received().is_empty(), "an internal endpoint was reached");
     // The operator's allowed range lets the same endpoint through.
-    let binding = host.bind(CHANNEL, &ep.url);
+    let binding = host.bind(CHANNEL, ep.url());
     deliver(&provider(&host), &binding, "out_z", "hi")
         .await
         .unwrap();
@@ -345,8 +346,8 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
 #[tokio::test]
 async fn redirects_are_not_followed() {
     let host = FakeHost::new();
-    let target = Endpoint::start().await;
-    let location = target.url.clone();
+    let target = endpoint().await;
+    let location = target.url().to_owned();
     let redirector = common::serve(axum::Router::new().fallback(move || {
         let location = location.clone();
         async move {

@@ -14,25 +14,19 @@
 // Each scenario file uses part of this module.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 use switchyard_core::ids::random_secret;
-use switchyard_provider_webhook::signing;
+use switchyard_fake_webhook::{FakeWebhook, InboundRequest};
 use switchyard_store_postgres::PostgresStore;
 use switchyard_xagent_sim::{AckStatus, Conn, Deliveries, Envelope, EnvelopeExt, Sim, SimError};
-use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -632,18 +626,10 @@ impl Cluster {
         text: &str,
     ) -> Result<u16, reqwest::Error> {
         let body =
-            json!({"message_id": message_id, "text": text, "sender": {"id": "u1", "name": "Ada"}})
-                .to_string()
-                .into_bytes();
-        let ts = signing::unix_now();
-        let sig = signing::sign(secret.as_bytes(), ts, &body);
-        let resp = self
-            .http
-            .post(format!("{}/inbound/{channel}", pod.base_url()))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(signing::TIMESTAMP_HEADER, ts.to_string())
-            .header(signing::SIGNATURE_HEADER, sig)
-            .body(body)
+            json!({"message_id": message_id, "text": text, "sender": {"id": "u1", "name": "Ada"}});
+        let url = format!("{}/inbound/{channel}", pod.base_url());
+        let resp = InboundRequest::json(secret, &body)
+            .request(&self.http, &url)
             .send()
             .await?;
         Ok(resp.status().as_u16())
@@ -845,110 +831,31 @@ impl PrivateServer {
 
 // ---- the fake chat system ----------------------------------------------------------------
 
-struct EndpointState {
-    secret: String,
-    /// POSTs per `message_id`.
-    counts: Mutex<HashMap<String, u32>>,
-    bad_signatures: AtomicU64,
-    status: AtomicU16,
-    delay_ms: AtomicU64,
-    changed: Notify,
-}
-
-/// A chat system's webhook endpoint on 127.0.0.1:0 that counts posts by `message_id`.
+/// A chat system's webhook endpoint on 127.0.0.1:0 with a fresh signing secret; counts
+/// posts by `message_id` through the fake it derefs to.
 pub struct Endpoint {
     pub url: String,
     pub secret: String,
-    state: Arc<EndpointState>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn endpoint_post(
-    State(st): State<Arc<EndpointState>>,
-    headers: HeaderMap,
-    raw: Bytes,
-) -> StatusCode {
-    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
-    if signing::verify(
-        st.secret.as_bytes(),
-        h(signing::TIMESTAMP_HEADER),
-        h(signing::SIGNATURE_HEADER),
-        &raw,
-        signing::unix_now(),
-    )
-    .is_err()
-    {
-        st.bad_signatures.fetch_add(1, Ordering::SeqCst);
-    }
-    let body: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
-    let id = body["message_id"].as_str().unwrap_or_default().to_owned();
-    *lock(&st.counts).entry(id).or_default() += 1;
-    st.changed.notify_waiters();
-    let delay = st.delay_ms.load(Ordering::SeqCst);
-    if delay > 0 {
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-    }
-    StatusCode::from_u16(st.status.load(Ordering::SeqCst)).unwrap_or(StatusCode::OK)
+    fake: FakeWebhook,
 }
 
 impl Endpoint {
     pub async fn start() -> Self {
         let secret = format!("whsec-{}", random_secret(12));
-        let state = Arc::new(EndpointState {
-            secret: secret.clone(),
-            counts: Mutex::default(),
-            bad_signatures: AtomicU64::new(0),
-            status: AtomicU16::new(200),
-            delay_ms: AtomicU64::new(0),
-            changed: Notify::new(),
-        });
-        let router = Router::new()
-            .route("/hooks", axum::routing::post(endpoint_post))
-            .with_state(state.clone());
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind endpoint");
-        let addr = listener.local_addr().expect("endpoint addr");
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let fake = FakeWebhook::start("/hooks", Some(&secret)).await;
         Self {
-            url: format!("http://{addr}/hooks"),
+            url: fake.url().to_owned(),
             secret,
-            state,
-            task,
+            fake,
         }
     }
+}
 
-    pub fn delay(&self, d: Duration) {
-        self.state
-            .delay_ms
-            .store(d.as_millis() as u64, Ordering::SeqCst);
-    }
+impl std::ops::Deref for Endpoint {
+    type Target = FakeWebhook;
 
-    pub fn counts(&self) -> HashMap<String, u32> {
-        lock(&self.state.counts).clone()
-    }
-
-    pub fn count(&self, message_id: &str) -> u32 {
-        lock(&self.state.counts)
-            .get(message_id)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    pub fn total(&self) -> u32 {
-        lock(&self.state.counts).values().sum()
-    }
-
-    pub fn bad_signatures(&self) -> u64 {
-        self.state.bad_signatures.load(Ordering::SeqCst)
+    fn deref(&self) -> &FakeWebhook {
+        &self.fake
     }
 }
 

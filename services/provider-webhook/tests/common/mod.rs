@@ -1,18 +1,15 @@
-//! Test doubles: an in-memory `ProviderHost` and a fake chat-system endpoint that is a real
-//! HTTP server on 127.0.0.1:0.
+//! Test doubles: an in-memory `ProviderHost` and the fake chat system (`switchyard-fake-webhook`,
+//! a real HTTP server on 127.0.0.1:0).
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 use switchyard_core::files::{ByteStream, bytes_stream, collect};
 use switchyard_core::model::{AuthStatus, FileDirection, FileRecord};
@@ -21,6 +18,7 @@ use switchyard_core::provider::{
     Provider,
 };
 use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderHost};
+use switchyard_fake_webhook::FakeWebhook;
 use switchyard_protocol::im::FileItem;
 use switchyard_protocol::{BuildInfo, ConnectionStatus};
 use switchyard_provider_webhook::{OutboundPolicy, WebhookConfig, WebhookProvider};
@@ -371,70 +369,9 @@ pub async fn serve(router: Router) -> String {
     format!("http://{addr}")
 }
 
-#[derive(Clone, Debug)]
-pub struct Received {
-    pub headers: HeaderMap,
-    pub body: Bytes,
-}
-
 /// The chat system's side: records every post and answers with a settable status.
-pub struct Endpoint {
-    pub url: String,
-    pub received: Arc<Mutex<Vec<Received>>>,
-    status: Arc<AtomicU16>,
-    delay_ms: Arc<AtomicU64>,
-}
-
-#[derive(Clone)]
-struct EndpointState {
-    received: Arc<Mutex<Vec<Received>>>,
-    status: Arc<AtomicU16>,
-    delay_ms: Arc<AtomicU64>,
-}
-
-async fn endpoint_handler(
-    State(st): State<EndpointState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    st.received.lock().unwrap().push(Received { headers, body });
-    let delay = st.delay_ms.load(Ordering::SeqCst);
-    if delay > 0 {
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-    }
-    StatusCode::from_u16(st.status.load(Ordering::SeqCst)).unwrap()
-}
-
-impl Endpoint {
-    pub async fn start() -> Self {
-        let st = EndpointState {
-            received: Arc::default(),
-            status: Arc::new(AtomicU16::new(200)),
-            delay_ms: Arc::new(AtomicU64::new(0)),
-        };
-        let router = Router::new()
-            .route("/hooks/in", axum::routing::post(endpoint_handler))
-            .with_state(st.clone());
-        let base = serve(router).await;
-        Self {
-            url: format!("{base}/hooks/in?token=path-secret-token"),
-            received: st.received,
-            status: st.status,
-            delay_ms: st.delay_ms,
-        }
-    }
-
-    pub fn answer(&self, status: u16) {
-        self.status.store(status, Ordering::SeqCst);
-    }
-
-    pub fn delay(&self, d: Duration) {
-        self.delay_ms.store(d.as_millis() as u64, Ordering::SeqCst);
-    }
-
-    pub fn received(&self) -> Vec<Received> {
-        self.received.lock().unwrap().clone()
-    }
+pub async fn endpoint() -> FakeWebhook {
+    FakeWebhook::start("/hooks/in?token=path-secret-token", None).await
 }
 
 /// A URL where nothing listens: bind a port, then free it.

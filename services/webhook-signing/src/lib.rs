@@ -1,10 +1,13 @@
 //! The request signature shared by both directions of the webhook contract:
 //! `X-Switchyard-Signature: v1=<hex HMAC-SHA256(secret, timestamp + "." + raw body)>`.
-//! Public so fake endpoints and load tests sign and verify exactly like the provider.
+//!
+//! Its own crate, with no Switchyard dependency, so the provider (`switchyard-provider-webhook`),
+//! the fake chat system (`switchyard-fake-webhook`) and the loadtest sign and verify with the
+//! same code without any of them pulling in the others.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use switchyard_core::crypto::{ct_eq, hmac_sha256};
+use subtle::ConstantTimeEq;
 
 pub const TIMESTAMP_HEADER: &str = "x-switchyard-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-switchyard-signature";
@@ -19,11 +22,15 @@ pub fn sign(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
 }
 
 fn mac(secret: &[u8], timestamp: i64, body: &[u8]) -> [u8; 32] {
-    let mut msg = Vec::with_capacity(body.len() + 21);
-    msg.extend_from_slice(timestamp.to_string().as_bytes());
-    msg.push(b'.');
-    msg.extend_from_slice(body);
-    hmac_sha256(secret, &msg)
+    let mut mac = new_mac(secret);
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    mac.finalize().into_bytes().into()
+}
+
+fn new_mac(secret: &[u8]) -> Hmac<Sha256> {
+    <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,8 +85,7 @@ impl Verifier {
     ) -> Result<Self, SignatureError> {
         let ts = verify_timestamp(timestamp_header, now)?;
         let presented = parse_signature(signature_header)?;
-        let mut mac =
-            <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes keys of any length");
+        let mut mac = new_mac(secret);
         mac.update(ts.to_string().as_bytes());
         mac.update(b".");
         Ok(Self { mac, presented })
@@ -91,7 +97,8 @@ impl Verifier {
 
     pub fn finish(self) -> Result<(), SignatureError> {
         let expected: [u8; 32] = self.mac.finalize().into_bytes().into();
-        if ct_eq(&expected, &self.presented) {
+        // Constant time: the comparison must not tell a forger how much of a guess was right.
+        if expected.len() == self.presented.len() && bool::from(expected.ct_eq(&self.presented)) {
             Ok(())
         } else {
             Err(SignatureError::Mismatch)
@@ -123,7 +130,10 @@ pub fn verify_timestamp(timestamp_header: Option<&str>, now: i64) -> Result<i64,
 
 /// Unix seconds from the system clock.
 pub fn unix_now() -> i64 {
-    switchyard_core::ids::now_ms() / 1000
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
