@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use switchyard_core::crypto::Secret;
+use serde::{Deserialize, Serialize};
 use switchyard_core::engine::EngineConfig;
-use switchyard_core::netguard::{Cidr, OutboundPolicy};
 
 mod sections;
 mod values;
@@ -365,6 +363,7 @@ pub const DEFAULT_CONFIG_TOML: &str = include_str!("../default-config.toml");
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard_core::crypto::Secret;
 
     #[test]
     fn durations() {

@@ -1,15 +1,11 @@
 //! The configuration's sections (`[ingress]`, `[limits]`, `[hosts]`, `[telegram]`, ...) with
 //! their defaults.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use switchyard_core::crypto::Secret;
+use serde::{Deserialize, Serialize};
 use switchyard_core::engine::EngineConfig;
-use switchyard_core::netguard::{Cidr, OutboundPolicy};
+use switchyard_core::netguard::OutboundPolicy;
 
 use super::values::*;
 

@@ -1,15 +1,11 @@
 //! Setting value types: durations (`30s`), secret lists and address-range lists, each
 //! written as a string or a list in files and in `SWITCHYARD_*` variables.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use switchyard_core::crypto::Secret;
-use switchyard_core::engine::EngineConfig;
-use switchyard_core::netguard::{Cidr, OutboundPolicy};
+use switchyard_core::netguard::Cidr;
 
 /// A duration written `500ms`, `30s`, `5m`, `1h` (or a bare number of seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,7 +38,12 @@ pub(super) fn over_tls(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("https"))
 }
 
-pub(super) fn set_cookie(headers: &HeaderMap, name: &str, value: &str, max_age: Duration) -> HeaderValue {
+pub(super) fn set_cookie(
+    headers: &HeaderMap,
+    name: &str,
+    value: &str,
+    max_age: Duration,
+) -> HeaderValue {
     let secure = if over_tls(headers) { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
         "{name}={value}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
@@ -120,7 +125,11 @@ pub(super) async fn viewer(st: &ConsoleState, headers: &HeaderMap) -> Result<Ope
 
 /// The caller of a POST: as [`viewer`], and for a cookie session the form's CSRF token must
 /// be the session's.
-pub(super) async fn actor(st: &ConsoleState, headers: &HeaderMap, csrf: &str) -> Result<Operator, Response> {
+pub(super) async fn actor(
+    st: &ConsoleState,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Result<Operator, Response> {
     let op = match viewer(st, headers).await {
         Ok(op) => op,
         Err(_) if !headers.contains_key(header::AUTHORIZATION) && !st.operators.is_empty() => {
@@ -161,7 +170,11 @@ pub(super) async fn login_form(State(st): State<ConsoleState>, headers: HeaderMa
 
 /// The sign-in form. Its CSRF token is a double submit: the same random value in a short
 /// cookie and in the form.
-pub(super) fn login_page(headers: &HeaderMap, status: StatusCode, problem: Option<&str>) -> Response {
+pub(super) fn login_page(
+    headers: &HeaderMap,
+    status: StatusCode,
+    problem: Option<&str>,
+) -> Response {
     let csrf = random_secret(16);
     let mut body = String::new();
     if let Some(p) = problem {

@@ -10,7 +10,6 @@
 //! a secret: API keys (but once, in the answer that creates one), tokens, signing or
 //! encryption keys, bot tokens, binding credentials, pairing codes.
 
-
 mod auth;
 mod channels;
 mod hosts;
@@ -199,4 +198,3 @@ fn notice(c: &Cursor) -> String {
         })
         .unwrap_or_default()
 }
-

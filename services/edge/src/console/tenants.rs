@@ -102,7 +102,13 @@ pub(super) struct NameForm {
 }
 
 /// The one answer that shows a secret: the new API key, once, never stored or cached.
-pub(super) fn key_shown_once(who: &Operator, title: &str, intro: &str, key: &str, back: &str) -> Response {
+pub(super) fn key_shown_once(
+    who: &Operator,
+    title: &str,
+    intro: &str,
+    key: &str,
+    back: &str,
+) -> Response {
     let body = format!(
         "<p>{}</p><p class=\"notice\">API key (shown once, copy it now): <code id=\"new-key\">{}</code></p><p>{}</p>",
         esc(intro),

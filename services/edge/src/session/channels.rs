@@ -1,29 +1,17 @@
 //! The session's channel work: packets on an open channel (chat messages, deltas, tools,
 //! auth), the serial per-channel worker that delivers to the target, and doorbells.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures::{FutureExt, Stream, StreamExt};
 use switchyard_core::bus::Doorbell;
-use switchyard_core::engine::{
-    AckOutcome, Connector, Fault, Outflow, OutflowLimits, SessionIdent, retryable, tool_call_key,
-};
+use switchyard_core::engine::{AckOutcome, Connector, Fault, SessionIdent, tool_call_key};
 use switchyard_core::ids::{new_id, now_ms};
 use switchyard_core::model::ChannelRecord;
 use switchyard_core::provider::ProgressSink;
-use switchyard_protocol::im::ChatAckPayload;
-use switchyard_protocol::outbound::{AuthAck, Correlation, Outbound, kind_label};
-use switchyard_protocol::packet::{self, Inbound, PacketError, RequestMeta};
-use switchyard_protocol::{Descriptor, Envelope, ErrorCode};
-use tokio::sync::{Semaphore, broadcast, mpsc};
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use switchyard_protocol::ErrorCode;
+use switchyard_protocol::outbound::{AuthAck, Correlation, Outbound};
+use switchyard_protocol::packet::{Inbound, RequestMeta};
+use tokio::sync::{broadcast, mpsc};
 use tracing::Instrument;
 
-use crate::doorbells::{Doorbells, Subscription};
 use crate::sendq::SendQueue;
 
 use super::*;

@@ -10,14 +10,11 @@ use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
 use switchyard_core::bus::Doorbell;
-use switchyard_core::engine::{
-    AckOutcome, Connector, Fault, Outflow, OutflowLimits, SessionIdent, retryable, tool_call_key,
-};
+use switchyard_core::engine::{Connector, Fault, Outflow, OutflowLimits, SessionIdent, retryable};
 use switchyard_core::ids::{new_id, now_ms};
 use switchyard_core::model::ChannelRecord;
-use switchyard_core::provider::ProgressSink;
 use switchyard_protocol::im::ChatAckPayload;
-use switchyard_protocol::outbound::{AuthAck, Correlation, Outbound, kind_label};
+use switchyard_protocol::outbound::{Correlation, Outbound, kind_label};
 use switchyard_protocol::packet::{self, Inbound, PacketError, RequestMeta};
 use switchyard_protocol::{Descriptor, Envelope, ErrorCode};
 use tokio::sync::{Semaphore, broadcast, mpsc};
@@ -30,8 +27,6 @@ use crate::doorbells::{Doorbells, Subscription};
 use crate::sendq::SendQueue;
 
 mod channels;
-
-use channels::channel_worker;
 
 /// What the socket reader hands the session.
 #[derive(Debug)]
