@@ -384,7 +384,14 @@ async fn connect_and_serve(
                 }
             }
             _ = renew.tick() => {
-                match host.acquire_lease(lease, rt.cfg.lease_ttl).await {
+                // The last renewal is at most a third of the lease old: a renewal still not
+                // done a third later (a busy pool) closes the connection while the lease
+                // still holds, so no other pod's connection ever overlaps this one.
+                let Ok(renewed) = tokio::time::timeout(rt.cfg.lease_ttl / 3, host.acquire_lease(lease, rt.cfg.lease_ttl)).await else {
+                    tracing::warn!(app_key = %app.key, "feishu connection lease renewal timed out; closing");
+                    break Ended::LostLease;
+                };
+                match renewed {
                     Ok(Some(g)) if g == generation => {}
                     Ok(_) => break Ended::LostLease,
                     Err(e) => {
