@@ -79,12 +79,11 @@ async fn killing_the_long_connection_pod_loses_and_repeats_nothing() {
 
 /// The same with the cluster harness's usual pool of 5 connections per pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known issue: right after the takeover the burst of queued and re-sent events (up to \
-            16 stored at once, two kv writes each) saturates a 5-connection pool; the lease \
-            renewal waits for a connection (up to the pool's 5 s acquire timeout, longer than \
-            the 3 s lease), so the lease expires under an open connection, the other survivor \
-            opens a second one (the fake sees 2 at once) and the lease flaps between the survivors; \
-            delivery stays exactly once. Fails 3 of 3 runs (2 shared cores)."]
+#[ignore = "under watch: with a 5-connection pool the takeover's burst of stored events \
+            starves the lease renewal. Before the renewal was cut at a third of the lease, two \
+            pods held connections at once (3 of 3 runs failed); since, 2 of 2 runs passed, one \
+            of them after 9 connection churns. Un-ignore once repeated runs stay green and the \
+            renewal no longer shares the event pool."]
 async fn killing_the_long_connection_pod_with_a_small_pool() {
     long_connection_failover(5).await;
 }
