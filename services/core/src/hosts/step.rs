@@ -94,6 +94,8 @@ impl Hosts {
                     replies,
                     ..Step::default()
                 };
+                // The fallback answers what it owes only after `register`; its long poll
+                // collects the rest.
                 if session.is_fallback() && !registered_now {
                     return step;
                 }
