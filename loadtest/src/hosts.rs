@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use switchyard_protocol::hosts::{HostMessage, format_rfc3339};
 use switchyard_xagent_sim::host::{
-    DEVICE_CARD, DEVICE_V1, EnrolledHost, FLOW_PAIRING, HostConn, HostError, enroll,
+    DEVICE_CARD, DEVICE_V1, EnrolledHost, FLOW_PAIRING, HostCallError, HostConn, enroll,
 };
 use switchyard_xagent_sim::{Conn, Envelope, EnvelopeExt, Sim, SimError, now_ms};
 use tokio::sync::{Semaphore, watch};
@@ -960,7 +960,7 @@ impl SimHost {
         held: Vec<HostMessage>,
         beat: Duration,
         stop: &CancellationToken,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), HostCallError> {
         for m in held {
             self.handle(conn, streams, m).await?;
         }
@@ -993,7 +993,7 @@ impl SimHost {
         conn: &mut HostConn,
         streams: &mut Streams,
         m: HostMessage,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), HostCallError> {
         match m {
             HostMessage::CreateRun(cr) => {
                 self.stats.create_run(self.index, &cr.run_id, &cr.goal);
@@ -1029,7 +1029,7 @@ impl SimHost {
         host: &EnrolledHost,
         conn: &mut HostConn,
         streams: &mut Streams,
-    ) -> Result<Vec<HostMessage>, HostError> {
+    ) -> Result<Vec<HostMessage>, HostCallError> {
         conn.try_send(&host.heartbeat()).await?;
         let mut held = Vec::new();
         let stored = loop {
@@ -1037,7 +1037,7 @@ impl SimHost {
                 Some(HostMessage::HeartbeatAck(a)) => break a.runs,
                 Some(m) => held.push(m),
                 None => {
-                    return Err(HostError::Timeout {
+                    return Err(HostCallError::Timeout {
                         what: "heartbeat_ack".into(),
                         after: Duration::from_secs(10),
                     });
@@ -1079,7 +1079,7 @@ impl Streams {
         conn: &mut HostConn,
         run_id: &str,
         seq: u64,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), HostCallError> {
         conn.try_send_raw(&run_event(run_id, seq, self.events_per_run))
             .await?;
         let s = self.sent.entry(run_id.to_owned()).or_default();
@@ -1094,7 +1094,7 @@ impl Streams {
         &mut self,
         conn: &mut HostConn,
         run_id: &str,
-    ) -> (u64, Result<(), HostError>) {
+    ) -> (u64, Result<(), HostCallError>) {
         if let Some(&upto) = self.sent.get(run_id) {
             let mut replayed = 0;
             for seq in 1..=upto {
@@ -1118,7 +1118,7 @@ impl Streams {
         &mut self,
         conn: &mut HostConn,
         stored: &BTreeMap<String, u64>,
-    ) -> (u64, Result<(), HostError>) {
+    ) -> (u64, Result<(), HostCallError>) {
         let mut replayed = 0;
         for (run_id, &at) in stored {
             let Some(&upto) = self.sent.get(run_id) else {
@@ -1141,7 +1141,7 @@ impl Streams {
         &mut self,
         conn: &mut HostConn,
         now: TokioInstant,
-    ) -> (u64, Result<(), HostError>) {
+    ) -> (u64, Result<(), HostCallError>) {
         let mut sent = 0;
         while let Some(Reverse((at, _))) = self.due.peek()
             && *at <= now

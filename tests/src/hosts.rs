@@ -7,8 +7,8 @@
 use serde_json::{Value, json};
 // The raw host client lives in the simulator (the loadtest drives it too).
 pub use switchyard_xagent_sim::host::{
-    DEVICE_CARD, DEVICE_V1, Ended, EnrolledHost, FLOW_PAIRING, HostConn, HostError, connect_raw,
-    enroll_with_token,
+    DEVICE_CARD, DEVICE_V1, Ended, EnrolledHost, FLOW_PAIRING, HostCallError, HostConn,
+    connect_raw, enroll_with_token,
 };
 
 use crate::{Conn, EnvelopeExt, Pod, Sim};

@@ -26,5 +26,5 @@ pub use ephemeral::{Ephemeral, MemoryEphemeral};
 pub use error::{BackendError, BackendResult, ErrorKind};
 pub use files::{ByteStream, FileStore, LocalFileStore};
 pub use hoststore::HostStore;
-pub use provider::{Provider, ProviderHost};
+pub use provider::{Provider, ProviderServices};
 pub use store::Store;

@@ -177,7 +177,7 @@ pub struct InboundMessage {
     pub text: Option<String>,
     pub sender_id: Option<String>,
     pub sender_name: Option<String>,
-    /// Files already stored with [`ProviderHost::store_inbound_file`].
+    /// Files already stored with [`ProviderServices::store_inbound_file`].
     pub files: Vec<FileItem>,
 }
 
@@ -188,7 +188,7 @@ pub enum InboundOutcome {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum HostError {
+pub enum ServicesError {
     #[error("channel not found or not bound")]
     UnknownChannel,
     #[error("file not found")]
@@ -207,7 +207,7 @@ pub enum HostError {
     Backend(#[from] BackendError),
 }
 
-impl HostError {
+impl ServicesError {
     /// True when the caller should ask its sender to retry later (nothing was accepted).
     pub fn retryable(&self) -> bool {
         matches!(self, Self::Full | Self::Overloaded | Self::Backend(_))
@@ -216,7 +216,7 @@ impl HostError {
 
 /// What the core offers a provider: its bindings, the inbound queue, files and auth sessions.
 #[async_trait]
-pub trait ProviderHost: Send + Sync + 'static {
+pub trait ProviderServices: Send + Sync + 'static {
     /// The binding of a bound channel of this provider's Card; None when unknown or unbound.
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError>;
     /// Every bound channel of this Card (pollers and shared consumers use it at start).
@@ -226,7 +226,7 @@ pub trait ProviderHost: Send + Sync + 'static {
         &self,
         channel_id: &str,
         msg: InboundMessage,
-    ) -> Result<InboundOutcome, HostError>;
+    ) -> Result<InboundOutcome, ServicesError>;
     /// Streams an inbound file into the file store; returns the item for `chat.message.files`
     /// with an absolute signed `download_url` (re-signed when a queued message is delivered).
     async fn store_inbound_file(
@@ -235,30 +235,37 @@ pub trait ProviderHost: Send + Sync + 'static {
         filename: &str,
         mime_type: Option<&str>,
         body: ByteStream,
-    ) -> Result<FileItem, HostError>;
+    ) -> Result<FileItem, ServicesError>;
     /// Forgets an inbound file stored for `channel_id` that no message will carry (a request
     /// whose signature failed after its file parts were streamed in). Missing is not an error.
-    async fn discard_inbound_file(&self, channel_id: &str, file_ref: &str)
-    -> Result<(), HostError>;
+    async fn discard_inbound_file(
+        &self,
+        channel_id: &str,
+        file_ref: &str,
+    ) -> Result<(), ServicesError>;
     /// Opens an uploaded file of the channel.
     async fn open_file(
         &self,
         channel_id: &str,
         file_ref: &str,
-    ) -> Result<(OutboundFile, ByteStream), HostError>;
+    ) -> Result<(OutboundFile, ByteStream), ServicesError>;
     /// The encrypted provider state of an unfinished auth session (pairing flows).
     async fn auth_state(
         &self,
         auth_session_id: &str,
     ) -> Result<Option<(String, AuthStatus, Value)>, BackendError>;
     /// Advances an auth session from outside the data plane (pairing completed, QR scanned).
-    async fn advance_auth(&self, auth_session_id: &str, step: AuthStep) -> Result<(), HostError>;
+    async fn advance_auth(
+        &self,
+        auth_session_id: &str,
+        step: AuthStep,
+    ) -> Result<(), ServicesError>;
     /// Reports the target's health for a channel; a change is pushed as a Descriptor.
     async fn set_target_status(
         &self,
         channel_id: &str,
         status: ConnectionStatus,
-    ) -> Result<(), HostError>;
+    ) -> Result<(), ServicesError>;
     /// Absolute base URL of this deployment (webhook registration, absolute download URLs).
     fn public_base_url(&self) -> String;
     fn ephemeral(&self) -> Arc<dyn crate::ephemeral::Ephemeral>;
@@ -339,13 +346,13 @@ pub trait Provider: Send + Sync + 'static {
         Ok(())
     }
     /// Provider ingress routes, mounted under the prefix.
-    fn ingress(&self, host: Arc<dyn ProviderHost>) -> Option<axum::Router> {
+    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
         let _ = host;
         None
     }
     /// Starts background consumers (pollers, long connections) once per pod; they stop when
     /// `stop` is cancelled. Called after `ingress`.
-    fn start(&self, host: Arc<dyn ProviderHost>, stop: tokio_util::sync::CancellationToken) {
+    fn start(&self, host: Arc<dyn ProviderServices>, stop: tokio_util::sync::CancellationToken) {
         let _ = (host, stop);
     }
 }

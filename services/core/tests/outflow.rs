@@ -419,11 +419,11 @@ async fn batch_outcomes_for_a_missing_channel_and_a_full_one() {
     assert_eq!(k.pending(&ch.id).await, ["b"]);
 }
 
-/// Provider secrets (`ProviderHost::secret_put`) are stored encrypted, apart from the plain
+/// Provider secrets (`ProviderServices::secret_put`) are stored encrypted, apart from the plain
 /// provider state, and bound to their key: a value copied under another key is refused.
 #[tokio::test]
 async fn provider_secrets_are_encrypted_and_bound_to_their_key() {
-    use switchyard_core::ProviderHost;
+    use switchyard_core::ProviderServices;
     let k = kit().await;
     let secret = json!({"context_token": "ctx-s3cret-value"});
     k.conn.secret_put("peer:u1", &secret).await.unwrap();

@@ -15,7 +15,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
 use switchyard_core::engine::{Connector, DownloadAuth, DownloadCheck, Fault};
-use switchyard_core::provider::ProviderHost;
+use switchyard_core::provider::ProviderServices;
 use switchyard_protocol::{ErrorCode, PROTOCOL_VERSION, SUBPROTOCOL};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -107,7 +107,7 @@ pub fn connector_router(state: ConnState) -> Router {
     let ingress = state
         .conn
         .provider
-        .ingress(Arc::new(state.conn.clone()) as Arc<dyn ProviderHost>);
+        .ingress(Arc::new(state.conn.clone()) as Arc<dyn ProviderServices>);
     let mut r = Router::new()
         .route("/connector-card.json", get(card))
         .route("/skill.md", get(skill))

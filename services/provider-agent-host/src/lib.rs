@@ -15,12 +15,12 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use switchyard_core::hosts::{
-    Hosts, HostsError, HostsErrorCode, NewRun, binding_key, connection_status,
+    AgentHostRefusal, AgentHostRefusalCode, Hosts, NewRun, binding_key, connection_status,
 };
 use switchyard_core::hoststore::{HostRecord, HostStatus, RunRecord};
 use switchyard_core::provider::{
     AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,
-    ProviderHost, ToolCall,
+    ProviderServices, ToolCall,
 };
 use switchyard_protocol::descriptor::TargetView;
 use switchyard_protocol::hosts::message::{ContextBundle, HandoffBundle, RunConstraints};
@@ -34,7 +34,7 @@ pub struct AgentHostProvider {
     card: Card,
     skill: String,
     hosts: Arc<Hosts>,
-    host: OnceLock<Arc<dyn ProviderHost>>,
+    host: OnceLock<Arc<dyn ProviderServices>>,
     /// Longest `agent_run_wait`; kept below the engine's tool timeout.
     max_wait: Duration,
 }
@@ -55,7 +55,7 @@ impl AgentHostProvider {
         }
     }
 
-    fn core(&self) -> Result<&Arc<dyn ProviderHost>, ProviderError> {
+    fn core(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
         self.host.get().ok_or_else(|| {
             ProviderError::new(
                 ProviderErrorKind::Transient,
@@ -122,8 +122,8 @@ impl AgentHostProvider {
             {
                 Ok(r)
             }
-            _ => Err(map_err(HostsError::new(
-                HostsErrorCode::RunNotFound,
+            _ => Err(map_err(AgentHostRefusal::new(
+                AgentHostRefusalCode::RunNotFound,
                 "no such run on this channel",
             ))),
         }
@@ -494,16 +494,16 @@ fn event_text(kind: &str, payload: &Value) -> String {
     t
 }
 
-fn map_err(e: HostsError) -> ProviderError {
+fn map_err(e: AgentHostRefusal) -> ProviderError {
     let kind = match e.code {
-        HostsErrorCode::InvalidArguments => ProviderErrorKind::InvalidInput,
-        HostsErrorCode::Unavailable => ProviderErrorKind::Transient,
-        HostsErrorCode::Internal => ProviderErrorKind::Internal,
-        HostsErrorCode::HostRevoked => ProviderErrorKind::Unauthorized,
+        AgentHostRefusalCode::InvalidArguments => ProviderErrorKind::InvalidInput,
+        AgentHostRefusalCode::Unavailable => ProviderErrorKind::Transient,
+        AgentHostRefusalCode::Internal => ProviderErrorKind::Internal,
+        AgentHostRefusalCode::HostRevoked => ProviderErrorKind::Unauthorized,
         _ => ProviderErrorKind::Rejected,
     };
     let code = match e.code {
-        HostsErrorCode::Unavailable => ErrorCode::Unavailable.as_str(),
+        AgentHostRefusalCode::Unavailable => ErrorCode::Unavailable.as_str(),
         other => other.as_str(),
     };
     ProviderError::new(kind, code, e.message)
@@ -656,7 +656,7 @@ impl Provider for AgentHostProvider {
         ))
     }
 
-    fn start(&self, host: Arc<dyn ProviderHost>, stop: tokio_util::sync::CancellationToken) {
+    fn start(&self, host: Arc<dyn ProviderServices>, stop: tokio_util::sync::CancellationToken) {
         let _ = stop;
         self.hosts.attach_device(host.clone());
         let _ = self.host.set(host);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::Secret;
 use switchyard_core::files::ByteStream;
 use switchyard_core::ids::now_ms;
@@ -324,7 +324,7 @@ impl Api {
     /// A tenant access token for the app: the cached one, or a new one.
     pub async fn token(
         &self,
-        host: &dyn ProviderHost,
+        host: &dyn ProviderServices,
         c: &Credentials,
         fresh: bool,
     ) -> Result<Secret, ApiError> {
@@ -409,7 +409,7 @@ impl Api {
         Ok(token)
     }
 
-    async fn shared_token(&self, host: &dyn ProviderHost, key: &str) -> Option<Secret> {
+    async fn shared_token(&self, host: &dyn ProviderServices, key: &str) -> Option<Secret> {
         let raw = host.ephemeral().get(&cache_key(key)).await.ok()??;
         let v: Value = serde_json::from_slice(&raw).ok()?;
         let use_until = v.get("u")?.as_i64()?;
@@ -428,7 +428,7 @@ impl Api {
     }
 
     /// Forgets a token Feishu called invalid (here and cluster-wide).
-    async fn drop_token(&self, host: &dyn ProviderHost, c: &Credentials, bad: &Secret) {
+    async fn drop_token(&self, host: &dyn ProviderServices, c: &Credentials, bad: &Secret) {
         let key = c.app_key();
         {
             let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
@@ -457,7 +457,7 @@ impl Api {
     /// repeated. `send` builds the request from the token.
     async fn authorised<F>(
         &self,
-        host: &dyn ProviderHost,
+        host: &dyn ProviderServices,
         c: &Credentials,
         route: &'static str,
         send: F,
@@ -509,7 +509,7 @@ impl Api {
     /// A JSON call under `/open-apis/...`; the whole envelope when `code` is 0.
     pub async fn call(
         &self,
-        host: &dyn ProviderHost,
+        host: &dyn ProviderServices,
         c: &Credentials,
         route: &'static str,
         method: reqwest::Method,
@@ -542,7 +542,7 @@ impl Api {
     /// A multipart upload; `form` is rebuilt for a repeat after a token renewal.
     pub async fn upload<F>(
         &self,
-        host: &dyn ProviderHost,
+        host: &dyn ProviderServices,
         c: &Credentials,
         route: &'static str,
         path: &str,
@@ -574,7 +574,7 @@ impl Api {
     /// Streams a message resource; returns the stream with its content type and file name.
     pub async fn download(
         &self,
-        host: &dyn ProviderHost,
+        host: &dyn ProviderServices,
         c: &Credentials,
         path: &str,
         timeout: Duration,

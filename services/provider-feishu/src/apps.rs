@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use switchyard_core::{BackendError, ProviderHost};
+use switchyard_core::{BackendError, ProviderServices};
 
 use crate::creds::Credentials;
 
@@ -61,12 +61,12 @@ impl Registry {
             .collect()
     }
 
-    pub async fn refresh(&self, host: &dyn ProviderHost) -> Result<(), BackendError> {
+    pub async fn refresh(&self, host: &dyn ProviderServices) -> Result<(), BackendError> {
         let _one = self.refreshing.lock().await;
         self.load(host).await
     }
 
-    async fn load(&self, host: &dyn ProviderHost) -> Result<(), BackendError> {
+    async fn load(&self, host: &dyn ProviderServices) -> Result<(), BackendError> {
         let bindings = host.bound_channels().await?;
         let mut apps: HashMap<String, Arc<App>> = HashMap::new();
         let mut by_channel = HashMap::new();

@@ -17,7 +17,7 @@ use axum::routing::post;
 use bytes::BytesMut;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::ct_eq;
 use switchyard_core::ids::now_ms;
 use switchyard_core::limits;
@@ -31,11 +31,11 @@ use crate::inbound::{Handled, handle_event, peek};
 #[derive(Clone)]
 struct St {
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     slots: Arc<Semaphore>,
 }
 
-pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>) -> Router {
+pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Router {
     let slots = Arc::new(Semaphore::new(rt.cfg.max_http_concurrent.max(1)));
     Router::new()
         .route("/events/{channel_id}", post(event))

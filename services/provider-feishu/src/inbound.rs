@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use switchyard_core::ProviderHost;
-use switchyard_core::provider::{HostError, InboundMessage, InboundOutcome};
+use switchyard_core::ProviderServices;
+use switchyard_core::provider::{InboundMessage, InboundOutcome, ServicesError};
 use switchyard_protocol::im::FileItem;
 use tokio::time::Instant;
 
@@ -288,7 +288,7 @@ enum Fetch {
 
 async fn fetch(
     rt: &Runtime,
-    host: &dyn ProviderHost,
+    host: &dyn ProviderServices,
     app: &App,
     message_id: &str,
     a: &Attachment,
@@ -335,7 +335,7 @@ async fn fetch(
         .await
     {
         Ok(item) => Fetch::Stored(item),
-        Err(HostError::TooLarge) => Fetch::Skipped(format!(
+        Err(ServicesError::TooLarge) => Fetch::Skipped(format!(
             "[{filename} was not stored: larger than this server accepts]"
         )),
         Err(e) if e.retryable() => Fetch::Retry,
@@ -354,7 +354,7 @@ fn counted(outcome: &'static str, h: Handled) -> Handled {
 /// Handles one event body for `app` (already authenticated by its transport).
 pub(crate) async fn handle_event(
     rt: &Runtime,
-    host: &dyn ProviderHost,
+    host: &dyn ProviderServices,
     app: &App,
     raw: &[u8],
 ) -> Handled {
@@ -442,7 +442,7 @@ pub(crate) async fn handle_event(
 }
 
 /// Records where the answer goes (only when it changed: direct chats rarely do).
-async fn remember(rt: &Runtime, host: &dyn ProviderHost, channel_id: &str, m: &Message) {
+async fn remember(rt: &Runtime, host: &dyn ProviderServices, channel_id: &str, m: &Message) {
     let group = m.chat_type != "p2p";
     let conv = Conversation {
         chat_id: m.chat_id.clone(),

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::sha256_hex;
 use switchyard_core::provider::{
     AuthPoll, AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError,
@@ -150,7 +150,7 @@ pub(crate) struct Runtime {
     pub api: api::Api,
     pub accounts: accounts::Accounts,
     pub registry: apps::Registry,
-    pub host: OnceLock<Arc<dyn ProviderHost>>,
+    pub host: OnceLock<Arc<dyn ProviderServices>>,
     pub kick: Notify,
     /// Fingerprints of app credentials Feishu refused.
     revoked: Mutex<HashSet<String>>,
@@ -160,7 +160,7 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    pub fn host(&self) -> Result<&Arc<dyn ProviderHost>, ProviderError> {
+    pub fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
         self.host.get().ok_or_else(|| {
             tracing::error!("feishu provider used before a host was attached");
             internal("the provider is not ready")
@@ -185,7 +185,7 @@ impl Runtime {
         true
     }
 
-    pub async fn is_revoked(&self, host: &dyn ProviderHost, app: &App) -> bool {
+    pub async fn is_revoked(&self, host: &dyn ProviderServices, app: &App) -> bool {
         let fp = creds_fingerprint(&app.creds);
         if self
             .revoked
@@ -224,7 +224,7 @@ impl Runtime {
 
     /// Feishu refused the app (deleted, disabled, secret changed): remember it durably and
     /// mark its channels `revoked`, which pushes their Descriptors.
-    pub async fn on_revoked(&self, host: &dyn ProviderHost, app: &App) {
+    pub async fn on_revoked(&self, host: &dyn ProviderServices, app: &App) {
         let fp = creds_fingerprint(&app.creds);
         let first = self
             .revoked
@@ -264,7 +264,7 @@ impl Runtime {
         self.kick.notify_one();
     }
 
-    pub async fn clear_revoked(&self, host: &dyn ProviderHost, c: &Credentials) {
+    pub async fn clear_revoked(&self, host: &dyn ProviderServices, c: &Credentials) {
         let fp = creds_fingerprint(c);
         self.revoked
             .lock()
@@ -347,7 +347,7 @@ impl FeishuProvider {
     }
 
     /// Gives the provider its host without mounting ingress or starting loops (tests).
-    pub fn attach(&self, host: Arc<dyn ProviderHost>) {
+    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
         if self.rt.host.set(host).is_err() {
             tracing::debug!("feishu provider already has a host");
         }
@@ -388,7 +388,12 @@ fn input_str<'a>(input: &'a serde_json::Map<String, Value>, k: &str) -> &'a str 
 
 /// After a binding was made or released here: once the core stored the change, wake the
 /// supervisor so the long connection starts (or stops) at once.
-fn after_change(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>, channel_id: String, bound: bool) {
+fn after_change(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderServices>,
+    channel_id: String,
+    bound: bool,
+) {
     tokio::spawn(async move {
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -520,12 +525,12 @@ impl Provider for FeishuProvider {
         Ok(())
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderHost>) -> Option<axum::Router> {
+    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
         self.attach(host.clone());
         Some(events::router(self.rt.clone(), host))
     }
 
-    fn start(&self, host: Arc<dyn ProviderHost>, stop: CancellationToken) {
+    fn start(&self, host: Arc<dyn ProviderServices>, stop: CancellationToken) {
         self.attach(host.clone());
         tokio::spawn(ws::supervise(self.rt.clone(), host, stop));
     }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::sha256_hex;
 use switchyard_core::files::collect;
 use switchyard_core::ids::now_ms;
@@ -50,7 +50,7 @@ fn failed(code: &str, message: &str) -> AuthStep {
 /// Gets a tenant token and the bot's info; the name goes to the Descriptor.
 pub(crate) async fn validate_binding(
     rt: &Runtime,
-    host: &dyn ProviderHost,
+    host: &dyn ProviderServices,
     mut c: Credentials,
 ) -> Result<AuthStep, ProviderError> {
     let deadline = Instant::now() + rt.cfg.request_timeout * 2;
@@ -113,7 +113,7 @@ enum Dest {
 
 struct Target<'a> {
     rt: &'a Runtime,
-    host: &'a dyn ProviderHost,
+    host: &'a dyn ProviderServices,
     creds: Credentials,
     channel_id: &'a str,
     deadline: Instant,
@@ -624,7 +624,7 @@ fn stream_key(channel_id: &str, message_id: &str) -> String {
     )
 }
 
-async fn read_stream(host: &dyn ProviderHost, key: &str) -> Option<Stream> {
+async fn read_stream(host: &dyn ProviderServices, key: &str) -> Option<Stream> {
     match host.ephemeral().get(key).await {
         Ok(Some(b)) => serde_json::from_slice(&b).ok(),
         _ => None,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
@@ -36,7 +36,7 @@ struct Task {
 /// The supervisor loop of one pod; ends (giving its leases up) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
     let mut tasks: HashMap<String, Task> = HashMap::new();
@@ -57,7 +57,7 @@ pub(crate) async fn supervise(
 
 async fn reconcile(
     rt: &Arc<Runtime>,
-    host: &Arc<dyn ProviderHost>,
+    host: &Arc<dyn ProviderServices>,
     tasks: &mut HashMap<String, Task>,
     stop: &CancellationToken,
 ) {
@@ -119,7 +119,7 @@ enum Ended {
 
 async fn run_app(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     app: Arc<App>,
     stop: CancellationToken,
 ) {
@@ -248,7 +248,7 @@ impl Fragments {
 
 async fn connect_and_serve(
     rt: &Runtime,
-    host: &dyn ProviderHost,
+    host: &dyn ProviderServices,
     app: &App,
     lease: &str,
     generation: i64,

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use switchyard_core::crypto::Secret;
-use switchyard_core::{BackendError, ProviderHost};
+use switchyard_core::{BackendError, ProviderServices};
 use tokio::time::Instant;
 
 use crate::creds::{Credentials, token_fingerprint};
@@ -65,7 +65,7 @@ impl Registry {
     /// (one was re-bound after a revocation), a token not in `revoked` is used.
     pub async fn refresh(
         &self,
-        host: &dyn ProviderHost,
+        host: &dyn ProviderServices,
         revoked: &HashSet<String>,
     ) -> Result<(), BackendError> {
         let _one = self.refreshing.lock().await;
@@ -75,7 +75,7 @@ impl Registry {
     /// Reloads unless the view is younger than `max_age` (or another caller just did).
     pub async fn refresh_if_older(
         &self,
-        host: &dyn ProviderHost,
+        host: &dyn ProviderServices,
         revoked: &HashSet<String>,
         max_age: Duration,
     ) -> Result<(), BackendError> {
@@ -93,7 +93,7 @@ impl Registry {
 
     async fn load(
         &self,
-        host: &dyn ProviderHost,
+        host: &dyn ProviderServices,
         revoked: &HashSet<String>,
     ) -> Result<(), BackendError> {
         let bindings = host.bound_channels().await?;

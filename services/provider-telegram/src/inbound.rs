@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use switchyard_core::ProviderHost;
-use switchyard_core::provider::{HostError, InboundMessage, InboundOutcome};
+use switchyard_core::ProviderServices;
+use switchyard_core::provider::{InboundMessage, InboundOutcome, ServicesError};
 use switchyard_protocol::im::FileItem;
 use tokio::time::Instant;
 
@@ -279,7 +279,7 @@ enum Fetch {
 
 async fn fetch(
     rt: &Runtime,
-    host: &dyn ProviderHost,
+    host: &dyn ProviderServices,
     bot: &Bot,
     channel_id: &str,
     a: &Attachment,
@@ -344,11 +344,11 @@ async fn fetch(
         .await
     {
         Ok(item) => Fetch::Stored(item),
-        Err(HostError::TooLarge) => Fetch::Skipped(format!(
+        Err(ServicesError::TooLarge) => Fetch::Skipped(format!(
             "[{} was not stored: larger than this server accepts]",
             a.filename
         )),
-        Err(HostError::UnknownChannel) => Fetch::ChannelGone,
+        Err(ServicesError::UnknownChannel) => Fetch::ChannelGone,
         Err(e) if e.retryable() => {
             tracing::warn!(connector_channel_id = channel_id, error = %e, "inbound telegram file not stored; the update is retried");
             Fetch::Retry
@@ -367,7 +367,12 @@ fn counted(outcome: &'static str, h: Handled) -> Handled {
 
 /// Finds the channel of a chat, reloading the bots once if the chat is not known yet (it may
 /// have been bound a moment ago on another pod).
-async fn route_of(rt: &Runtime, host: &dyn ProviderHost, bot: &Bot, chat_id: i64) -> Option<Route> {
+async fn route_of(
+    rt: &Runtime,
+    host: &dyn ProviderServices,
+    bot: &Bot,
+    chat_id: i64,
+) -> Option<Route> {
     if let Some(r) = bot.chats.get(&chat_id) {
         return Some(r.clone());
     }
@@ -398,7 +403,7 @@ pub(crate) fn inspect_update(raw: &[u8]) -> Option<(usize, usize)> {
 
 pub(crate) async fn handle_update(
     rt: &Runtime,
-    host: &dyn ProviderHost,
+    host: &dyn ProviderServices,
     bot: &Bot,
     raw: &Value,
 ) -> Handled {
@@ -444,7 +449,7 @@ pub(crate) async fn handle_update(
 }
 
 async fn store(
-    host: &dyn ProviderHost,
+    host: &dyn ProviderServices,
     bot: &Bot,
     channel_id: &str,
     m: &Message,

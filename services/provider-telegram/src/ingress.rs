@@ -14,7 +14,7 @@ use axum::routing::post;
 use bytes::BytesMut;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::ct_eq;
 use switchyard_core::limits;
 use tokio::sync::Semaphore;
@@ -28,11 +28,11 @@ pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 #[derive(Clone)]
 struct IngressState {
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     slots: Arc<Semaphore>,
 }
 
-pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderHost>) -> Router {
+pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Router {
     let slots = Arc::new(Semaphore::new(rt.cfg.max_webhook_concurrent.max(1)));
     Router::new()
         .route("/updates/{bot_key}", post(update))

@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::provider::{
     AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,
     ToolCall,
@@ -157,7 +157,7 @@ pub(crate) struct Runtime {
     pub cfg: TelegramConfig,
     pub api: api::Api,
     pub registry: bots::Registry,
-    pub host: OnceLock<Arc<dyn ProviderHost>>,
+    pub host: OnceLock<Arc<dyn ProviderServices>>,
     /// Wakes the supervisor (a binding was made or released on this pod).
     pub kick: Notify,
     /// Fingerprints of tokens Telegram refused.
@@ -169,7 +169,7 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    pub fn host(&self) -> Result<&Arc<dyn ProviderHost>, ProviderError> {
+    pub fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
         self.host.get().ok_or_else(|| {
             tracing::error!("telegram provider used before a host was attached");
             internal("the provider is not ready")
@@ -184,7 +184,7 @@ impl Runtime {
     }
 
     /// The mode in force: Auto resolves on the host's public base URL.
-    pub fn mode(&self, host: &dyn ProviderHost) -> Mode {
+    pub fn mode(&self, host: &dyn ProviderServices) -> Mode {
         match self.cfg.mode {
             Mode::Auto if host.public_base_url().starts_with("https://") => Mode::Webhook,
             Mode::Auto => Mode::Polling,
@@ -194,7 +194,7 @@ impl Runtime {
 
     /// Telegram refused a token: remember it (durably, so no pod keeps using it) and mark
     /// every channel bound with it `revoked`, which pushes their Descriptors.
-    pub async fn on_revoked(&self, host: &dyn ProviderHost, bot_id: i64, token_fp: &str) {
+    pub async fn on_revoked(&self, host: &dyn ProviderServices, bot_id: i64, token_fp: &str) {
         let first = self
             .revoked
             .lock()
@@ -238,7 +238,7 @@ impl Runtime {
     }
 
     /// Whether a token was refused before (by any pod).
-    pub async fn is_revoked(&self, host: &dyn ProviderHost, token_fp: &str) -> bool {
+    pub async fn is_revoked(&self, host: &dyn ProviderServices, token_fp: &str) -> bool {
         if self
             .revoked
             .lock()
@@ -319,7 +319,7 @@ impl TelegramProvider {
 
     /// Gives the provider its host without mounting ingress or starting loops (tests, tools
     /// on a pod that runs no pollers). The first host given is kept.
-    pub fn attach(&self, host: Arc<dyn ProviderHost>) {
+    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
         if self.rt.host.set(host).is_err() {
             tracing::debug!("telegram provider already has a host");
         }
@@ -442,12 +442,12 @@ impl Provider for TelegramProvider {
         poller::release(self.rt.clone(), binding).await
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderHost>) -> Option<axum::Router> {
+    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
         self.attach(host.clone());
         Some(ingress::router(self.rt.clone(), host))
     }
 
-    fn start(&self, host: Arc<dyn ProviderHost>, stop: CancellationToken) {
+    fn start(&self, host: Arc<dyn ProviderServices>, stop: CancellationToken) {
         self.attach(host.clone());
         tokio::spawn(poller::supervise(self.rt.clone(), host, stop));
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::{Secret, sha256_hex};
 use switchyard_core::ids::now_ms;
 use switchyard_core::provider::{
@@ -206,7 +206,7 @@ pub(crate) async fn validate_binding(
 /// Where a send goes, with its deadline for limits and `retry_after`.
 struct Target<'a> {
     rt: &'a Runtime,
-    host: &'a dyn ProviderHost,
+    host: &'a dyn ProviderServices,
     creds: Credentials,
     channel_id: &'a str,
     deadline: Instant,
@@ -629,7 +629,7 @@ fn stream_key(channel_id: &str, message_id: &str) -> String {
     )
 }
 
-async fn read_stream(host: &dyn ProviderHost, key: &str) -> Option<Stream> {
+async fn read_stream(host: &dyn ProviderServices, key: &str) -> Option<Stream> {
     match host.ephemeral().get(key).await {
         Ok(Some(b)) => serde_json::from_slice(&b).ok(),
         _ => None,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::sha256_hex;
 use switchyard_core::provider::{Binding, ProviderError};
 use tokio::task::JoinHandle;
@@ -41,7 +41,7 @@ pub(crate) struct Pollers {
 }
 
 impl Pollers {
-    fn ensure(&mut self, rt: &Arc<Runtime>, host: &Arc<dyn ProviderHost>, bot: &Arc<Bot>) {
+    fn ensure(&mut self, rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, bot: &Arc<Bot>) {
         if let Some(p) = self.map.get(&bot.key)
             && p.token_fp == bot.token_fp
             && !p.task.is_finished()
@@ -93,7 +93,7 @@ impl Pollers {
 /// The supervisor loop of one pod; ends (and stops its pollers) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
     let mut pollers = Pollers {
@@ -114,7 +114,7 @@ pub(crate) async fn supervise(
 /// One supervisor step: reload the bots, then make each one's update stream exist.
 pub(crate) async fn reconcile(
     rt: &Arc<Runtime>,
-    host: &Arc<dyn ProviderHost>,
+    host: &Arc<dyn ProviderServices>,
     pollers: Option<&mut Pollers>,
 ) {
     if let Err(e) = rt.registry.refresh(host.as_ref(), &rt.revoked_set()).await {
@@ -151,7 +151,7 @@ pub(crate) async fn reconcile(
     metrics::gauge!("switchyard_telegram_bots").set(live.len() as f64);
 }
 
-fn webhook_url(host: &dyn ProviderHost, bot: &Bot) -> String {
+fn webhook_url(host: &dyn ProviderServices, bot: &Bot) -> String {
     format!(
         "{}{PREFIX}/updates/{}",
         host.public_base_url().trim_end_matches('/'),
@@ -160,7 +160,7 @@ fn webhook_url(host: &dyn ProviderHost, bot: &Bot) -> String {
 }
 
 /// Registers the bot's webhook unless this URL and token are already registered.
-async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderHost, bot: &Bot) {
+async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
     let url = webhook_url(host, bot);
     let fp = sha256_hex(format!("{url}\n{}", bot.token_fp).as_bytes())[..32].to_owned();
     if rt
@@ -232,7 +232,7 @@ fn jittered(d: Duration) -> Duration {
 
 async fn poll_bot(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     bot: Arc<Bot>,
     stop: CancellationToken,
 ) {
@@ -382,7 +382,7 @@ async fn poll_bot(
 /// registration of its bot (a release elsewhere may have removed it) and wake the supervisor.
 pub(crate) fn after_bind(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     channel_id: String,
     stored: Value,
 ) {

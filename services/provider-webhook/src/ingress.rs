@@ -20,11 +20,11 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::files::{ByteStream, bytes_stream};
 use switchyard_core::limits;
 use switchyard_core::netguard::OutboundPolicy;
-use switchyard_core::provider::{HostError, InboundMessage, InboundOutcome};
+use switchyard_core::provider::{InboundMessage, InboundOutcome, ServicesError};
 use switchyard_protocol::im::FileItem;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -39,7 +39,7 @@ const MAX_FILENAME_BYTES: usize = 255;
 
 #[derive(Clone)]
 pub(crate) struct IngressState {
-    pub host: Arc<dyn ProviderHost>,
+    pub host: Arc<dyn ProviderServices>,
     pub limits: Arc<IngressLimits>,
     pub outbound: OutboundPolicy,
 }
@@ -153,21 +153,21 @@ pub(crate) fn error(status: StatusCode, code: &str, message: Option<&str>) -> Re
 }
 
 /// The one mapping from a host refusal to an HTTP answer. Backend details are logged only.
-pub(crate) fn host_error(e: HostError) -> Response {
+pub(crate) fn host_error(e: ServicesError) -> Response {
     match e {
         // Backpressure: the channel's backlog is at its cap; this sender slows down.
-        HostError::Full => error(
+        ServicesError::Full => error(
             StatusCode::TOO_MANY_REQUESTS,
             "busy",
             Some("the channel queue is full; retry later"),
         ),
         // Backpressure: the pod's commit backlog is full; any pod may take the retry.
-        HostError::Overloaded => error(
+        ServicesError::Overloaded => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "overloaded",
             Some("the server is saturated; retry later"),
         ),
-        HostError::Backend(e) => {
+        ServicesError::Backend(e) => {
             tracing::warn!(error = %e, "webhook ingress backend failure");
             error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -175,14 +175,14 @@ pub(crate) fn host_error(e: HostError) -> Response {
                 Some("storage is unavailable; retry later"),
             )
         }
-        HostError::TooLarge => error(
+        ServicesError::TooLarge => error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             Some("a file is larger than allowed"),
         ),
-        HostError::Invalid(m) => error(StatusCode::BAD_REQUEST, "invalid_message", Some(&m)),
-        HostError::UnknownChannel => error(StatusCode::NOT_FOUND, "unknown_channel", None),
-        HostError::FileNotFound => {
+        ServicesError::Invalid(m) => error(StatusCode::BAD_REQUEST, "invalid_message", Some(&m)),
+        ServicesError::UnknownChannel => error(StatusCode::NOT_FOUND, "unknown_channel", None),
+        ServicesError::FileNotFound => {
             tracing::warn!("webhook ingress got file_not_found from the host");
             error(StatusCode::INTERNAL_SERVER_ERROR, "internal", None)
         }
@@ -501,7 +501,7 @@ enum Refusal {
     Read(ReadError),
     Signature(SignatureError),
     Invalid(Invalid),
-    Host(HostError),
+    Host(ServicesError),
 }
 
 impl From<Invalid> for Refusal {
@@ -510,8 +510,8 @@ impl From<Invalid> for Refusal {
     }
 }
 
-impl From<HostError> for Refusal {
-    fn from(e: HostError) -> Self {
+impl From<ServicesError> for Refusal {
+    fn from(e: ServicesError) -> Self {
         Self::Host(e)
     }
 }
@@ -555,7 +555,7 @@ async fn inbound(
     let binding = match st.host.binding(&channel_id).await {
         Ok(Some(b)) => b,
         Ok(None) => return error(StatusCode::NOT_FOUND, "unknown_channel", None),
-        Err(e) => return host_error(HostError::Backend(e)),
+        Err(e) => return host_error(ServicesError::Backend(e)),
     };
     let Some(_channel_slot) = st.limits.channel_slot(&channel_id) else {
         return error(
@@ -624,7 +624,7 @@ async fn inbound(
 }
 
 /// Forgets files a refused request stored; the janitor's file expiry is the backstop.
-async fn discard(host: &dyn ProviderHost, channel_id: &str, stored: &[FileItem]) {
+async fn discard(host: &dyn ProviderServices, channel_id: &str, stored: &[FileItem]) {
     for item in stored {
         if let Err(e) = host.discard_inbound_file(channel_id, &item.file_ref).await {
             tracing::warn!(connector_channel_id = %channel_id, error = %e, "refused inbound file not discarded");
@@ -770,7 +770,7 @@ async fn store_pending(
     channel_id: &str,
     files: Vec<PendingFile>,
     stored: &mut Vec<FileItem>,
-) -> Result<(), HostError> {
+) -> Result<(), ServicesError> {
     for f in files {
         let mime = f.mime_type.or_else(|| guess_mime(&f.filename));
         let item = st

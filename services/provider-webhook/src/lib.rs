@@ -31,12 +31,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::sha256_hex;
 pub use switchyard_core::netguard::{Cidr, OutboundPolicy};
 use switchyard_core::provider::{
-    AuthRequest, AuthStep, Binding, HostError, OutboundMessage, Provider, ProviderError,
-    ProviderErrorKind, ToolCall,
+    AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,
+    ServicesError, ToolCall,
 };
 use switchyard_protocol::im::ActivityStatus;
 use switchyard_protocol::{BuildInfo, Card, ErrorCode};
@@ -95,7 +95,7 @@ pub struct WebhookProvider {
     outbound: OutboundPolicy,
     pairing_ttl: Duration,
     sender: outbound::Sender,
-    host: OnceLock<Arc<dyn ProviderHost>>,
+    host: OnceLock<Arc<dyn ProviderServices>>,
 }
 
 impl WebhookProvider {
@@ -118,13 +118,13 @@ impl WebhookProvider {
     }
 
     /// Gives the provider its host without mounting ingress. The first host given is kept.
-    pub fn attach(&self, host: Arc<dyn ProviderHost>) {
+    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
         if self.host.set(host).is_err() {
             tracing::debug!("webhook provider already has a host");
         }
     }
 
-    fn host(&self) -> Result<&Arc<dyn ProviderHost>, ProviderError> {
+    fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
         self.host.get().ok_or_else(|| {
             tracing::error!("webhook provider used before a host was attached");
             internal("the provider is not ready")
@@ -235,7 +235,7 @@ impl Provider for WebhookProvider {
                 let text = str_arg(call.arguments, "text")?;
                 // Only the metadata and signed URL are sent: the endpoint fetches the bytes.
                 let (file, _bytes) = self.host()?.open_file(channel_id, file_ref).await.map_err(|e| match e {
-                    HostError::Full | HostError::Overloaded | HostError::Backend(_) => {
+                    ServicesError::Full | ServicesError::Overloaded | ServicesError::Backend(_) => {
                         tracing::warn!(connector_channel_id = channel_id, error = %e, "file lookup failed");
                         ProviderError::new(ProviderErrorKind::Transient, ErrorCode::Unavailable.as_str(), "file storage is unavailable")
                     }
@@ -289,7 +289,7 @@ impl Provider for WebhookProvider {
         Ok(())
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderHost>) -> Option<axum::Router> {
+    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
         self.attach(host.clone());
         Some(ingress::router(ingress::IngressState {
             host,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use serde::Serialize;
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::limits;
 use switchyard_core::netguard::{OutboundPolicy, Refused};
 use switchyard_core::provider::{OutboundFile, ProviderError};
@@ -125,7 +125,7 @@ impl Sender {
     /// Posts one message; health is reported to `host` when one is attached.
     pub async fn send(
         &self,
-        host: Option<&dyn ProviderHost>,
+        host: Option<&dyn ProviderServices>,
         creds: &Credentials,
         msg: Message<'_>,
     ) -> Result<(), ProviderError> {
@@ -254,7 +254,7 @@ fn failure_key(channel_id: &str) -> String {
 }
 
 /// Health is best effort: a failing ephemeral store or status update never fails a delivery.
-async fn track_health(host: &dyn ProviderHost, channel_id: &str, failed: bool) {
+async fn track_health(host: &dyn ProviderServices, channel_id: &str, failed: bool) {
     let eph = host.ephemeral();
     let key = failure_key(channel_id);
     let status = if failed {

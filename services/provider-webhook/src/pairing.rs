@@ -9,7 +9,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::{ct_eq, sha256_hex};
 use switchyard_core::ids::{now_ms, random_secret};
 use switchyard_core::model::AuthStatus;
@@ -104,7 +104,7 @@ fn wants_html(headers: &HeaderMap) -> bool {
 
 /// Finds an open pairing session and checks the link's token against it.
 async fn authorize(
-    host: &dyn ProviderHost,
+    host: &dyn ProviderServices,
     auth_session_id: &str,
     query: Option<&str>,
 ) -> Result<(AuthStatus, Value, PairingState), Response> {

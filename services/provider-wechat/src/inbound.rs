@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::files::bytes_stream;
 use switchyard_core::ids::now_ms;
-use switchyard_core::provider::{HostError, InboundMessage, InboundOutcome};
+use switchyard_core::provider::{InboundMessage, InboundOutcome, ServicesError};
 use switchyard_protocol::im::FileItem;
 
 use crate::Runtime;
@@ -191,7 +191,7 @@ enum Fetch {
     Gone,
 }
 
-async fn fetch(rt: &Runtime, host: &dyn ProviderHost, channel_id: &str, m: &Media) -> Fetch {
+async fn fetch(rt: &Runtime, host: &dyn ProviderServices, channel_id: &str, m: &Media) -> Fetch {
     let note = || {
         Fetch::Skipped(format!(
             "[{} could not be downloaded from WeChat]",
@@ -236,11 +236,11 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderHost, channel_id: &str, m: &Medi
         .await
     {
         Ok(item) => Fetch::Stored(item),
-        Err(HostError::TooLarge) => Fetch::Skipped(format!(
+        Err(ServicesError::TooLarge) => Fetch::Skipped(format!(
             "[{} was not stored: larger than this server accepts]",
             m.filename
         )),
-        Err(HostError::UnknownChannel) => Fetch::Gone,
+        Err(ServicesError::UnknownChannel) => Fetch::Gone,
         Err(e) if e.retryable() => Fetch::Retry,
         Err(e) => {
             tracing::warn!(connector_channel_id = channel_id, error = %e, "inbound wechat file refused");
@@ -256,7 +256,7 @@ fn counted(outcome: &'static str) {
 /// Handles one message; the bool says whether the peers' reply tokens changed.
 pub(crate) async fn handle_message(
     rt: &Runtime,
-    host: &dyn ProviderHost,
+    host: &dyn ProviderServices,
     bot: &Bot,
     peers: &mut Peers,
     m: &Value,
@@ -340,7 +340,7 @@ pub(crate) async fn handle_message(
             counted("duplicate");
             Handled::Done
         }
-        Err(HostError::UnknownChannel) => return (Handled::Gone, changed),
+        Err(ServicesError::UnknownChannel) => return (Handled::Gone, changed),
         Err(e) if e.retryable() => {
             tracing::info!(connector_channel_id = channel_id, error = %e, "inbound wechat message not stored yet; retried");
             counted("retry");

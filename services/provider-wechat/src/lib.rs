@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::provider::{
     AuthPoll, AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError,
     ProviderErrorKind, ToolCall,
@@ -110,14 +110,14 @@ impl WechatConfig {
 pub(crate) struct Runtime {
     pub cfg: WechatConfig,
     pub api: ilink::Api,
-    pub host: OnceLock<Arc<dyn ProviderHost>>,
+    pub host: OnceLock<Arc<dyn ProviderServices>>,
     /// Wakes the supervisor (a binding was made or released on this pod).
     pub kick: Notify,
     pub typing: outbound::Tickets,
 }
 
 impl Runtime {
-    pub fn host(&self) -> Result<&Arc<dyn ProviderHost>, ProviderError> {
+    pub fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
         self.host.get().ok_or_else(|| {
             tracing::error!("wechat provider used before a host was attached");
             internal("the provider is not ready")
@@ -164,7 +164,7 @@ impl WechatProvider {
     }
 
     /// Gives the provider its host without starting loops (tests). The first host is kept.
-    pub fn attach(&self, host: Arc<dyn ProviderHost>) {
+    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
         if self.rt.host.set(host).is_err() {
             tracing::debug!("wechat provider already has a host");
         }
@@ -231,12 +231,12 @@ impl Provider for WechatProvider {
         poller::release(self.rt.clone(), binding).await
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderHost>) -> Option<axum::Router> {
+    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
         self.attach(host);
         None
     }
 
-    fn start(&self, host: Arc<dyn ProviderHost>, stop: CancellationToken) {
+    fn start(&self, host: Arc<dyn ProviderServices>, stop: CancellationToken) {
         self.attach(host.clone());
         tokio::spawn(poller::supervise(self.rt.clone(), host, stop));
     }

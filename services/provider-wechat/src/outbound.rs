@@ -11,7 +11,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::crypto::sha256_hex;
 use switchyard_core::ids::now_ms;
 use switchyard_core::provider::{
@@ -66,7 +66,7 @@ enum Step {
 
 struct Target<'a> {
     rt: &'a Runtime,
-    host: &'a dyn ProviderHost,
+    host: &'a dyn ProviderServices,
     creds: Credentials,
     channel_id: &'a str,
     deadline: Instant,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use switchyard_core::ProviderHost;
+use switchyard_core::ProviderServices;
 use switchyard_core::provider::{Binding, ProviderError};
 use switchyard_protocol::ConnectionStatus;
 use tokio::task::JoinHandle;
@@ -49,7 +49,7 @@ pub(crate) fn cursor_key(bot_key: &str) -> String {
 
 /// The bound bots not marked stale, one channel each (the oldest binding keeps a bot that is
 /// bound twice across tenants).
-async fn load(host: &dyn ProviderHost) -> Result<Vec<Bot>, ()> {
+async fn load(host: &dyn ProviderServices) -> Result<Vec<Bot>, ()> {
     let bindings = host.bound_channels().await.map_err(|e| {
         tracing::warn!(error = %e, "bound wechat bots not reloaded");
     })?;
@@ -79,7 +79,7 @@ async fn load(host: &dyn ProviderHost) -> Result<Vec<Bot>, ()> {
 /// The supervisor loop of one pod; ends (and stops its pollers) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
     let mut pollers: HashMap<String, Poller> = HashMap::new();
@@ -164,7 +164,7 @@ async fn notify(rt: &Runtime, bot: &Bot, start: bool) {
 
 /// iLink says the token is stale: the channel shows `expired`, no pod polls the bot again,
 /// and the peers' reply tokens are forgotten.
-pub(crate) async fn on_stale(rt: &Runtime, host: &dyn ProviderHost, bot: &Bot) {
+pub(crate) async fn on_stale(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
     tracing::warn!(bot_key = %bot.key, "wechat reported the bot token stale; the channel is marked expired");
     metrics::counter!("switchyard_wechat_tokens_stale_total").increment(1);
     if let Err(e) = host.kv_put(&stale_key(&bot.token_fp), "1").await {
@@ -182,7 +182,7 @@ pub(crate) async fn on_stale(rt: &Runtime, host: &dyn ProviderHost, bot: &Bot) {
 
 async fn poll_bot(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     bot: Bot,
     stop: CancellationToken,
 ) {
@@ -375,7 +375,7 @@ async fn poll_bot(
 /// After a binding was made here: once the core stored it, wake the supervisor.
 pub(crate) fn after_bind(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderHost>,
+    host: Arc<dyn ProviderServices>,
     channel_id: String,
     stored: Value,
 ) {

@@ -33,7 +33,7 @@ pub const FLOW_PAIRING: &str = "agent_host_pairing";
 
 /// How a simulated host call failed.
 #[derive(Debug, thiserror::Error)]
-pub enum HostError {
+pub enum HostCallError {
     #[error("http request failed: {0}")]
     Http(#[from] reqwest::Error),
     #[error("{what} answered http {status}: {body}")]
@@ -58,13 +58,13 @@ pub enum HostError {
     Invalid(String),
 }
 
-impl From<tungstenite::Error> for HostError {
+impl From<tungstenite::Error> for HostCallError {
     fn from(e: tungstenite::Error) -> Self {
         Self::Ws(Box::new(e))
     }
 }
 
-pub type HostResult<T> = std::result::Result<T, HostError>;
+pub type HostResult<T> = std::result::Result<T, HostCallError>;
 
 /// An enrolled host: its identity material and where to reach the pod.
 #[derive(Clone)]
@@ -101,7 +101,7 @@ pub async fn enroll(
     tls_url: &str,
 ) -> HostResult<EnrolledHost> {
     let (key_pem, csr_pem) =
-        new_host_key_and_csr(name).map_err(|e| HostError::Invalid(format!("csr: {e}")))?;
+        new_host_key_and_csr(name).map_err(|e| HostCallError::Invalid(format!("csr: {e}")))?;
     let resp = http
         .post(format!("{root_url}/hosts/v1/enroll"))
         .json(&json!({"token": token, "csr_pem": csr_pem}))
@@ -110,7 +110,7 @@ pub async fn enroll(
     let status = resp.status().as_u16();
     if status != 200 {
         let body = resp.text().await.unwrap_or_default();
-        return Err(HostError::Status {
+        return Err(HostCallError::Status {
             what: "POST /hosts/v1/enroll",
             status,
             body,
@@ -121,7 +121,7 @@ pub async fn enroll(
         body[k]
             .as_str()
             .map(str::to_owned)
-            .ok_or_else(|| HostError::Invalid(format!("enrollment answer without {k}")))
+            .ok_or_else(|| HostCallError::Invalid(format!("enrollment answer without {k}")))
     };
     Ok(EnrolledHost {
         host_id: field("host_id")?,
@@ -143,7 +143,7 @@ pub async fn enroll_with_token(
 ) -> EnrolledHost {
     match enroll(&reqwest::Client::new(), root_url, token, name, tls_url).await {
         Ok(h) => h,
-        Err(HostError::Status { status, body, .. }) => {
+        Err(HostCallError::Status { status, body, .. }) => {
             panic!("enrollment succeeds: got http {status}: {body}")
         }
         Err(e) => panic!("enrollment failed: {e}"),
@@ -180,7 +180,7 @@ impl EnrolledHost {
         let status = resp.status().as_u16();
         if status != 200 {
             let body = resp.text().await.unwrap_or_default();
-            return Err(HostError::Status {
+            return Err(HostCallError::Status {
                 what: "POST /hosts/v1/token",
                 status,
                 body,
@@ -190,14 +190,14 @@ impl EnrolledHost {
         body["token"]
             .as_str()
             .map(str::to_owned)
-            .ok_or_else(|| HostError::Invalid("token answer without token".into()))
+            .ok_or_else(|| HostCallError::Invalid("token answer without token".into()))
     }
 
     /// [`EnrolledHost::try_jwt`] for tests.
     pub async fn jwt(&self) -> String {
         match self.try_jwt().await {
             Ok(t) => t,
-            Err(HostError::Status { status, body, .. }) => {
+            Err(HostCallError::Status { status, body, .. }) => {
                 panic!("token issued: got http {status}: {body}")
             }
             Err(e) => panic!("token request failed: {e}"),
@@ -226,7 +226,7 @@ impl EnrolledHost {
         let jwt = self.try_jwt().await?;
         self.connect_with(Some(&jwt), true)
             .await
-            .map_err(|(status, body)| HostError::Refused { status, body })
+            .map_err(|(status, body)| HostCallError::Refused { status, body })
     }
 
     /// [`EnrolledHost::try_connect`] for tests.
@@ -256,7 +256,7 @@ impl EnrolledHost {
                     "tools": ["terminal"], "max_turns": 10,
                     "supports": ["streaming", "cancellation", "handoff"]
                 }))
-                .map_err(|e| HostError::Invalid(format!("agent {id}: {e}")))
+                .map_err(|e| HostCallError::Invalid(format!("agent {id}: {e}")))
             })
             .collect::<HostResult<Vec<_>>>()?;
         Ok(HostMessage::Capabilities(Capabilities {
@@ -402,19 +402,19 @@ impl HostConn {
                 Err(_) => return Ok(None),
                 Ok(Some(Ok(Message::Text(t)))) => {
                     return parse_from(Peer::Server, t.as_str()).map(Some).map_err(|e| {
-                        HostError::Invalid(format!("server sent an invalid message {t}: {e}"))
+                        HostCallError::Invalid(format!("server sent an invalid message {t}: {e}"))
                     });
                 }
                 Ok(Some(Ok(Message::Ping(p)))) => {
                     let _ = self.ws.send(Message::Pong(p)).await;
                 }
                 Ok(Some(Ok(Message::Close(f)))) => {
-                    return Err(HostError::Ended(Ended::Closed(
+                    return Err(HostCallError::Ended(Ended::Closed(
                         f.map(|f| u16::from(f.code)),
                     )));
                 }
                 Ok(Some(Ok(_))) => {}
-                Ok(None) | Ok(Some(Err(_))) => return Err(HostError::Ended(Ended::Dropped)),
+                Ok(None) | Ok(Some(Err(_))) => return Err(HostCallError::Ended(Ended::Dropped)),
             }
         }
     }
@@ -462,7 +462,7 @@ impl HostConn {
                 Some(m) if m.message_type() == t => return Ok(m),
                 Some(_) => {}
                 None => {
-                    return Err(HostError::Timeout {
+                    return Err(HostCallError::Timeout {
                         what: t.as_str().to_owned(),
                         after: timeout,
                     });

@@ -10,7 +10,7 @@ use super::{Connector, Fault, Overloaded, ms};
 use crate::bus::Doorbell;
 use crate::ids::now_ms;
 use crate::model::{Enqueue, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
-use crate::provider::{HostError, InboundMessage, InboundOutcome};
+use crate::provider::{InboundMessage, InboundOutcome, ServicesError};
 
 /// Key of the target sender's id stored beside an outbox payload.
 const SENDER_ID: &str = "sender_id";
@@ -54,7 +54,7 @@ impl Connector {
         channel_id: &str,
         connector_id: &str,
         msg: InboundMessage,
-    ) -> Result<InboundOutcome, HostError> {
+    ) -> Result<InboundOutcome, ServicesError> {
         let payload = ChatMessagePayload {
             message_id: msg.message_id.clone(),
             text: msg.text.filter(|t| !t.is_empty()),
@@ -62,7 +62,7 @@ impl Connector {
             created_at: Some(now_ms()),
             sender_name: msg.sender_name,
         };
-        payload.validate().map_err(HostError::Invalid)?;
+        payload.validate().map_err(ServicesError::Invalid)?;
         let mut stored = json!(payload);
         // IM v1's message.push names the target sender; chat.message has no such field, so
         // it is kept beside the payload and read back only when rendering message.push.
@@ -93,7 +93,7 @@ impl Connector {
                 metrics::counter!("switchyard_ingress_refused_total", "reason" => "pod_backlog")
                     .increment(1);
                 crate::limits::hit("commit_backlog");
-                return Err(HostError::Overloaded);
+                return Err(ServicesError::Overloaded);
             }
         };
         let label = match outcome {
@@ -118,9 +118,9 @@ impl Connector {
             EnqueueOutcome::Full => {
                 metrics::counter!("switchyard_ingress_refused_total", "reason" => "channel_full")
                     .increment(1);
-                Err(HostError::Full)
+                Err(ServicesError::Full)
             }
-            EnqueueOutcome::UnknownChannel => Err(HostError::UnknownChannel),
+            EnqueueOutcome::UnknownChannel => Err(ServicesError::UnknownChannel),
         }
     }
 

@@ -9,7 +9,7 @@ use crate::error::ErrorKind;
 use crate::files::ByteStream;
 use crate::ids::{new_id, now_ms};
 use crate::model::{ChannelRecord, FileDirection, FileRecord};
-use crate::provider::HostError;
+use crate::provider::ServicesError;
 use switchyard_protocol::ErrorCode;
 
 /// Response of `POST /files/uploads`.
@@ -110,15 +110,15 @@ impl Connector {
             .store_file(&ch, FileDirection::Outbound, filename, mime, body)
             .await
             .map_err(|e| match e {
-                HostError::TooLarge => Fault::new(
+                ServicesError::TooLarge => Fault::new(
                     ErrorCode::PacketTooLarge,
                     "file exceeds the upload size limit",
                 ),
-                HostError::UnknownChannel => Fault::new(
+                ServicesError::UnknownChannel => Fault::new(
                     ErrorCode::ConnectionNotFound,
                     "unknown connector_channel_id",
                 ),
-                HostError::Backend(b) => b.into(),
+                ServicesError::Backend(b) => b.into(),
                 other => Fault::new(ErrorCode::Internal, other.to_string()),
             })?;
         Ok(UploadedFile {
@@ -139,7 +139,7 @@ impl Connector {
         filename: &str,
         mime: Option<&str>,
         body: ByteStream,
-    ) -> Result<FileRecord, HostError> {
+    ) -> Result<FileRecord, ServicesError> {
         let filename = clean_filename(filename);
         let mime = mime
             .filter(|m| !m.is_empty() && m.contains('/'))
@@ -154,8 +154,8 @@ impl Connector {
             .await
         {
             Ok(n) => n,
-            Err(e) if e.is(ErrorKind::LimitExceeded) => return Err(HostError::TooLarge),
-            Err(e) => return Err(HostError::Backend(e)),
+            Err(e) if e.is(ErrorKind::LimitExceeded) => return Err(ServicesError::TooLarge),
+            Err(e) => return Err(ServicesError::Backend(e)),
         };
         let now = now_ms();
         let rec = FileRecord {
@@ -175,9 +175,9 @@ impl Connector {
             let _ = self.hub.files.delete(&rec.storage_key).await;
             // The channel was removed (janitor, cascade) while the bytes streamed in.
             if e.is(ErrorKind::NotFound) {
-                return Err(HostError::UnknownChannel);
+                return Err(ServicesError::UnknownChannel);
             }
-            return Err(HostError::Backend(e));
+            return Err(ServicesError::Backend(e));
         }
         metrics::counter!("switchyard_files_stored_total", "card" => self.card_id().to_owned())
             .increment(1);

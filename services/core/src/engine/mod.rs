@@ -8,9 +8,9 @@ mod chat;
 mod commit;
 mod delivery;
 mod files;
-mod host;
 mod janitor;
 mod outflow;
+mod services;
 mod tools;
 
 use std::sync::Arc;
@@ -148,9 +148,9 @@ impl From<crate::error::BackendError> for Fault {
 pub struct Connector {
     pub hub: Arc<Hub>,
     pub provider: Arc<dyn Provider>,
-    /// Bound channels of this Card just read by a provider (`ProviderHost::binding`), so
+    /// Bound channels of this Card just read by a provider (`ProviderServices::binding`), so
     /// the inbound message that follows does not read the channel again.
-    recent: Arc<host::RecentBindings>,
+    recent: Arc<services::RecentBindings>,
 }
 
 impl std::fmt::Debug for Connector {
@@ -164,7 +164,7 @@ impl Connector {
         Self {
             hub,
             provider,
-            recent: Arc::new(host::RecentBindings::default()),
+            recent: Arc::new(services::RecentBindings::default()),
         }
     }
 

@@ -11,18 +11,18 @@ impl Hosts {
         grant: bool,
         by: &str,
         reason: Option<&str>,
-    ) -> Result<ApprovalRecord, HostsError> {
+    ) -> Result<ApprovalRecord, AgentHostRefusal> {
         let by = by.trim();
         if by.is_empty() || by.len() > 256 {
-            return Err(HostsError::new(
-                HostsErrorCode::InvalidArguments,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::InvalidArguments,
                 "the decider's identity is required",
             ));
         }
         let existing = self.hub.store.get_approval(approval_id).await?;
         let Some(existing) = existing.filter(|a| tenant_id.is_none_or(|t| t == a.tenant_id)) else {
-            return Err(HostsError::new(
-                HostsErrorCode::ApprovalNotFound,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::ApprovalNotFound,
                 "no such approval",
             ));
         };
@@ -37,8 +37,8 @@ impl Hosts {
             .decide_approval(approval_id, status, by, reason, now_ms())
             .await?
         else {
-            return Err(HostsError::new(
-                HostsErrorCode::NotPending,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::NotPending,
                 format!("the approval is {}", existing.status.as_str()),
             ));
         };

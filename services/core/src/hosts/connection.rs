@@ -372,12 +372,12 @@ impl Hosts {
     ) -> Result<Vec<HostMessage>, BackendError> {
         match self.handoff(&run, &m.to_agent_id, &m.bundle, false).await {
             Ok(_) => Ok(vec![]),
-            Err(e) if e.code == HostsErrorCode::AgentNotFound => Ok(vec![error_msg(
+            Err(e) if e.code == AgentHostRefusalCode::AgentNotFound => Ok(vec![error_msg(
                 HostErrorCode::AgentNotFound,
                 e.message,
                 Some(&run.id),
             )]),
-            Err(e) if e.code == HostsErrorCode::QuotaExceeded => Ok(vec![error_msg(
+            Err(e) if e.code == AgentHostRefusalCode::QuotaExceeded => Ok(vec![error_msg(
                 HostErrorCode::QuotaExceeded,
                 e.message,
                 Some(&run.id),

@@ -5,17 +5,21 @@ use super::*;
 
 impl Hosts {
     /// Creates a host in `enrolling` state and its one-time token.
-    pub async fn enroll(&self, tenant_id: &str, name: &str) -> Result<Enrollment, HostsError> {
+    pub async fn enroll(
+        &self,
+        tenant_id: &str,
+        name: &str,
+    ) -> Result<Enrollment, AgentHostRefusal> {
         let name = name.trim();
         if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
-            return Err(HostsError::new(
-                HostsErrorCode::InvalidArguments,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::InvalidArguments,
                 "a host name is 1-128 printable characters",
             ));
         }
         if self.hub.store.get_tenant(tenant_id).await?.is_none() {
-            return Err(HostsError::new(
-                HostsErrorCode::TenantNotFound,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::TenantNotFound,
                 "no such tenant",
             ));
         }
@@ -56,8 +60,8 @@ impl Hosts {
                 token,
                 expires_at,
             }),
-            Err(e) if e.kind == ErrorKind::Conflict => Err(HostsError::new(
-                HostsErrorCode::HostExists,
+            Err(e) if e.kind == ErrorKind::Conflict => Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::HostExists,
                 "the tenant already has a host of that name",
             )),
             Err(e) => Err(e.into()),
@@ -65,7 +69,7 @@ impl Hosts {
     }
 
     /// Consumes a token; None when unknown, used or expired.
-    pub async fn redeem(&self, token: &str) -> Result<Option<HostRecord>, HostsError> {
+    pub async fn redeem(&self, token: &str) -> Result<Option<HostRecord>, AgentHostRefusal> {
         let Some(rec) = self
             .hub
             .store
@@ -79,12 +83,12 @@ impl Hosts {
     }
 
     /// Revokes a host: its connections close, its runs fail, its channel shows `revoked`.
-    pub async fn revoke(&self, host_id: &str) -> Result<HostRecord, HostsError> {
+    pub async fn revoke(&self, host_id: &str) -> Result<HostRecord, AgentHostRefusal> {
         let host = match self.hub.store.revoke_host(host_id, now_ms()).await {
             Ok(h) => h,
             Err(e) if e.kind == ErrorKind::NotFound => {
-                return Err(HostsError::new(
-                    HostsErrorCode::HostNotFound,
+                return Err(AgentHostRefusal::new(
+                    AgentHostRefusalCode::HostNotFound,
                     "no such host",
                 ));
             }

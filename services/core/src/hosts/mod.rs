@@ -41,7 +41,7 @@ use crate::engine::Hub;
 use crate::error::{BackendError, ErrorKind};
 use crate::hoststore::*;
 use crate::ids::{new_id, now_ms};
-use crate::provider::ProviderHost;
+use crate::provider::ProviderServices;
 
 /// Bounds and policies of the host subsystem. Defaults are production values.
 #[derive(Debug, Clone)]
@@ -114,15 +114,15 @@ impl HostBell {
 /// A refusal of a run operation, safe to show to xAgent or an operator.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
-pub struct HostsError {
-    pub code: HostsErrorCode,
+pub struct AgentHostRefusal {
+    pub code: AgentHostRefusalCode,
     pub message: String,
 }
 
-/// Why a run operation was refused; [`HostsErrorCode::as_str`] is the stable snake_case
+/// Why a run operation was refused; [`AgentHostRefusalCode::as_str`] is the stable snake_case
 /// code clients see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostsErrorCode {
+pub enum AgentHostRefusalCode {
     RunNotFound,
     AgentNotFound,
     HostNotFound,
@@ -138,7 +138,7 @@ pub enum HostsErrorCode {
     Internal,
 }
 
-impl HostsErrorCode {
+impl AgentHostRefusalCode {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::RunNotFound => "run_not_found",
@@ -174,14 +174,14 @@ impl HostsErrorCode {
     }
 }
 
-impl std::fmt::Display for HostsErrorCode {
+impl std::fmt::Display for AgentHostRefusalCode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-impl HostsError {
-    pub fn new(code: HostsErrorCode, message: impl Into<String>) -> Self {
+impl AgentHostRefusal {
+    pub fn new(code: AgentHostRefusalCode, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -189,15 +189,15 @@ impl HostsError {
     }
 }
 
-impl From<BackendError> for HostsError {
+impl From<BackendError> for AgentHostRefusal {
     fn from(e: BackendError) -> Self {
         tracing::warn!(error = %e, "backend error in hosts");
         match e.kind {
             ErrorKind::Unavailable => Self::new(
-                HostsErrorCode::Unavailable,
+                AgentHostRefusalCode::Unavailable,
                 "a backend is unavailable; retry",
             ),
-            _ => Self::new(HostsErrorCode::Internal, "internal error"),
+            _ => Self::new(AgentHostRefusalCode::Internal, "internal error"),
         }
     }
 }
@@ -291,7 +291,7 @@ pub struct Hosts {
     pub hub: Arc<Hub>,
     pub config: HostsConfig,
     /// The device bridge's side of the core, to push Descriptors when a host's status moves.
-    device: OnceLock<Arc<dyn ProviderHost>>,
+    device: OnceLock<Arc<dyn ProviderServices>>,
 }
 
 impl std::fmt::Debug for Hosts {
@@ -398,7 +398,7 @@ impl Hosts {
     }
 
     /// Connects the device bridge so host status changes reach its channels' Descriptors.
-    pub fn attach_device(&self, host: Arc<dyn ProviderHost>) {
+    pub fn attach_device(&self, host: Arc<dyn ProviderServices>) {
         let _ = self.device.set(host);
     }
 

@@ -63,23 +63,27 @@ impl Hosts {
     }
 
     /// Queues a new run on `host` for `agent_id` (on that host).
-    pub async fn start_run(&self, host: &HostRecord, new: NewRun) -> Result<RunRecord, HostsError> {
+    pub async fn start_run(
+        &self,
+        host: &HostRecord,
+        new: NewRun,
+    ) -> Result<RunRecord, AgentHostRefusal> {
         if host.status == HostStatus::Revoked {
-            return Err(HostsError::new(
-                HostsErrorCode::HostRevoked,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::HostRevoked,
                 "the host was revoked",
             ));
         }
         if new.goal.trim().is_empty() {
-            return Err(HostsError::new(
-                HostsErrorCode::InvalidArguments,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::InvalidArguments,
                 "goal must not be empty",
             ));
         }
         let agents = self.hub.store.list_agents(&host.id).await?;
         if !agents.iter().any(|a| a.agent_id == new.agent_id) {
-            return Err(HostsError::new(
-                HostsErrorCode::AgentNotFound,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::AgentNotFound,
                 format!("the host has no agent {:?}", clip(&new.agent_id, 64)),
             ));
         }
@@ -117,14 +121,14 @@ impl Hosts {
     }
 
     /// Quota 4006: unfinished runs per tenant.
-    pub(super) async fn check_quota(&self, tenant_id: &str) -> Result<(), HostsError> {
+    pub(super) async fn check_quota(&self, tenant_id: &str) -> Result<(), AgentHostRefusal> {
         let mut active = 0usize;
         for host in self.hub.store.list_hosts(tenant_id).await? {
             active += self.hub.store.host_runs(&host.id, &LIVE).await?.len();
         }
         if active >= self.config.max_active_runs_per_tenant {
-            return Err(HostsError::new(
-                HostsErrorCode::QuotaExceeded,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::QuotaExceeded,
                 format!(
                     "the tenant has {active} unfinished runs (limit {})",
                     self.config.max_active_runs_per_tenant
@@ -136,7 +140,7 @@ impl Hosts {
 
     /// Asks for a run to stop. Queued runs stop at once; runs on the host get `cancel_run`
     /// until it confirms (or the cancel timeout passes). Finished runs are left as they are.
-    pub async fn cancel_run(&self, run: &RunRecord) -> Result<RunRecord, HostsError> {
+    pub async fn cancel_run(&self, run: &RunRecord) -> Result<RunRecord, AgentHostRefusal> {
         if run.state.is_terminal() {
             return Ok(run.clone());
         }
@@ -169,15 +173,15 @@ impl Hosts {
         to_agent_id: &str,
         bundle: &switchyard_protocol::hosts::message::HandoffBundle,
         cancel_source: bool,
-    ) -> Result<RunRecord, HostsError> {
+    ) -> Result<RunRecord, AgentHostRefusal> {
         let Some(agent) = self
             .hub
             .store
             .find_agent(&from.tenant_id, to_agent_id)
             .await?
         else {
-            return Err(HostsError::new(
-                HostsErrorCode::AgentNotFound,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::AgentNotFound,
                 format!(
                     "no host of the tenant has agent {:?}",
                     clip(to_agent_id, 64)
@@ -185,8 +189,8 @@ impl Hosts {
             ));
         };
         let Some(target) = self.hub.store.get_host(&agent.host_id).await? else {
-            return Err(HostsError::new(
-                HostsErrorCode::AgentNotFound,
+            return Err(AgentHostRefusal::new(
+                AgentHostRefusalCode::AgentNotFound,
                 "the agent's host is gone",
             ));
         };

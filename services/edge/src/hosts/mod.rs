@@ -177,7 +177,7 @@ impl IntoResponse for Refusal {
 }
 
 /// A refusal of a hosts operation, with the status its code maps to.
-fn hosts_error(e: &switchyard_core::hosts::HostsError) -> Response {
+fn hosts_error(e: &switchyard_core::hosts::AgentHostRefusal) -> Response {
     let status =
         StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     api_error(status, e.code.as_str(), &e.message)

@@ -1,4 +1,4 @@
-//! Test doubles: an in-memory `ProviderHost` whose durable state (bindings, inbound queue,
+//! Test doubles: an in-memory `ProviderServices` whose durable state (bindings, inbound queue,
 //! leases, key/value, ephemeral) lives in a [`Cluster`] several hosts ("pods") can share,
 //! the fake Bot API server, and a log capture to grep for secrets.
 
@@ -15,10 +15,10 @@ use switchyard_core::files::{ByteStream, bytes_stream, collect};
 use switchyard_core::ids::now_ms;
 use switchyard_core::model::{AuthStatus, FileDirection, FileRecord};
 use switchyard_core::provider::{
-    AuthRequest, AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile,
-    OutboundMessage, ProgressSink, Provider, ToolCall,
+    AuthRequest, AuthStep, Binding, InboundMessage, InboundOutcome, OutboundFile, OutboundMessage,
+    ProgressSink, Provider, ServicesError, ToolCall,
 };
-use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderHost};
+use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderServices};
 use switchyard_fake_telegram::FakeTelegram;
 use switchyard_protocol::card::AuthFlow;
 use switchyard_protocol::im::FileItem;
@@ -246,7 +246,7 @@ impl FakeHost {
 }
 
 #[async_trait]
-impl ProviderHost for FakeHost {
+impl ProviderServices for FakeHost {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
         Ok(self
             .cluster
@@ -266,10 +266,10 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         msg: InboundMessage,
-    ) -> Result<InboundOutcome, HostError> {
+    ) -> Result<InboundOutcome, ServicesError> {
         self.cluster.accept_calls.fetch_add(1, Ordering::SeqCst);
         if self.cluster.full.load(Ordering::SeqCst) {
-            return Err(HostError::Full);
+            return Err(ServicesError::Full);
         }
         if !self
             .cluster
@@ -279,7 +279,7 @@ impl ProviderHost for FakeHost {
             .iter()
             .any(|b| b.channel_id == channel_id)
         {
-            return Err(HostError::UnknownChannel);
+            return Err(ServicesError::UnknownChannel);
         }
         let mut inbound = self.cluster.inbound.lock().unwrap();
         if inbound
@@ -298,10 +298,10 @@ impl ProviderHost for FakeHost {
         filename: &str,
         mime_type: Option<&str>,
         body: ByteStream,
-    ) -> Result<FileItem, HostError> {
+    ) -> Result<FileItem, ServicesError> {
         let bytes = collect(body, 1 << 20)
             .await
-            .map_err(|_| HostError::TooLarge)?;
+            .map_err(|_| ServicesError::TooLarge)?;
         let file_ref = format!(
             "file_in_{}",
             self.cluster.next_file.fetch_add(1, Ordering::SeqCst)
@@ -335,7 +335,7 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         file_ref: &str,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), ServicesError> {
         let mut files = self.cluster.files.lock().unwrap();
         if files
             .get(file_ref)
@@ -350,11 +350,11 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         file_ref: &str,
-    ) -> Result<(OutboundFile, ByteStream), HostError> {
+    ) -> Result<(OutboundFile, ByteStream), ServicesError> {
         let f = self.cluster.files.lock().unwrap().get(file_ref).cloned();
         let f = f
             .filter(|f| f.channel_id == channel_id && f.direction == FileDirection::Outbound)
-            .ok_or(HostError::FileNotFound)?;
+            .ok_or(ServicesError::FileNotFound)?;
         let mime = f
             .mime_type
             .clone()
@@ -392,7 +392,11 @@ impl ProviderHost for FakeHost {
         Ok(None)
     }
 
-    async fn advance_auth(&self, _auth_session_id: &str, _step: AuthStep) -> Result<(), HostError> {
+    async fn advance_auth(
+        &self,
+        _auth_session_id: &str,
+        _step: AuthStep,
+    ) -> Result<(), ServicesError> {
         Ok(())
     }
 
@@ -400,7 +404,7 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         status: ConnectionStatus,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), ServicesError> {
         self.cluster
             .statuses
             .lock()

@@ -1,4 +1,4 @@
-//! Test doubles: an in-memory `ProviderHost` and the fake chat system (`switchyard-fake-webhook`,
+//! Test doubles: an in-memory `ProviderServices` and the fake chat system (`switchyard-fake-webhook`,
 //! a real HTTP server on 127.0.0.1:0).
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
@@ -14,10 +14,10 @@ use serde_json::{Value, json};
 use switchyard_core::files::{ByteStream, bytes_stream, collect};
 use switchyard_core::model::{AuthStatus, FileDirection, FileRecord};
 use switchyard_core::provider::{
-    AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile, ProgressSink,
-    Provider,
+    AuthStep, Binding, InboundMessage, InboundOutcome, OutboundFile, ProgressSink, Provider,
+    ServicesError,
 };
-use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderHost};
+use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderServices};
 use switchyard_fake_webhook::FakeWebhook;
 use switchyard_protocol::im::FileItem;
 use switchyard_protocol::{BuildInfo, ConnectionStatus};
@@ -150,7 +150,7 @@ fn file_type(mime: &str) -> &'static str {
 }
 
 #[async_trait]
-impl ProviderHost for FakeHost {
+impl ProviderServices for FakeHost {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
         Ok(self.bindings.lock().unwrap().get(channel_id).cloned())
     }
@@ -163,12 +163,12 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         msg: InboundMessage,
-    ) -> Result<InboundOutcome, HostError> {
+    ) -> Result<InboundOutcome, ServicesError> {
         if self.full.load(Ordering::SeqCst) {
-            return Err(HostError::Full);
+            return Err(ServicesError::Full);
         }
         if self.overloaded.load(Ordering::SeqCst) {
-            return Err(HostError::Overloaded);
+            return Err(ServicesError::Overloaded);
         }
         let mut inbound = self.inbound.lock().unwrap();
         if inbound
@@ -187,11 +187,11 @@ impl ProviderHost for FakeHost {
         filename: &str,
         mime_type: Option<&str>,
         body: ByteStream,
-    ) -> Result<FileItem, HostError> {
+    ) -> Result<FileItem, ServicesError> {
         self.storing.store(true, Ordering::SeqCst);
         let bytes = collect(body, 1 << 20)
             .await
-            .map_err(|_| HostError::TooLarge)?;
+            .map_err(|_| ServicesError::TooLarge)?;
         let file_ref = format!("file_in_{}", self.next_file.fetch_add(1, Ordering::SeqCst));
         let item = FileItem {
             file_type: file_type(mime_type.unwrap_or("")).into(),
@@ -221,7 +221,7 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         file_ref: &str,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), ServicesError> {
         let mut files = self.files.lock().unwrap();
         if files
             .get(file_ref)
@@ -237,7 +237,7 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         file_ref: &str,
-    ) -> Result<(OutboundFile, ByteStream), HostError> {
+    ) -> Result<(OutboundFile, ByteStream), ServicesError> {
         let f = self
             .files
             .lock()
@@ -245,7 +245,7 @@ impl ProviderHost for FakeHost {
             .get(file_ref)
             .cloned()
             .filter(|f| f.channel_id == channel_id);
-        let f = f.ok_or(HostError::FileNotFound)?;
+        let f = f.ok_or(ServicesError::FileNotFound)?;
         let mime = f
             .mime_type
             .clone()
@@ -288,7 +288,11 @@ impl ProviderHost for FakeHost {
             .map(|(s, v)| (CHANNEL.to_owned(), *s, v.clone())))
     }
 
-    async fn advance_auth(&self, auth_session_id: &str, step: AuthStep) -> Result<(), HostError> {
+    async fn advance_auth(
+        &self,
+        auth_session_id: &str,
+        step: AuthStep,
+    ) -> Result<(), ServicesError> {
         let mut auth = self.auth.lock().unwrap();
         match &step {
             AuthStep::Pending { status, state, .. } => {
@@ -310,7 +314,7 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         status: ConnectionStatus,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), ServicesError> {
         self.statuses
             .lock()
             .unwrap()

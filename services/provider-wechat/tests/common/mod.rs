@@ -1,4 +1,4 @@
-//! Test doubles: an in-memory `ProviderHost` whose durable state (bindings, inbound queue,
+//! Test doubles: an in-memory `ProviderServices` whose durable state (bindings, inbound queue,
 //! leases, key/value, ephemeral) lives in a [`Cluster`] several hosts ("pods") can share,
 //! auth sessions), the fake iLink server, and a log capture to grep for secrets.
 
@@ -15,10 +15,10 @@ use switchyard_core::files::{ByteStream, bytes_stream, collect};
 use switchyard_core::ids::now_ms;
 use switchyard_core::model::{AuthStatus, FileDirection, FileRecord};
 use switchyard_core::provider::{
-    AuthRequest, AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile,
-    OutboundMessage, ProgressSink, Provider, ToolCall,
+    AuthRequest, AuthStep, Binding, InboundMessage, InboundOutcome, OutboundFile, OutboundMessage,
+    ProgressSink, Provider, ServicesError, ToolCall,
 };
-use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderHost};
+use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderServices};
 use switchyard_fake_wechat::FakeWechat;
 use switchyard_protocol::card::AuthFlow;
 use switchyard_protocol::im::FileItem;
@@ -299,7 +299,7 @@ impl FakeHost {
 }
 
 #[async_trait]
-impl ProviderHost for FakeHost {
+impl ProviderServices for FakeHost {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
         Ok(self
             .cluster
@@ -319,13 +319,15 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         msg: InboundMessage,
-    ) -> Result<InboundOutcome, HostError> {
+    ) -> Result<InboundOutcome, ServicesError> {
         if self.dead.load(Ordering::SeqCst) {
-            return Err(HostError::Backend(BackendError::unavailable("pod is dead")));
+            return Err(ServicesError::Backend(BackendError::unavailable(
+                "pod is dead",
+            )));
         }
         self.cluster.accept_calls.fetch_add(1, Ordering::SeqCst);
         if self.cluster.full.load(Ordering::SeqCst) {
-            return Err(HostError::Full);
+            return Err(ServicesError::Full);
         }
         if !self
             .cluster
@@ -335,7 +337,7 @@ impl ProviderHost for FakeHost {
             .iter()
             .any(|b| b.channel_id == channel_id)
         {
-            return Err(HostError::UnknownChannel);
+            return Err(ServicesError::UnknownChannel);
         }
         let mut inbound = self.cluster.inbound.lock().unwrap();
         if inbound
@@ -354,10 +356,10 @@ impl ProviderHost for FakeHost {
         filename: &str,
         mime_type: Option<&str>,
         body: ByteStream,
-    ) -> Result<FileItem, HostError> {
+    ) -> Result<FileItem, ServicesError> {
         let bytes = collect(body, 1 << 20)
             .await
-            .map_err(|_| HostError::TooLarge)?;
+            .map_err(|_| ServicesError::TooLarge)?;
         let file_ref = format!(
             "file_in_{}",
             self.cluster.next_file.fetch_add(1, Ordering::SeqCst)
@@ -391,7 +393,7 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         file_ref: &str,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), ServicesError> {
         let mut files = self.cluster.files.lock().unwrap();
         if files
             .get(file_ref)
@@ -406,11 +408,11 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         file_ref: &str,
-    ) -> Result<(OutboundFile, ByteStream), HostError> {
+    ) -> Result<(OutboundFile, ByteStream), ServicesError> {
         let f = self.cluster.files.lock().unwrap().get(file_ref).cloned();
         let f = f
             .filter(|f| f.channel_id == channel_id && f.direction == FileDirection::Outbound)
-            .ok_or(HostError::FileNotFound)?;
+            .ok_or(ServicesError::FileNotFound)?;
         let mime = f
             .mime_type
             .clone()
@@ -460,7 +462,11 @@ impl ProviderHost for FakeHost {
             .map(|s| (s.channel_id.clone(), s.status, s.state.clone())))
     }
 
-    async fn advance_auth(&self, auth_session_id: &str, step: AuthStep) -> Result<(), HostError> {
+    async fn advance_auth(
+        &self,
+        auth_session_id: &str,
+        step: AuthStep,
+    ) -> Result<(), ServicesError> {
         self.cluster.apply(auth_session_id, step);
         Ok(())
     }
@@ -469,7 +475,7 @@ impl ProviderHost for FakeHost {
         &self,
         channel_id: &str,
         status: ConnectionStatus,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), ServicesError> {
         self.cluster
             .statuses
             .lock()

@@ -1,4 +1,4 @@
-//! What a provider may ask of the core ([`ProviderHost`]), implemented by a [`Connector`].
+//! What a provider may ask of the core ([`ProviderServices`]), implemented by a [`Connector`].
 
 use std::sync::Arc;
 
@@ -17,7 +17,8 @@ use crate::error::BackendError;
 use crate::files::ByteStream;
 use crate::model::{AuthStatus, ChannelRecord, FileDirection};
 use crate::provider::{
-    AuthStep, Binding, HostError, InboundMessage, InboundOutcome, OutboundFile, ProviderHost,
+    AuthStep, Binding, InboundMessage, InboundOutcome, OutboundFile, ProviderServices,
+    ServicesError,
 };
 
 /// Channels of one Card whose binding was read moments ago, with their connector_id (which
@@ -62,20 +63,20 @@ impl Connector {
             .filter(|c| c.card_id == self.card_id()))
     }
 
-    async fn bound_channel(&self, channel_id: &str) -> Result<ChannelRecord, HostError> {
+    async fn bound_channel(&self, channel_id: &str) -> Result<ChannelRecord, ServicesError> {
         match self.own_channel(channel_id).await? {
             Some(ch) if ch.binding.is_some() => Ok(ch),
-            _ => Err(HostError::UnknownChannel),
+            _ => Err(ServicesError::UnknownChannel),
         }
     }
 
-    fn fault_to_host(f: super::Fault) -> HostError {
-        HostError::Invalid(f.message)
+    fn fault_to_host(f: super::Fault) -> ServicesError {
+        ServicesError::Invalid(f.message)
     }
 }
 
 #[async_trait]
-impl ProviderHost for Connector {
+impl ProviderServices for Connector {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
         let Some(ch) = self.own_channel(channel_id).await? else {
             return Ok(None);
@@ -99,7 +100,7 @@ impl ProviderHost for Connector {
         &self,
         channel_id: &str,
         msg: InboundMessage,
-    ) -> Result<InboundOutcome, HostError> {
+    ) -> Result<InboundOutcome, ServicesError> {
         // A provider that just read the binding (webhook ingress) saves the second read; the
         // batch still checks that the channel exists.
         let connector_id = match self.recent.connector_of(channel_id) {
@@ -115,7 +116,7 @@ impl ProviderHost for Connector {
         filename: &str,
         mime_type: Option<&str>,
         body: ByteStream,
-    ) -> Result<FileItem, HostError> {
+    ) -> Result<FileItem, ServicesError> {
         let ch = self.bound_channel(channel_id).await?;
         let rec = self
             .store_file(&ch, FileDirection::Inbound, filename, mime_type, body)
@@ -131,12 +132,12 @@ impl ProviderHost for Connector {
         &self,
         channel_id: &str,
         file_ref: &str,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), ServicesError> {
         let Some(rec) = self.hub.store.get_file(file_ref).await? else {
             return Ok(());
         };
         if rec.channel_id != channel_id || rec.direction != FileDirection::Inbound {
-            return Err(HostError::FileNotFound);
+            return Err(ServicesError::FileNotFound);
         }
         self.hub.store.delete_file(file_ref).await?;
         self.hub.files.delete(&rec.storage_key).await?;
@@ -147,16 +148,16 @@ impl ProviderHost for Connector {
         &self,
         channel_id: &str,
         file_ref: &str,
-    ) -> Result<(OutboundFile, ByteStream), HostError> {
+    ) -> Result<(OutboundFile, ByteStream), ServicesError> {
         let ch = self
             .own_channel(channel_id)
             .await?
-            .ok_or(HostError::UnknownChannel)?;
+            .ok_or(ServicesError::UnknownChannel)?;
         let of = self
             .outbound_file(&ch, file_ref)
             .await
-            .map_err(|()| HostError::Backend(BackendError::unavailable("file lookup")))?;
-        let of = of.ok_or(HostError::FileNotFound)?;
+            .map_err(|()| ServicesError::Backend(BackendError::unavailable("file lookup")))?;
+        let of = of.ok_or(ServicesError::FileNotFound)?;
         let stream = self
             .hub
             .files
@@ -164,9 +165,9 @@ impl ProviderHost for Connector {
             .await
             .map_err(|e| {
                 if e.is(crate::error::ErrorKind::NotFound) {
-                    HostError::FileNotFound
+                    ServicesError::FileNotFound
                 } else {
-                    HostError::Backend(e)
+                    ServicesError::Backend(e)
                 }
             })?;
         Ok((of, stream))
@@ -196,19 +197,23 @@ impl ProviderHost for Connector {
         Ok(Some((rec.channel_id, rec.status, state)))
     }
 
-    async fn advance_auth(&self, auth_session_id: &str, step: AuthStep) -> Result<(), HostError> {
+    async fn advance_auth(
+        &self,
+        auth_session_id: &str,
+        step: AuthStep,
+    ) -> Result<(), ServicesError> {
         let Some(mut rec) = self.hub.store.get_auth_session(auth_session_id).await? else {
-            return Err(HostError::UnknownChannel);
+            return Err(ServicesError::UnknownChannel);
         };
         if rec.status.is_terminal() || rec.expires_at <= crate::ids::now_ms() {
-            return Err(HostError::Invalid(
+            return Err(ServicesError::Invalid(
                 "authentication session is no longer pending".into(),
             ));
         }
         let ch = self
             .own_channel(&rec.channel_id)
             .await?
-            .ok_or(HostError::UnknownChannel)?;
+            .ok_or(ServicesError::UnknownChannel)?;
         self.apply_step(&ch, &mut rec, step)
             .await
             .map_err(Connector::fault_to_host)?;
@@ -219,7 +224,7 @@ impl ProviderHost for Connector {
         &self,
         channel_id: &str,
         status: ConnectionStatus,
-    ) -> Result<(), HostError> {
+    ) -> Result<(), ServicesError> {
         let ch = self.bound_channel(channel_id).await?;
         self.set_status(&ch, status)
             .await
