@@ -3,26 +3,22 @@
 //! (presence, janitor) and the drain.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use switchyard_core::bus::{Bus, LocalBus};
-use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
+use switchyard_core::crypto::{Cipher, UrlSigner};
 use switchyard_core::engine::{Connector, Hub, Janitor, OutboxCommitter, OutflowLimits};
-use switchyard_core::ephemeral::{Ephemeral, MemoryEphemeral};
-use switchyard_core::files::{FileStore, LocalFileStore};
 use switchyard_core::hosts::Hosts;
 use switchyard_core::ids::{now_ms, random_secret};
 use switchyard_core::provider::Provider;
-use switchyard_core::store::{SCHEMA_VERSION, Store};
+use switchyard_core::store::Store;
 use switchyard_protocol::BuildInfo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -34,6 +30,13 @@ use crate::doorbells::Doorbells;
 use crate::http::{ConnState, connector_router};
 use crate::session::SessionLimits;
 
+mod backends;
+
+pub use backends::{
+    Backends, SCHEMA_WINDOW, backends, keys, open_bus, open_ephemeral, open_files, open_store,
+    prepare_schema, schema_fit,
+};
+
 /// Build information injected at compile time (build.rs).
 pub fn build_info() -> BuildInfo {
     BuildInfo {
@@ -42,186 +45,6 @@ pub fn build_info() -> BuildInfo {
         git_rev: env!("SWITCHYARD_GIT_REV").to_owned(),
         build_time: env!("SWITCHYARD_BUILD_TIME").to_owned(),
     }
-}
-
-pub struct Backends {
-    pub store: Arc<dyn Store>,
-    pub bus: Arc<dyn Bus>,
-    pub ephemeral: Arc<dyn Ephemeral>,
-    pub files: Arc<dyn FileStore>,
-}
-
-/// The store named by the config (SQLite under the data dir when unset).
-pub async fn open_store(cfg: &Config) -> anyhow::Result<Arc<dyn Store>> {
-    let url = match &cfg.database_url {
-        Some(u) => u.clone(),
-        None => {
-            create_private_dir(&cfg.data_dir)
-                .with_context(|| format!("creating data dir {}", cfg.data_dir.display()))?;
-            format!("sqlite://{}", cfg.data_dir.join("switchyard.db").display())
-        }
-    };
-    if url.starts_with("sqlite:") {
-        let store = switchyard_store_sqlite::SqliteStore::open(&url)
-            .await
-            .context("opening SQLite store")?;
-        return Ok(Arc::new(store));
-    }
-    crate::cluster::open_postgres(cfg, &url).await
-}
-
-pub async fn backends(cfg: &Config) -> anyhow::Result<Backends> {
-    Ok(Backends {
-        store: open_store(cfg).await?,
-        bus: open_bus(cfg).await?,
-        ephemeral: open_ephemeral(cfg).await?,
-        files: open_files(cfg).await?,
-    })
-}
-
-/// NATS when configured, else the in-process bus.
-pub async fn open_bus(cfg: &Config) -> anyhow::Result<Arc<dyn Bus>> {
-    match &cfg.nats_url {
-        None => Ok(Arc::new(LocalBus::new())),
-        Some(url) => crate::cluster::open_nats(url, &cfg.nats_subject_prefix).await,
-    }
-}
-
-/// Redis when configured, else in-process ephemeral state.
-pub async fn open_ephemeral(cfg: &Config) -> anyhow::Result<Arc<dyn Ephemeral>> {
-    match &cfg.redis_url {
-        None => Ok(Arc::new(MemoryEphemeral::default())),
-        Some(url) => crate::cluster::open_redis(url, &cfg.redis_key_prefix).await,
-    }
-}
-
-/// S3 when a bucket is configured, else the files folder under the data dir.
-pub async fn open_files(cfg: &Config) -> anyhow::Result<Arc<dyn FileStore>> {
-    match &cfg.s3.bucket {
-        None => Ok(Arc::new(
-            LocalFileStore::new(cfg.data_dir.join("files")).context("opening files folder")?,
-        )),
-        Some(_) => crate::cluster::open_s3(&cfg.s3).await,
-    }
-}
-
-/// Migrations are expand/contract: the migration to version N+1 only adds (tables, indexes,
-/// nullable or defaulted columns), so a build of version N runs on its own schema and on
-/// the next one. A `helm rollback` after a migrating upgrade, or an old pod restarted in the
-/// middle of a rollout, keeps working; anything further ahead is refused. Removing what an
-/// older build still reads waits until no supported build reads it (docs/ops.md).
-pub const SCHEMA_WINDOW: std::ops::RangeInclusive<i64> = SCHEMA_VERSION..=SCHEMA_VERSION + 1;
-
-/// Whether this build runs on a database at schema version `v`.
-pub fn schema_fit(v: i64) -> Result<(), String> {
-    if v < *SCHEMA_WINDOW.start() {
-        Err(format!(
-            "database schema version {v} is older than {SCHEMA_VERSION}; run `switchyard migrate`"
-        ))
-    } else if v > *SCHEMA_WINDOW.end() {
-        Err(format!(
-            "database schema version {v} is newer than this build runs on (its own {SCHEMA_VERSION} and the next, {}); upgrade switchyard",
-            SCHEMA_VERSION + 1
-        ))
-    } else {
-        Ok(())
-    }
-}
-
-/// SQLite migrates itself; a shared Postgres must be migrated with `switchyard migrate`
-/// first, and a pod refuses a schema outside [`SCHEMA_WINDOW`].
-pub async fn prepare_schema(cfg: &Config, store: &dyn Store) -> anyhow::Result<()> {
-    if !cfg.is_clustered() {
-        // A no-op on a database a newer build already migrated.
-        store
-            .migrate()
-            .await
-            .context("migrating the embedded store")?;
-    }
-    let v = store
-        .schema_version()
-        .await
-        .context("reading the schema version")?;
-    schema_fit(v).map_err(anyhow::Error::msg)?;
-    if v > SCHEMA_VERSION {
-        tracing::info!(
-            schema = v,
-            build_schema = SCHEMA_VERSION,
-            "running on the next schema version (a newer build migrated it)"
-        );
-    }
-    Ok(())
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct KeyFile {
-    signing_keys: Vec<String>,
-    encryption_keys: Vec<String>,
-}
-
-/// Signing and encryption keys: configured, or (embedded mode only) generated once and kept
-/// in the data dir with owner-only permissions.
-pub fn keys(cfg: &Config) -> anyhow::Result<(Vec<Secret>, Vec<Secret>)> {
-    if !cfg.signing_keys.0.is_empty() && !cfg.encryption_keys.0.is_empty() {
-        return Ok((cfg.signing_keys.0.clone(), cfg.encryption_keys.0.clone()));
-    }
-    if cfg.is_clustered() {
-        bail!(
-            "SWITCHYARD_SIGNING_KEYS and SWITCHYARD_ENCRYPTION_KEYS are required with a shared database (every pod must use the same keys)"
-        );
-    }
-    let path = cfg.data_dir.join("keys.json");
-    let file: KeyFile = if path.exists() {
-        serde_json::from_slice(&std::fs::read(&path)?).context("reading keys.json")?
-    } else {
-        let kf = KeyFile {
-            signing_keys: vec![random_secret(32)],
-            encryption_keys: vec![Cipher::generate_key()],
-        };
-        create_private_dir(&cfg.data_dir)?;
-        write_private(&path, &serde_json::to_vec_pretty(&kf)?)?;
-        kf
-    };
-    let pick = |configured: &[Secret], stored: &[String]| {
-        if configured.is_empty() {
-            stored.iter().map(Secret::new).collect()
-        } else {
-            configured.to_vec()
-        }
-    };
-    Ok((
-        pick(&cfg.signing_keys.0, &file.signing_keys),
-        pick(&cfg.encryption_keys.0, &file.encryption_keys),
-    ))
-}
-
-/// The data dir holds the database, keys and files: this user's only (0700) when created.
-fn create_private_dir(path: &Path) -> std::io::Result<()> {
-    let mut b = std::fs::DirBuilder::new();
-    b.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        b.mode(0o700);
-    }
-    b.create(path)
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    Ok(())
 }
 
 pub fn pod_id(cfg: &Config) -> String {
@@ -236,8 +59,9 @@ pub fn pod_id(cfg: &Config) -> String {
     })
 }
 
-/// The providers this build mounts.
-pub fn providers(cfg: &Config, hosts: Arc<Hosts>) -> Vec<Arc<dyn Provider>> {
+/// The providers this build mounts; `gateway` is what the agent-host connector serves for
+/// hosts next to its own routes.
+pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<Arc<dyn Provider>> {
     let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);
     wh.max_inbound_bytes = cfg.limits.max_inbound_bytes;
     wh.max_inbound_json_bytes = cfg.ingress.max_json_bytes;
@@ -275,18 +99,41 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>) -> Vec<Arc<dyn Provider>> {
         Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
         Arc::new(switchyard_provider_wechat::WechatProvider::new(wx)),
         Arc::new(switchyard_provider_feishu::FeishuProvider::new(fs)),
-        Arc::new(switchyard_provider_agent_host::AgentHostProvider::new(
-            build_info(),
-            true,
-            hosts,
-            // A wait ends before the engine's tool timeout cuts it.
-            cfg.limits
-                .tool_timeout
-                .0
-                .saturating_sub(Duration::from_secs(5))
-                .max(Duration::from_secs(1)),
-        )),
+        Arc::new(
+            switchyard_provider_agent_host::AgentHostProvider::new(
+                build_info(),
+                true,
+                hosts,
+                // A wait ends before the engine's tool timeout cuts it.
+                cfg.limits
+                    .tool_timeout
+                    .0
+                    .saturating_sub(Duration::from_secs(5))
+                    .max(Duration::from_secs(1)),
+            )
+            .with_gateway(gateway),
+        ),
     ]
+}
+
+/// How the public listener trusts a client certificate passed on by an ingress, if at all.
+fn trusted_ingress(cfg: &Config) -> anyhow::Result<Option<crate::hosts::TrustedIngress>> {
+    let Some(header) = cfg.hosts_client_cert_header.as_deref() else {
+        return Ok(None);
+    };
+    let cert_header = axum::http::HeaderName::try_from(header.to_ascii_lowercase())
+        .context("hosts_client_cert_header is not a valid header name")?;
+    Ok(Some(crate::hosts::TrustedIngress {
+        cert_header,
+        secrets: Arc::new(
+            cfg.hosts_ingress_secret
+                .0
+                .iter()
+                .map(|s| s.expose().trim().to_owned())
+                .collect(),
+        ),
+        sources: Arc::new(cfg.hosts_ingress_sources.0.clone()),
+    }))
 }
 
 /// The host service for administrative commands (CLI): the same backends and keys as a pod.
@@ -484,11 +331,33 @@ pub async fn run(
         .await
         .context("loading tenant quotas")?;
     let hosts = Arc::new(Hosts::new(hub.clone(), cfg.hosts.core()));
-    let connectors: Vec<Connector> = providers(&cfg, hosts.clone())
+    let ca = crate::hosts::ca::host_ca(&cfg, &hub).await?;
+    let drain = CancellationToken::new();
+    let draining = Arc::new(AtomicBool::new(false));
+    let sessions = TaskTracker::new();
+    let gateway = crate::hosts::Gateway {
+        hosts: hosts.clone(),
+        ca: ca.clone(),
+        jwt_key: Arc::new(crate::hosts::jwt_key(signing[0].expose())),
+        jwt_ttl: cfg.hosts.jwt_ttl.0,
+        cert_valid_days: cfg.hosts.cert_valid_days,
+        max_frame_bytes: cfg.limits.max_frame_bytes,
+        max_preauth_bytes: usize::try_from(cfg.ingress.max_preauth_bytes).unwrap_or(usize::MAX),
+        operators: Arc::new(cfg.operators()),
+        drain: drain.clone(),
+        draining: draining.clone(),
+        sessions: sessions.clone(),
+    };
+    // The gateway's routes on the public listener: certificates come from a trusted ingress
+    // header, if one is configured.
+    let public_gateway = crate::hosts::router(
+        gateway.clone(),
+        crate::hosts::CertSource::Header(trusted_ingress(&cfg)?),
+    );
+    let connectors: Vec<Connector> = providers(&cfg, hosts.clone(), public_gateway)
         .into_iter()
         .map(|p| Connector::new(hub.clone(), p))
         .collect();
-    let ca = crate::hosts::ca::host_ca(&cfg, &hub).await?;
     let metrics_addr = metrics_listener.local_addr()?;
     let base_urls: Vec<(String, String)> = connectors
         .iter()
@@ -533,9 +402,6 @@ pub async fn run(
     // Stops provider background consumers (pollers) at the end of the drain.
     let providers_stop = CancellationToken::new();
     let doorbells = Doorbells::new(hub.bus.clone());
-    let drain = CancellationToken::new();
-    let draining = Arc::new(AtomicBool::new(false));
-    let sessions = TaskTracker::new();
     let limits = SessionLimits {
         max_frame_bytes: cfg.limits.max_frame_bytes,
         tools_per_socket: cfg.limits.tools_per_socket,
@@ -558,19 +424,6 @@ pub async fn run(
         sweep_interval: cfg.delivery.sweep_interval.0,
         drain_timeout: cfg.drain_timeout.0,
     };
-    let gateway = crate::hosts::Gateway {
-        hosts: hosts.clone(),
-        ca: ca.clone(),
-        jwt_key: Arc::new(crate::hosts::jwt_key(signing[0].expose())),
-        jwt_ttl: cfg.hosts.jwt_ttl.0,
-        cert_valid_days: cfg.hosts.cert_valid_days,
-        max_frame_bytes: cfg.limits.max_frame_bytes,
-        max_preauth_bytes: usize::try_from(cfg.ingress.max_preauth_bytes).unwrap_or(usize::MAX),
-        operators: Arc::new(cfg.operators()),
-        drain: drain.clone(),
-        draining: draining.clone(),
-        sessions: sessions.clone(),
-    };
     // The operator API is not mounted here: it lives on the internal (metrics) listener.
     let mut app = Router::new();
     for c in &connectors {
@@ -582,33 +435,7 @@ pub async fn run(
             draining: draining.clone(),
             sessions: sessions.clone(),
         };
-        let mut routes = connector_router(state);
-        if c.prefix() == switchyard_provider_agent_host::PREFIX {
-            // The gateway's routes on the public listener: certificates come from a trusted
-            // ingress header, if one is configured.
-            let ingress = cfg
-                .hosts_client_cert_header
-                .as_deref()
-                .map(|h| axum::http::HeaderName::try_from(h.to_ascii_lowercase()))
-                .transpose()
-                .context("hosts_client_cert_header is not a valid header name")?
-                .map(|cert_header| crate::hosts::TrustedIngress {
-                    cert_header,
-                    secrets: Arc::new(
-                        cfg.hosts_ingress_secret
-                            .0
-                            .iter()
-                            .map(|s| s.expose().trim().to_owned())
-                            .collect(),
-                    ),
-                    sources: Arc::new(cfg.hosts_ingress_sources.0.clone()),
-                });
-            routes = routes.merge(crate::hosts::router(
-                gateway.clone(),
-                crate::hosts::CertSource::Header(ingress),
-            ));
-        }
-        app = app.nest(c.prefix(), routes);
+        app = app.nest(c.prefix(), connector_router(state));
     }
     // Spans name the path only: query strings carry URL signatures and pairing tokens.
     for c in &connectors {

@@ -37,6 +37,9 @@ pub struct AgentHostProvider {
     host: OnceLock<Arc<dyn ProviderServices>>,
     /// Longest `agent_run_wait`; kept below the engine's tool timeout.
     max_wait: Duration,
+    /// The Connector API routes hosts dial, served under this connector's prefix; the edge
+    /// builds them (they need its certificate authority, JWT key and drain).
+    gateway: Option<axum::Router>,
 }
 
 impl AgentHostProvider {
@@ -52,7 +55,14 @@ impl AgentHostProvider {
             hosts,
             host: OnceLock::new(),
             max_wait,
+            gateway: None,
         }
+    }
+
+    /// Serves `routes` (the host gateway) next to the connector's own routes.
+    pub fn with_gateway(mut self, routes: axum::Router) -> Self {
+        self.gateway = Some(routes);
+        self
     }
 
     fn core(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
@@ -612,14 +622,7 @@ impl Provider for AgentHostProvider {
     }
 
     async fn bound_status(&self, credentials: &Value) -> ConnectionStatus {
-        let id = credentials
-            .get("host_id")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        match self.hosts.host(id).await {
-            Ok(Some(h)) => connection_status(h.status),
-            _ => ConnectionStatus::Error,
-        }
+        status_of(&self.hosts, credentials).await
     }
 
     async fn invoke_tool(&self, call: ToolCall<'_>) -> Result<Value, ProviderError> {
@@ -656,9 +659,73 @@ impl Provider for AgentHostProvider {
         ))
     }
 
+    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
+        let _ = host;
+        self.gateway.clone()
+    }
+
     fn start(&self, host: Arc<dyn ProviderServices>, stop: tokio_util::sync::CancellationToken) {
-        let _ = stop;
-        self.hosts.attach_device(host.clone());
+        tokio::spawn(push_status_changes(self.hosts.clone(), host.clone(), stop));
         let _ = self.host.set(host);
+    }
+}
+
+/// The Descriptor status of the host a binding's credentials name.
+async fn status_of(hosts: &Hosts, credentials: &Value) -> ConnectionStatus {
+    let id = credentials
+        .get("host_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match hosts.host(id).await {
+        Ok(Some(h)) => connection_status(h.status),
+        _ => ConnectionStatus::Error,
+    }
+}
+
+/// Pushes the Descriptor of a device channel whenever its host's status moves on this pod.
+/// After falling behind, every bound channel's status is read and pushed afresh, so no move
+/// is lost for good.
+async fn push_status_changes(
+    hosts: Arc<Hosts>,
+    services: Arc<dyn ProviderServices>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut changes = hosts.status_changes();
+    loop {
+        let next = tokio::select! {
+            () = stop.cancelled() => return,
+            next = changes.recv() => next,
+        };
+        match next {
+            Ok(change) => {
+                if let Err(e) = services
+                    .set_target_status(&change.channel_id, change.status)
+                    .await
+                {
+                    tracing::debug!(error = %e, "descriptor push after a host status move failed");
+                }
+            }
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "host status moves came faster than they were pushed; pushing every device channel's status"
+                );
+                let bound = match services.bound_channels().await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "listing device channels to push their status");
+                        continue;
+                    }
+                };
+                for b in bound {
+                    let status = status_of(&hosts, &b.credentials).await;
+                    if let Err(e) = services.set_target_status(&b.channel_id, status).await {
+                        tracing::debug!(error = %e, "descriptor push after a lag failed");
+                    }
+                }
+            }
+            Err(RecvError::Closed) => return,
+        }
     }
 }

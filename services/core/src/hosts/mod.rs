@@ -6,7 +6,7 @@
 //! the bus: `host.<id>` wakes the connection holding the host, `run.<id>` wakes waiters.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -21,6 +21,7 @@ use switchyard_protocol::hosts::{
     HeartbeatAck, HostErrorCode, HostLostPolicy, HostMessage, RetryStep, RunFact, RunState,
     Timeouts, format_rfc3339, transition,
 };
+use tokio::sync::broadcast;
 
 mod approvals;
 mod artifacts;
@@ -41,7 +42,6 @@ use crate::engine::Hub;
 use crate::error::{BackendError, ErrorKind};
 use crate::hoststore::*;
 use crate::ids::{new_id, now_ms};
-use crate::provider::ProviderServices;
 
 /// Bounds and policies of the host subsystem. Defaults are production values.
 #[derive(Debug, Clone)]
@@ -290,9 +290,21 @@ pub struct NewRun {
 pub struct Hosts {
     pub hub: Arc<Hub>,
     pub config: HostsConfig,
-    /// The device bridge's side of the core, to push Descriptors when a host's status moves.
-    device: OnceLock<Arc<dyn ProviderServices>>,
+    /// Where status moves are announced; the device bridge listens and pushes Descriptors.
+    status_tx: broadcast::Sender<HostStatusChange>,
 }
+
+/// The status of a host bound to a device channel moved: what that channel's Descriptor now
+/// shows. Announced on this pod by [`Hosts::status_changes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostStatusChange {
+    pub channel_id: String,
+    pub status: ConnectionStatus,
+}
+
+/// How many status moves a slow listener may fall behind before it is told it lagged (it then
+/// reads every bound channel's status afresh).
+const STATUS_CHANGES_BUFFER: usize = 1024;
 
 impl std::fmt::Debug for Hosts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -393,13 +405,15 @@ impl Hosts {
         Self {
             hub,
             config,
-            device: OnceLock::new(),
+            status_tx: broadcast::channel(STATUS_CHANGES_BUFFER).0,
         }
     }
 
-    /// Connects the device bridge so host status changes reach its channels' Descriptors.
-    pub fn attach_device(&self, host: Arc<dyn ProviderServices>) {
-        let _ = self.device.set(host);
+    /// The status moves of hosts bound to device channels, from now on, as this pod sees them
+    /// (it is the pod that holds the host's connection or runs the sweep). A receiver that
+    /// falls behind gets `Lagged` and should read the statuses it shows afresh.
+    pub fn status_changes(&self) -> broadcast::Receiver<HostStatusChange> {
+        self.status_tx.subscribe()
     }
 
     async fn ring_host(&self, host_id: &str, bell: HostBell) {
@@ -424,11 +438,11 @@ impl Hosts {
         }
     }
 
-    /// Pushes the Descriptor of the channel bound to `host`, if any.
+    /// Announces the status of the channel bound to `host`, if any and if anyone listens.
     async fn status_changed(&self, host: &HostRecord) {
-        let Some(device) = self.device.get() else {
+        if self.status_tx.receiver_count() == 0 {
             return;
-        };
+        }
         let found = self
             .hub
             .store
@@ -438,12 +452,17 @@ impl Hosts {
                 &binding_key(&host.id),
             )
             .await;
-        if let Ok(Some(ch)) = found
-            && let Err(e) = device
-                .set_target_status(&ch.id, connection_status(host.status))
-                .await
-        {
-            tracing::debug!(error = %e, "descriptor push after host status change failed");
+        match found {
+            Ok(Some(ch)) => {
+                let _ = self.status_tx.send(HostStatusChange {
+                    channel_id: ch.id,
+                    status: connection_status(host.status),
+                });
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "finding the channel of a host whose status moved")
+            }
         }
     }
 }
