@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::api::{envelope, record};
 use crate::frame::{Frame, METHOD_CONTROL, METHOD_DATA};
-use crate::{Shared, crypto, now_ms};
+use crate::{Chat, Pushed, Shared, crypto, now_ms};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
@@ -423,5 +423,139 @@ pub(crate) async fn verify_url(s: &Shared, app: &str, url: &str) -> (u16, Value)
             (st, json!({"answer": v, "challenge_matched": matched}))
         }
         None => (0, Value::Null),
+    }
+}
+
+/// The test's side of events: pushing them and watching their delivery.
+impl crate::FakeFeishu {
+    /// Pushes `im.message.receive_v1` with a text message.
+    pub fn push_text(&self, app_id: &str, chat: &Chat, text: &str) -> Pushed {
+        self.push_message(app_id, chat, "text", json!({ "text": text }), Vec::new())
+    }
+
+    /// Pushes a rich text (`post`) message: `content` is the post JSON (`{"title", "content"}`).
+    pub fn push_post(&self, app_id: &str, chat: &Chat, content: Value) -> Pushed {
+        self.push_message(app_id, chat, "post", content, Vec::new())
+    }
+
+    /// Pushes an image message; the bytes are downloadable as its resource.
+    pub fn push_image(&self, app_id: &str, chat: &Chat, bytes: &[u8]) -> Pushed {
+        let key = self.shared.rand_key("img_v3_");
+        self.shared.add_resource(app_id, &key, "image", None, bytes);
+        self.push_message(
+            app_id,
+            chat,
+            "image",
+            json!({ "image_key": key }),
+            vec![key.clone()],
+        )
+    }
+
+    /// Pushes a `file`, `audio` or `media` (video) message.
+    pub fn push_file(
+        &self,
+        app_id: &str,
+        chat: &Chat,
+        msg_type: &str,
+        filename: &str,
+        bytes: &[u8],
+    ) -> Pushed {
+        let key = self.shared.rand_key("file_v3_");
+        self.shared
+            .add_resource(app_id, &key, "file", Some(filename), bytes);
+        let content = match msg_type {
+            "audio" => json!({ "file_key": key, "duration": 1000 }),
+            "media" => json!({ "file_key": key, "file_name": filename, "duration": 1000 }),
+            _ => json!({ "file_key": key, "file_name": filename }),
+        };
+        self.push_message(app_id, chat, msg_type, content, vec![key.clone()])
+    }
+
+    /// Pushes a sticker message.
+    pub fn push_sticker(&self, app_id: &str, chat: &Chat, bytes: &[u8]) -> Pushed {
+        let key = self.shared.rand_key("file_v3_");
+        self.shared
+            .add_resource(app_id, &key, "file", Some("sticker"), bytes);
+        self.push_message(
+            app_id,
+            chat,
+            "sticker",
+            json!({ "file_key": key }),
+            vec![key.clone()],
+        )
+    }
+
+    /// Pushes a message of any `msg_type` with this content.
+    pub fn push_message(
+        &self,
+        app_id: &str,
+        chat: &Chat,
+        msg_type: &str,
+        content: Value,
+        keys: Vec<String>,
+    ) -> Pushed {
+        self.shared
+            .push_message(app_id, chat, msg_type, content, keys, None)
+    }
+
+    /// Pushes the same event again (Feishu's at-least-once delivery).
+    pub fn repeat_event(&self, app_id: &str, event_id: &str) -> bool {
+        self.shared.repeat_event(app_id, event_id)
+    }
+
+    /// Pushes an arbitrary event body (schema 2.0 envelope) as is.
+    pub fn push_raw(&self, app_id: &str, event_id: &str, body: &Value) {
+        self.shared.enqueue(app_id, event_id, body);
+    }
+
+    /// Events not acked yet.
+    pub fn pending_events(&self, app_id: &str) -> usize {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map_or(0, |e| e.queue.len())
+    }
+
+    /// Event ids acked, in order (a repeat appears again if it was sent again and acked).
+    pub fn acked_events(&self, app_id: &str) -> Vec<String> {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map(|e| e.acked.clone())
+            .unwrap_or_default()
+    }
+
+    /// Deliveries made (first and repeated).
+    pub fn deliveries(&self, app_id: &str) -> u64 {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map_or(0, |e| e.deliveries)
+    }
+
+    /// Live long connections of the app.
+    pub fn connections(&self, app_id: &str) -> usize {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map_or(0, |e| e.conns.len())
+    }
+
+    /// Connections ever opened, and the most open at one time.
+    pub fn connection_stats(&self, app_id: &str) -> (u64, usize) {
+        self.shared
+            .lock()
+            .events
+            .get(app_id)
+            .map_or((0, 0), |e| (e.connects, e.max_concurrent))
+    }
+
+    /// Ping frames received on the app's connections.
+    pub fn pings(&self, app_id: &str) -> u64 {
+        self.shared.lock().events.get(app_id).map_or(0, |e| e.pings)
     }
 }

@@ -278,3 +278,58 @@ impl Shared {
         }
     }
 }
+
+/// The test's side of one-click registration: timing, approvals and refusals.
+impl crate::FakeFeishu {
+    /// Makes this fake the accounts host of `brand` (default Feishu).
+    pub fn set_accounts_brand(&self, brand: Brand) {
+        self.shared.lock().registration_brand = brand;
+    }
+
+    /// `interval` and `expire_in` (seconds) of new registrations (default 5 and 600).
+    pub fn set_registration_timing(&self, interval_secs: u64, expire_in_secs: u64) {
+        let mut g = self.shared.lock();
+        g.registration_interval_secs = interval_secs;
+        g.registration_expire_in_secs = expire_in_secs;
+    }
+
+    /// Every registration begun here (or approved here after it began elsewhere).
+    pub fn registrations(&self) -> Vec<Registration> {
+        self.shared.lock().registrations.clone()
+    }
+
+    /// `action=init` calls so far.
+    pub fn registration_inits(&self) -> u64 {
+        self.shared.lock().registration_inits
+    }
+
+    /// The user scanned and approved with a tenant of `brand`. On this brand's host the app
+    /// is created (with its bot) and its `(app_id, app_secret)` returned; on the other
+    /// brand's host the polls name the brand and the client must poll there, where the same
+    /// call (with a registration begun elsewhere) creates the app.
+    pub fn approve_registration(
+        &self,
+        device_code: &str,
+        brand: Brand,
+    ) -> Option<(String, String)> {
+        self.shared.approve_registration(device_code, brand)
+    }
+
+    /// The user refused on the phone: polls answer `access_denied`.
+    pub fn deny_registration(&self, device_code: &str) {
+        self.shared
+            .set_registration(device_code, |r| r.state = RegistrationState::Denied);
+    }
+
+    /// The device code's lifetime ends now: polls answer `expired_token`.
+    pub fn expire_registration(&self, device_code: &str) {
+        self.shared
+            .set_registration(device_code, |r| r.expires_at_ms = now_ms());
+    }
+
+    /// The next `n` polls answer `slow_down` (each adds 5 s to the interval).
+    pub fn slow_down_registration(&self, device_code: &str, n: u32) {
+        self.shared
+            .set_registration(device_code, |r| r.force_slow_down += n);
+    }
+}

@@ -34,6 +34,11 @@ use crate::creds::{Credentials, binding_key};
 use crate::inbound::{Conversation, conversation_key, default_chat_key};
 use crate::{Runtime, credentials, sent_result};
 
+mod stream;
+
+pub(crate) use stream::delta;
+use stream::{Stream, read_stream, stream_key};
+
 /// Text per message; Feishu's limit is 150 KB of request body, this keeps messages readable.
 pub(crate) const MAX_TEXT_CHARS: usize = 8000;
 const MAX_IMAGE: u64 = 10 * 1024 * 1024;
@@ -602,127 +607,6 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
     Ok(sent_result(&ids))
 }
 
-/// The message shown while deltas stream.
-#[derive(Serialize, Deserialize, Default)]
-struct Stream {
-    /// None while the first send is in flight.
-    id: Option<String>,
-    /// Hash of the text shown.
-    shown: String,
-    edits: u32,
-    /// When the message was last created or edited, ms.
-    at: i64,
-    /// Where the message is shown (and the rest of it goes).
-    #[serde(default)]
-    dest: Option<Conversation>,
-}
-
-fn stream_key(channel_id: &str, message_id: &str) -> String {
-    format!(
-        "fs:stream:{channel_id}:{}",
-        sha256_hex(message_id.as_bytes())
-    )
-}
-
-async fn read_stream(host: &dyn ProviderServices, key: &str) -> Option<Stream> {
-    match host.ephemeral().get(key).await {
-        Ok(Some(b)) => serde_json::from_slice(&b).ok(),
-        _ => None,
-    }
-}
-
-/// Shows the text so far: the first delta creates a message, later ones edit it at most once
-/// per `edit_interval` and at most `max_stream_edits` times (Feishu limits edits per
-/// message); the final message settles the text. Deltas are best effort.
-pub(crate) async fn delta(
-    rt: &Runtime,
-    binding: &Binding,
-    message_id: &str,
-    text: &str,
-) -> Result<(), ProviderError> {
-    let shown: String = text.chars().take(MAX_TEXT_CHARS).collect();
-    if shown.trim().is_empty() {
-        return Ok(());
-    }
-    let t = Target::new(rt, binding, Duration::from_secs(3)).await?;
-    let eph = t.host.ephemeral();
-    let key = stream_key(t.channel_id, message_id);
-    let hash = sha256_hex(shown.as_bytes());
-    let interval = rt.cfg.edit_interval.as_millis() as i64;
-    match read_stream(t.host, &key).await {
-        None => {
-            let Some(conv) = t.turn().await? else {
-                return Ok(());
-            };
-            let claim = serde_json::to_vec(&Stream {
-                dest: Some(conv.clone()),
-                ..Stream::default()
-            })
-            .unwrap_or_default();
-            if !eph
-                .put_if_absent(&key, claim, STREAM_TTL)
-                .await
-                .unwrap_or(false)
-            {
-                return Ok(());
-            }
-            let uuid = uuid_for(&format!("msg:{}:{message_id}", t.channel_id), "stream");
-            match t
-                .send(&dest_of(&conv), "text", &json!({"text": shown}), &uuid)
-                .await
-            {
-                Ok(id) => {
-                    let s = Stream {
-                        id: Some(id),
-                        shown: hash,
-                        edits: 0,
-                        at: now_ms(),
-                        dest: Some(conv),
-                    };
-                    let _ = eph
-                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
-                        .await;
-                    Ok(())
-                }
-                Err(e) => {
-                    let _ = eph.delete(&key).await;
-                    Err(e)
-                }
-            }
-        }
-        Some(Stream { id: None, .. }) => Ok(()),
-        Some(Stream {
-            id: Some(id),
-            shown: prev,
-            edits,
-            at,
-            dest,
-        }) => {
-            // Deltas of one message come one after another, so the state read is current.
-            if prev == hash || edits >= rt.cfg.max_stream_edits || now_ms() - at < interval {
-                return Ok(());
-            }
-            match t.edit(&id, &shown).await {
-                Ok(()) => {
-                    let s = Stream {
-                        id: Some(id),
-                        shown: hash,
-                        edits: edits + 1,
-                        at: now_ms(),
-                        dest,
-                    };
-                    let _ = eph
-                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
-                        .await;
-                    Ok(())
-                }
-                Err(e) if e.retry_after().is_some() => Ok(()),
-                Err(e) => Err(t.fail(e).await),
-            }
-        }
-    }
-}
-
 /// `thinking` and `tool` start the turn (fixing its target) when none is open; `idle` ends it:
 /// the agent is not answering anything any more.
 pub(crate) async fn activity(
@@ -835,29 +719,4 @@ async fn send_final(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kinds_and_splits() {
-        assert_eq!(file_kind("image/png", "a.png", 10), ("image", "image"));
-        assert_eq!(
-            file_kind("image/png", "a.png", 11 * 1024 * 1024),
-            ("stream", "file")
-        );
-        assert_eq!(file_kind("audio/opus", "v.opus", 10), ("opus", "audio"));
-        assert_eq!(file_kind("video/mp4", "v.mp4", 10), ("mp4", "media"));
-        assert_eq!(file_kind("application/pdf", "a.pdf", 10), ("pdf", "file"));
-        assert_eq!(
-            file_kind("application/octet-stream", "r.xlsx", 10),
-            ("xls", "file")
-        );
-        assert_eq!(file_kind("text/plain", "a.txt", 10), ("stream", "file"));
-        let parts = split_text(&format!("{}\n{}", "a".repeat(6000), "b".repeat(6000)), 8000);
-        assert_eq!(parts.len(), 2);
-        assert!(parts[0].ends_with('\n'));
-        assert_eq!(split_text("  ", 10), Vec::<String>::new());
-        assert_eq!(uuid_for("k", "s").len(), 40);
-        assert_ne!(uuid_for("k", "s"), uuid_for("k", "t"));
-    }
-}
+mod tests;

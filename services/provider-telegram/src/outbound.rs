@@ -21,6 +21,11 @@ use crate::card::{TOOL_FILE_SEND, TOOL_MESSAGE_EDIT, TOOL_MESSAGE_REPLY, TOOL_ME
 use crate::creds::{Credentials, binding_key, token_fingerprint};
 use crate::{Runtime, credentials, limits, sent_result};
 
+mod stream;
+
+pub(crate) use stream::delta;
+use stream::{Stream, read_stream, stream_key};
+
 /// Telegram's text limit, in UTF-16 code units.
 pub(crate) const MAX_TEXT: usize = 4096;
 /// Telegram's caption limit, in UTF-16 code units.
@@ -614,124 +619,6 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
     }
 }
 
-/// The message shown while deltas stream: `id` is None while the first send is in flight.
-#[derive(serde::Serialize, Deserialize, Default)]
-struct Stream {
-    id: Option<i64>,
-    /// Hash of the text shown, to skip edits that change nothing.
-    shown: String,
-}
-
-fn stream_key(channel_id: &str, message_id: &str) -> String {
-    format!(
-        "tg:stream:{channel_id}:{}",
-        sha256_hex(message_id.as_bytes())
-    )
-}
-
-async fn read_stream(host: &dyn ProviderServices, key: &str) -> Option<Stream> {
-    match host.ephemeral().get(key).await {
-        Ok(Some(b)) => serde_json::from_slice(&b).ok(),
-        _ => None,
-    }
-}
-
-/// Shows the text so far: the first delta sends a message, later ones edit it at most once
-/// per `edit_interval`. Deltas are best effort: a skipped one is settled by the final message.
-pub(crate) async fn delta(
-    rt: &Runtime,
-    binding: &Binding,
-    message_id: &str,
-    text: &str,
-) -> Result<(), ProviderError> {
-    let shown = prefix_units(text, MAX_TEXT);
-    if shown.trim().is_empty() {
-        return Ok(());
-    }
-    let t = Target::new(rt, binding, Duration::from_secs(2)).await?;
-    let eph = t.host.ephemeral();
-    let key = stream_key(t.channel_id, message_id);
-    let hash = sha256_hex(shown.as_bytes());
-    match read_stream(t.host, &key).await {
-        None => {
-            let claim = serde_json::to_vec(&Stream::default()).unwrap_or_default();
-            if !eph
-                .put_if_absent(&key, claim, STREAM_TTL)
-                .await
-                .unwrap_or(false)
-            {
-                return Ok(());
-            }
-            match t.send_text(shown, None).await {
-                Ok(id) => {
-                    let s = Stream {
-                        id: Some(id),
-                        shown: hash,
-                    };
-                    let _ = eph
-                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
-                        .await;
-                    // The next edit waits a full interval after the first send.
-                    let interval = rt.cfg.edit_interval.as_millis().max(1) as i64;
-                    let _ = eph
-                        .put_if_absent(
-                            &format!("{key}:e:{}", now_ms() / interval),
-                            vec![1],
-                            rt.cfg.edit_interval * 2,
-                        )
-                        .await;
-                    Ok(())
-                }
-                Err(e) => {
-                    let _ = eph.delete(&key).await;
-                    Err(e)
-                }
-            }
-        }
-        Some(Stream { id: None, .. }) => Ok(()),
-        Some(Stream {
-            id: Some(id),
-            shown: prev,
-        }) => {
-            if prev == hash {
-                return Ok(());
-            }
-            let interval = rt.cfg.edit_interval.as_millis().max(1) as i64;
-            if !eph
-                .put_if_absent(
-                    &format!("{key}:e:{}", now_ms() / interval),
-                    vec![1],
-                    rt.cfg.edit_interval * 2,
-                )
-                .await
-                .unwrap_or(false)
-                || !limits::try_bot(eph.as_ref(), rt.cfg.limits, &t.creds.bot_key()).await
-            {
-                return Ok(());
-            }
-            let params = json!({"chat_id": t.creds.chat_id, "message_id": id, "text": shown});
-            match rt
-                .api
-                .call::<Value>(&t.creds.token, "editMessageText", &params, None)
-                .await
-            {
-                Ok(_) => {
-                    let s = Stream {
-                        id: Some(id),
-                        shown: hash,
-                    };
-                    let _ = eph
-                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
-                        .await;
-                    Ok(())
-                }
-                Err(e) if e.is_not_modified() || e.retry_after().is_some() => Ok(()),
-                Err(e) => Err(t.fail(e).await),
-            }
-        }
-    }
-}
-
 /// Delivers xAgent's final message. When deltas showed it, the first part edits that
 /// message in place (never a second copy); the rest is sent after it.
 pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
@@ -814,55 +701,4 @@ pub(crate) async fn activity(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn split_respects_the_limit_and_prefers_breaks() {
-        assert_eq!(split_text("hello", 4096), vec!["hello"]);
-        assert!(split_text("  \n ", 4096).is_empty());
-        let long = "word ".repeat(2000);
-        let parts = split_text(&long, 4096);
-        assert_eq!(parts.len(), 3);
-        assert!(parts.iter().all(|p| units(p) <= 4096));
-        assert!(parts[0].ends_with(' '), "split at a space");
-        assert_eq!(parts.concat(), long.trim_end().to_owned() + " ");
-        let lines = format!("{}\n{}", "a".repeat(3000), "b".repeat(3000));
-        let parts = split_text(&lines, 4096);
-        assert_eq!(parts[0], format!("{}\n", "a".repeat(3000)));
-        // No break available: a hard cut, never inside a surrogate pair.
-        let emoji = "😀".repeat(3000);
-        let parts = split_text(&emoji, 4096);
-        assert_eq!(units(&parts[0]), 4096);
-        assert_eq!(parts.concat(), emoji);
-    }
-
-    #[test]
-    fn media_methods() {
-        assert_eq!(media_method("image/png", "a.png", 1000).0, "sendPhoto");
-        assert_eq!(
-            media_method("image/png", "a.png", 11 * 1024 * 1024).0,
-            "sendDocument"
-        );
-        assert_eq!(media_method("image/gif", "a.gif", 10).0, "sendDocument");
-        assert_eq!(media_method("video/mp4", "a.mp4", 10).0, "sendVideo");
-        assert_eq!(media_method("audio/ogg", "v.ogg", 10).0, "sendVoice");
-        assert_eq!(media_method("audio/mpeg", "a.mp3", 10).0, "sendDocument");
-        assert_eq!(
-            media_method("application/pdf", "a.pdf", 10).0,
-            "sendDocument"
-        );
-    }
-
-    #[test]
-    fn message_id_arguments() {
-        let mut args = Map::new();
-        args.insert("m".into(), json!("-100:42"));
-        assert_eq!(message_id_arg(&args, "m", -100).unwrap(), 42);
-        assert!(message_id_arg(&args, "m", -200).is_err());
-        args.insert("m".into(), json!(7));
-        assert_eq!(message_id_arg(&args, "m", 1).unwrap(), 7);
-        args.insert("m".into(), json!("x"));
-        assert!(message_id_arg(&args, "m", 1).is_err());
-    }
-}
+mod tests;

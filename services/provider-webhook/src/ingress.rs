@@ -2,10 +2,7 @@
 //! the pairing page of the `webhook_pairing` flow.
 
 use std::collections::HashMap;
-use std::future::Future as _;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -16,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
-use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
@@ -33,6 +29,11 @@ use crate::pairing;
 use switchyard_webhook_signing::{
     self as signing, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER, Verifier,
 };
+
+mod body;
+
+pub(crate) use body::{ReadError, read_bounded, scan_multipart};
+use body::{Tee, declared_length};
 
 const MAX_MESSAGE_ID_BYTES: usize = 256;
 const MAX_FILENAME_BYTES: usize = 255;
@@ -185,272 +186,6 @@ pub(crate) fn host_error(e: ServicesError) -> Response {
         ServicesError::FileNotFound => {
             tracing::warn!("webhook ingress got file_not_found from the host");
             error(StatusCode::INTERNAL_SERVER_ERROR, "internal", None)
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReadError {
-    TooLarge,
-    TimedOut,
-    Aborted,
-    /// A multipart preamble or part header section longer than the parser may buffer.
-    LongHeaders,
-}
-
-impl ReadError {
-    pub fn response(self) -> Response {
-        match self {
-            Self::TooLarge => error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                Some("the body is larger than allowed"),
-            ),
-            Self::TimedOut => error(
-                StatusCode::REQUEST_TIMEOUT,
-                "timeout",
-                Some("the body did not arrive in time"),
-            ),
-            Self::Aborted => error(
-                StatusCode::BAD_REQUEST,
-                "invalid_message",
-                Some("the body could not be read"),
-            ),
-            Self::LongHeaders => error(
-                StatusCode::BAD_REQUEST,
-                "invalid_message",
-                Some("a multipart preamble or part header section is longer than 16 KiB"),
-            ),
-        }
-    }
-
-    fn count(self) {
-        match self {
-            Self::TooLarge => limits::hit("ingress_body_bytes"),
-            Self::TimedOut => limits::hit("ingress_body_timeout"),
-            Self::LongHeaders => limits::hit("ingress_multipart_headers"),
-            Self::Aborted => {}
-        }
-    }
-}
-
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-}
-
-/// Buffers the whole body (the signature covers its raw bytes), refusing more than `max`
-/// bytes or a body that takes longer than `timeout`.
-pub(crate) async fn read_bounded(
-    headers: &HeaderMap,
-    body: Body,
-    max: u64,
-    timeout: Duration,
-) -> Result<Bytes, ReadError> {
-    let declared = declared_length(headers);
-    if declared.is_some_and(|n| n > max) {
-        ReadError::TooLarge.count();
-        return Err(ReadError::TooLarge);
-    }
-    let read = async {
-        let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(max) as usize);
-        let mut stream = body.into_data_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|_| ReadError::Aborted)?;
-            if (buf.len() + chunk.len()) as u64 > max {
-                return Err(ReadError::TooLarge);
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        Ok(buf.freeze())
-    };
-    let result = match tokio::time::timeout(timeout, read).await {
-        Ok(r) => r,
-        Err(_) => Err(ReadError::TimedOut),
-    };
-    if let Err(e) = result {
-        e.count();
-    }
-    result
-}
-
-/// Longest multipart preamble or part header section. The parser buffers these whole while it
-/// looks for their end (part data streams through), so they are bounded here.
-const MAX_PART_HEADER_BYTES: usize = 16 * 1024;
-
-/// Follows a multipart body's structure just enough to bound what the parser buffers: the
-/// preamble (up to the first delimiter) and each part's headers (up to the blank line).
-struct PartScanner {
-    /// `--boundary`: ends the preamble.
-    first: Vec<u8>,
-    /// `CRLF--boundary`: ends a part's data.
-    next: Vec<u8>,
-    phase: Phase,
-    /// Bytes of the current preamble or header section so far.
-    held: usize,
-    /// The end of the previous chunk, for a delimiter split across chunks.
-    carry: Vec<u8>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Preamble,
-    Headers,
-    Data,
-}
-
-impl PartScanner {
-    fn new(boundary: &str) -> Self {
-        Self {
-            first: format!("--{boundary}").into_bytes(),
-            next: format!("\r\n--{boundary}").into_bytes(),
-            phase: Phase::Preamble,
-            held: 0,
-            carry: Vec::new(),
-        }
-    }
-
-    /// False once a preamble or header section exceeds [`MAX_PART_HEADER_BYTES`].
-    fn feed(&mut self, chunk: &[u8]) -> bool {
-        let mut buf = std::mem::take(&mut self.carry);
-        buf.extend_from_slice(chunk);
-        let mut at = 0;
-        loop {
-            let pattern: &[u8] = match self.phase {
-                Phase::Preamble => &self.first,
-                Phase::Headers => b"\r\n\r\n",
-                Phase::Data => &self.next,
-            };
-            match memchr::memmem::find(&buf[at..], pattern) {
-                Some(i) => {
-                    at += i + pattern.len();
-                    self.phase = match self.phase {
-                        Phase::Preamble | Phase::Data => Phase::Headers,
-                        Phase::Headers => Phase::Data,
-                    };
-                    self.held = 0;
-                }
-                None => {
-                    if self.phase != Phase::Data {
-                        self.held += buf.len() - at;
-                        if self.held > MAX_PART_HEADER_BYTES {
-                            return false;
-                        }
-                    }
-                    let keep = (pattern.len() - 1).min(buf.len() - at);
-                    // The carried bytes are counted again with the next chunk.
-                    self.held = self.held.saturating_sub(keep);
-                    self.carry = buf[buf.len() - keep..].to_vec();
-                    return true;
-                }
-            }
-        }
-    }
-}
-
-/// The body of a multipart request on its way to the parser: every byte passes through the
-/// signature check, the size cap and the deadline. Shared so that what the parser leaves
-/// unread (an epilogue) is still read and signed afterwards.
-#[derive(Clone)]
-struct Tee(Arc<Mutex<TeeState>>);
-
-struct TeeState {
-    body: BoxStream<'static, Result<Bytes, axum::Error>>,
-    verifier: Option<Verifier>,
-    read: u64,
-    max: u64,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-    /// None once the parser is done (what is left is only read and signed).
-    scanner: Option<PartScanner>,
-    failed: Option<ReadError>,
-    done: bool,
-}
-
-impl Tee {
-    fn new(body: Body, boundary: &str, verifier: Verifier, max: u64, timeout: Duration) -> Self {
-        Self(Arc::new(Mutex::new(TeeState {
-            body: body.into_data_stream().boxed(),
-            verifier: Some(verifier),
-            read: 0,
-            max,
-            deadline: Box::pin(tokio::time::sleep(timeout)),
-            scanner: Some(PartScanner::new(boundary)),
-            failed: None,
-            done: false,
-        })))
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, TeeState> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn failure(&self) -> Option<ReadError> {
-        self.state().failed
-    }
-
-    /// Reads (and signs) whatever the parser left, then checks the signature.
-    async fn finish(self) -> Result<Result<(), SignatureError>, ReadError> {
-        self.state().scanner = None;
-        let mut rest = self.clone();
-        while let Some(chunk) = rest.next().await {
-            if chunk.is_err() {
-                break;
-            }
-        }
-        let mut st = self.state();
-        if let Some(e) = st.failed {
-            return Err(e);
-        }
-        Ok(st
-            .verifier
-            .take()
-            .map_or(Err(SignatureError::Mismatch), Verifier::finish))
-    }
-}
-
-impl futures::Stream for Tee {
-    type Item = std::io::Result<Bytes>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut st = self.state();
-        let fail = |e: ReadError| Poll::Ready(Some(Err(std::io::Error::other(format!("{e:?}")))));
-        if let Some(e) = st.failed {
-            return fail(e);
-        }
-        if st.done {
-            return Poll::Ready(None);
-        }
-        if st.deadline.as_mut().poll(cx).is_ready() {
-            st.failed = Some(ReadError::TimedOut);
-            return fail(ReadError::TimedOut);
-        }
-        match st.body.poll_next_unpin(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(None) => {
-                st.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some(Err(_))) => {
-                st.failed = Some(ReadError::Aborted);
-                fail(ReadError::Aborted)
-            }
-            Poll::Ready(Some(Ok(chunk))) => {
-                st.read += chunk.len() as u64;
-                if st.read > st.max {
-                    st.failed = Some(ReadError::TooLarge);
-                    return fail(ReadError::TooLarge);
-                }
-                if let Some(v) = st.verifier.as_mut() {
-                    v.update(&chunk);
-                }
-                if st.scanner.as_mut().is_some_and(|s| !s.feed(&chunk)) {
-                    st.failed = Some(ReadError::LongHeaders);
-                    return fail(ReadError::LongHeaders);
-                }
-                Poll::Ready(Some(Ok(chunk)))
-            }
         }
     }
 }
@@ -880,38 +615,4 @@ pub(crate) fn check_json_message(raw: &[u8]) -> Result<usize, String> {
     let inbound = into_inbound(message, &[]);
     debug_assert!(!inbound.message_id.is_empty());
     Ok(n)
-}
-
-/// Feeds `body` to the multipart part scanner in `chunk`-byte pieces, for the fuzz targets;
-/// false when the scanner refuses the body (an oversized preamble or header section).
-pub(crate) fn scan_multipart(boundary: &str, body: &[u8], chunk: usize) -> bool {
-    let mut s = PartScanner::new(boundary);
-    body.chunks(chunk.max(1)).all(|c| s.feed(c))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn feed_all(chunks: &[&[u8]]) -> bool {
-        let mut s = PartScanner::new("b0");
-        chunks.iter().all(|c| s.feed(c))
-    }
-
-    #[test]
-    fn the_scanner_bounds_preambles_and_headers_only() {
-        let big = vec![b'x'; 64 * 1024];
-        let mut body =
-            b"--b0\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n".to_vec();
-        body.extend_from_slice(&big);
-        body.extend_from_slice(b"\r\n--b0--\r\n");
-        assert!(feed_all(&[&body]), "part data is not limited");
-        // Delimiters split across chunks are found.
-        let pieces: Vec<&[u8]> = body.chunks(3).collect();
-        assert!(feed_all(&pieces));
-        assert!(!feed_all(&[&big]), "a preamble without a delimiter");
-        let mut headers = b"--b0\r\nX: ".to_vec();
-        headers.extend_from_slice(&big);
-        assert!(!feed_all(&[&headers]), "a header section without its end");
-    }
 }
