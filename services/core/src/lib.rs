@@ -20,6 +20,8 @@ pub mod store;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use bus::{Bus, Doorbell, LocalBus};
 pub use ephemeral::{Ephemeral, MemoryEphemeral};

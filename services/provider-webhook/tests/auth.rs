@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{CHANNEL, FakeHost, config, serve_ingress};
+use common::{CHANNEL, FakeHost, config, fake_host, serve_ingress};
 use serde_json::{Map, Value, json};
 use switchyard_core::model::AuthStatus;
 use switchyard_core::provider::{AuthRequest, AuthStep, Provider};
@@ -94,7 +94,7 @@ struct Pairing {
 
 /// Starts a pairing as the core would: auth_start, then the session stored with its state.
 async fn pairing(session: &str) -> Pairing {
-    let host = FakeHost::new();
+    let host = fake_host();
     let p = WebhookProvider::new(config());
     let base = serve_ingress(&p, host.clone()).await;
     let step = start(&p, FLOW_PAIRING, session, json!({})).await;
@@ -121,10 +121,7 @@ async fn pairing(session: &str) -> Pairing {
         !state.to_string().contains(token),
         "only a hash of the token is kept"
     );
-    host.auth
-        .lock()
-        .unwrap()
-        .insert(session.into(), (AuthStatus::Pending, state));
+    host.open_session(session, CHANNEL, state);
     // Same path on the test server instead of the public base URL.
     let link = qr.replace("https://switchyard.example.com", &base);
     Pairing {
@@ -319,8 +316,8 @@ async fn pairing_link_expires() {
     let t = pairing("as_pair4").await;
     // Age the stored state past its expiry.
     {
-        let mut auth = t.host.auth.lock().unwrap();
-        let (_, state) = auth.get_mut("as_pair4").unwrap();
+        let mut sessions = t.host.sessions.lock().unwrap();
+        let state = &mut sessions.get_mut("as_pair4").unwrap().state;
         state["expires_at"] = json!(switchyard_core::ids::now_ms() - 1);
     }
     assert_eq!(

@@ -5,7 +5,7 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use base64::Engine as _;
-use common::{CHANNEL, FakeHost, SECRET, config, serve_ingress};
+use common::{CHANNEL, FakeHost, SECRET, config, creds, fake_host, serve_ingress};
 use serde_json::{Value, json};
 use switchyard_fake_webhook::InboundRequest;
 use switchyard_provider_webhook::WebhookProvider;
@@ -19,8 +19,8 @@ struct Ingress {
 }
 
 async fn setup() -> Ingress {
-    let host = FakeHost::new();
-    host.bind(CHANNEL, "https://chat.example.com/hooks/in");
+    let host = fake_host();
+    host.bind(CHANNEL, creds("https://chat.example.com/hooks/in"));
     let provider = WebhookProvider::new(config());
     let base = serve_ingress(&provider, host.clone()).await;
     Ingress {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{CHANNEL, FakeHost, SECRET, config, serve_ingress};
+use common::{CHANNEL, FakeHost, SECRET, config, creds, fake_host, serve_ingress};
 use serde_json::{Value, json};
 use switchyard_fake_webhook::InboundRequest;
 use switchyard_provider_webhook::{WebhookConfig, WebhookProvider};
@@ -25,9 +25,9 @@ struct Ingress {
 }
 
 async fn setup(cfg: WebhookConfig) -> Ingress {
-    let host = FakeHost::new();
+    let host = fake_host();
     for ch in [CHANNEL, "cch_two", "cch_three"] {
-        host.bind(ch, "https://chat.example.com/hooks/in");
+        host.bind(ch, creds("https://chat.example.com/hooks/in"));
     }
     let provider = WebhookProvider::new(cfg);
     let base = serve_ingress(&provider, host.clone()).await;

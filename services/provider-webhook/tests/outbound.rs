@@ -6,7 +6,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CHANNEL, FakeHost, NoProgress, SECRET, config, endpoint, refused_url};
+use common::{
+    CHANNEL, FakeHost, NoProgress, SECRET, config, creds, endpoint, fake_host, refused_url,
+};
 use serde_json::{Map, Value, json};
 use switchyard_core::provider::{Binding, OutboundMessage, Provider, ProviderErrorKind, ToolCall};
 use switchyard_fake_webhook::Received;
@@ -41,9 +43,9 @@ fn header<'a>(r: &'a Received, name: &str) -> &'a str {
 
 #[tokio::test]
 async fn delivers_signed_json() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, ep.url());
+    let binding = host.bind(CHANNEL, creds(ep.url()));
     let p = provider(&host);
 
     deliver(&p, &binding, "out_1", "hello there").await.unwrap();
@@ -73,9 +75,9 @@ async fn delivers_signed_json() {
 
 #[tokio::test]
 async fn status_mapping() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, ep.url());
+    let binding = host.bind(CHANNEL, creds(ep.url()));
     let p = provider(&host);
 
     ep.answer(204);
@@ -104,9 +106,9 @@ async fn status_mapping() {
 
 #[tokio::test]
 async fn refused_connection_is_transient_and_leaks_nothing() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let url = refused_url().await;
-    let binding = host.bind(CHANNEL, &url);
+    let binding = host.bind(CHANNEL, creds(&url));
     let p = provider(&host);
     let e = deliver(&p, &binding, "a", "x").await.unwrap_err();
     assert_eq!(
@@ -124,10 +126,10 @@ async fn refused_connection_is_transient_and_leaks_nothing() {
 
 #[tokio::test]
 async fn timeout_is_transient() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let ep = endpoint().await;
     ep.delay(Duration::from_secs(3)); // config() times out after 500 ms
-    let binding = host.bind(CHANNEL, ep.url());
+    let binding = host.bind(CHANNEL, creds(ep.url()));
     let p = provider(&host);
     let e = deliver(&p, &binding, "a", "x").await.unwrap_err();
     assert_eq!(
@@ -139,9 +141,9 @@ async fn timeout_is_transient() {
 
 #[tokio::test]
 async fn health_follows_the_endpoint() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, ep.url());
+    let binding = host.bind(CHANNEL, creds(ep.url()));
     let p = provider(&host);
 
     ep.answer(500);
@@ -152,7 +154,7 @@ async fn health_follows_the_endpoint() {
     deliver(&p, &binding, "d", "x").await.unwrap();
     deliver(&p, &binding, "e", "x").await.unwrap();
     assert_eq!(
-        host.statuses(),
+        host.statuses_of(CHANNEL),
         vec![
             ConnectionStatus::Degraded,
             ConnectionStatus::Degraded,
@@ -171,9 +173,9 @@ async fn health_follows_the_endpoint() {
 
 #[tokio::test]
 async fn outbound_files_carry_metadata_and_download_url() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, ep.url());
+    let binding = host.bind(CHANNEL, creds(ep.url()));
     host.add_upload(
         CHANNEL,
         "file_1",
@@ -219,9 +221,9 @@ async fn outbound_files_carry_metadata_and_download_url() {
 
 #[tokio::test]
 async fn file_of_another_channel_is_file_not_found() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, ep.url());
+    let binding = host.bind(CHANNEL, creds(ep.url()));
     host.add_upload("cch_other", "file_x", "a.txt", "text/plain", b"x");
     let p = provider(&host);
     for file_ref in ["file_x", "file_missing"] {
@@ -247,9 +249,9 @@ async fn file_of_another_channel_is_file_not_found() {
 
 #[tokio::test]
 async fn message_tool_ids_are_stable_across_retries() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, ep.url());
+    let binding = host.bind(CHANNEL, creds(ep.url()));
     let p = provider(&host);
     let mut args = Map::new();
     args.insert("text".into(), json!("ping"));
@@ -308,7 +310,7 @@ async fn message_tool_ids_are_stable_across_retries() {
 /// (checked on the resolved address at connect time, so DNS rebinding cannot get through).
 #[tokio::test]
 async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let ep = endpoint().await;
     let port = ep
         .url()
@@ -328,14 +330,14 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
         format!("http://[::ffff:127.0.0.1]:{port}/hook"),
         format!("http://127.1:{port}/hook"),
     ] {
-        let binding = host.bind(CHANNEL, &url);
+        let binding = host.bind(CHANNEL, creds(&url));
         let e = deliver(&p, &binding, "out_x", "hi").await.unwrap_err();
         assert_eq!(e.kind, ProviderErrorKind::Rejected, "{url}: {e:?}");
         assert!(e.message.contains("outbound.allow_private"), "{url}: {e:?}");
     }
     assert!(ep.received().is_empty(), "an internal endpoint was reached");
     // The operator's allowed range lets the same endpoint through.
-    let binding = host.bind(CHANNEL, ep.url());
+    let binding = host.bind(CHANNEL, creds(ep.url()));
     deliver(&provider(&host), &binding, "out_z", "hi")
         .await
         .unwrap();
@@ -345,7 +347,7 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
 /// A redirect is not followed: it would replay the signed body to a URL nobody checked.
 #[tokio::test]
 async fn redirects_are_not_followed() {
-    let host = FakeHost::new();
+    let host = fake_host();
     let target = endpoint().await;
     let location = target.url().to_owned();
     let redirector = common::serve(axum::Router::new().fallback(move || {
@@ -358,7 +360,7 @@ async fn redirects_are_not_followed() {
         }
     }))
     .await;
-    let binding = host.bind(CHANNEL, &format!("{redirector}/hook"));
+    let binding = host.bind(CHANNEL, creds(&format!("{redirector}/hook")));
     let e = deliver(&provider(&host), &binding, "out_r", "hi")
         .await
         .unwrap_err();

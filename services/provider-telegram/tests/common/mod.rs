@@ -1,44 +1,25 @@
-//! Test doubles: an in-memory `ProviderServices` whose durable state (bindings, inbound queue,
-//! leases, key/value, ephemeral) lives in a [`Cluster`] several hosts ("pods") can share,
-//! the fake Bot API server, and a log capture to grep for secrets.
+//! What the Telegram tests share: the fake Bot API server with its default bot and chats,
+//! fast settings, and a [`Pod`] that binds through the form flow. The in-memory host, the
+//! cluster state, the log capture and the waits come from `switchyard_core::testkit`.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use serde_json::{Map, Value, json};
-use switchyard_core::files::{ByteStream, bytes_stream, collect};
-use switchyard_core::ids::now_ms;
-use switchyard_core::model::{AuthStatus, FileDirection, FileRecord};
-use switchyard_core::provider::{
-    AuthRequest, AuthStep, Binding, InboundMessage, InboundOutcome, OutboundFile, OutboundMessage,
-    ProgressSink, Provider, ServicesError, ToolCall,
-};
-use switchyard_core::{BackendError, Ephemeral, MemoryEphemeral, ProviderServices};
+use serde_json::{Value, json};
+use switchyard_core::provider::AuthStep;
 use switchyard_fake_telegram::FakeTelegram;
-use switchyard_protocol::card::AuthFlow;
-use switchyard_protocol::im::FileItem;
-use switchyard_protocol::{BuildInfo, ConnectionStatus};
-use switchyard_provider_telegram::{Mode, RateLimits, TelegramConfig, TelegramProvider};
-use tokio_util::sync::CancellationToken;
+use switchyard_provider_telegram::{
+    FLOW_BINDING, Mode, RateLimits, TelegramConfig, TelegramProvider,
+};
+
+pub use switchyard_core::testkit::*;
 
 pub const TOKEN: &str = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw-test";
 pub const BOT_ID: i64 = 123456789;
 pub const CHAT: i64 = 555001;
 pub const GROUP: i64 = -1001234567890;
-
-pub fn build_info() -> BuildInfo {
-    BuildInfo {
-        version: "0.1.0".into(),
-        git_tag: "v0.1.0".into(),
-        git_rev: "abc1234".into(),
-        build_time: "2607241200".into(),
-    }
-}
 
 /// Fast settings for tests: short polls and retries, generous limits unless a test sets them.
 pub fn config(api_base: &str, mode: Mode) -> TelegramConfig {
@@ -61,431 +42,14 @@ pub fn config(api_base: &str, mode: Mode) -> TelegramConfig {
     c
 }
 
-// ---- captured logs ---------------------------------------------------------------------
+/// A pod running the Telegram provider (its ingress served for webhook mode).
+pub struct Pod(ProviderPod<TelegramProvider>);
 
-static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+impl std::ops::Deref for Pod {
+    type Target = ProviderPod<TelegramProvider>;
 
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Captures everything logged in this test binary, at trace level for every crate.
-pub fn init_logs() {
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let writer = buf.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
-            .with_ansi(false)
-            .with_writer(move || LogWriter(writer.clone()))
-            .try_init();
-        buf
-    });
-}
-
-pub fn captured_logs() -> String {
-    LOGS.get()
-        .map(|b| String::from_utf8_lossy(&b.lock().unwrap_or_else(|p| p.into_inner())).into_owned())
-        .unwrap_or_default()
-}
-
-// ---- the shared state of a "cluster" ---------------------------------------------------
-
-#[derive(Clone)]
-pub struct StoredFile {
-    pub channel_id: String,
-    pub filename: String,
-    pub mime_type: Option<String>,
-    pub bytes: Vec<u8>,
-    pub direction: FileDirection,
-}
-
-struct Lease {
-    holder: String,
-    generation: i64,
-    expires_at: i64,
-}
-
-/// What every pod of a test cluster shares: the store, the file store and the ephemeral.
-#[derive(Default)]
-pub struct Cluster {
-    pub bindings: Mutex<Vec<Binding>>,
-    pub inbound: Mutex<Vec<(String, InboundMessage)>>,
-    pub files: Mutex<HashMap<String, StoredFile>>,
-    pub statuses: Mutex<Vec<(String, ConnectionStatus)>>,
-    pub kv: Mutex<HashMap<String, String>>,
-    leases: Mutex<HashMap<String, Lease>>,
-    pub eph: Arc<MemoryEphemeral>,
-    pub full: AtomicBool,
-    next_file: AtomicU64,
-    /// accept_inbound calls (duplicates included).
-    pub accept_calls: AtomicU64,
-}
-
-impl Cluster {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self {
-            next_file: AtomicU64::new(1),
-            ..Default::default()
-        })
-    }
-
-    pub fn bind(&self, channel_id: &str, credentials: Value) {
-        let mut b = self.bindings.lock().unwrap();
-        b.retain(|x| x.channel_id != channel_id);
-        b.push(Binding {
-            channel_id: channel_id.into(),
-            tenant_id: "ten_1".into(),
-            credentials,
-        });
-    }
-
-    pub fn unbind(&self, channel_id: &str) {
-        self.bindings
-            .lock()
-            .unwrap()
-            .retain(|x| x.channel_id != channel_id);
-    }
-
-    pub fn binding(&self, channel_id: &str) -> Binding {
-        self.bindings
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|b| b.channel_id == channel_id)
-            .cloned()
-            .expect("bound channel")
-    }
-
-    pub fn inbound(&self) -> Vec<(String, InboundMessage)> {
-        self.inbound.lock().unwrap().clone()
-    }
-
-    pub fn statuses(&self) -> Vec<(String, ConnectionStatus)> {
-        self.statuses.lock().unwrap().clone()
-    }
-
-    pub fn file(&self, file_ref: &str) -> StoredFile {
-        self.files
-            .lock()
-            .unwrap()
-            .get(file_ref)
-            .cloned()
-            .expect("stored file")
-    }
-
-    /// An uploaded (outbound) file of `channel_id`.
-    pub fn add_upload(
-        &self,
-        channel_id: &str,
-        file_ref: &str,
-        filename: &str,
-        mime: &str,
-        bytes: &[u8],
-    ) {
-        self.files.lock().unwrap().insert(
-            file_ref.into(),
-            StoredFile {
-                channel_id: channel_id.into(),
-                filename: filename.into(),
-                mime_type: Some(mime.into()),
-                bytes: bytes.to_vec(),
-                direction: FileDirection::Outbound,
-            },
-        );
-    }
-
-    pub fn lease_holder(&self, name: &str) -> Option<String> {
-        let leases = self.leases.lock().unwrap();
-        leases
-            .get(name)
-            .filter(|l| l.expires_at > now_ms())
-            .map(|l| l.holder.clone())
-    }
-
-    pub fn kv(&self, key: &str) -> Option<String> {
-        self.kv.lock().unwrap().get(key).cloned()
-    }
-}
-
-fn file_type(mime: &str) -> &'static str {
-    match mime.split('/').next() {
-        Some("image") => "image",
-        Some("video") => "video",
-        Some("audio") => "audio",
-        _ => "file",
-    }
-}
-
-/// One pod's host.
-pub struct FakeHost {
-    pub pod: String,
-    pub base_url: String,
-    pub cluster: Arc<Cluster>,
-}
-
-impl FakeHost {
-    pub fn new(cluster: Arc<Cluster>, pod: &str, base_url: &str) -> Arc<Self> {
-        Arc::new(Self {
-            pod: pod.into(),
-            base_url: base_url.into(),
-            cluster,
-        })
-    }
-}
-
-#[async_trait]
-impl ProviderServices for FakeHost {
-    async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
-        Ok(self
-            .cluster
-            .bindings
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|b| b.channel_id == channel_id)
-            .cloned())
-    }
-
-    async fn bound_channels(&self) -> Result<Vec<Binding>, BackendError> {
-        Ok(self.cluster.bindings.lock().unwrap().clone())
-    }
-
-    async fn accept_inbound(
-        &self,
-        channel_id: &str,
-        msg: InboundMessage,
-    ) -> Result<InboundOutcome, ServicesError> {
-        self.cluster.accept_calls.fetch_add(1, Ordering::SeqCst);
-        if self.cluster.full.load(Ordering::SeqCst) {
-            return Err(ServicesError::Full);
-        }
-        if !self
-            .cluster
-            .bindings
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|b| b.channel_id == channel_id)
-        {
-            return Err(ServicesError::UnknownChannel);
-        }
-        let mut inbound = self.cluster.inbound.lock().unwrap();
-        if inbound
-            .iter()
-            .any(|(c, m)| c == channel_id && m.message_id == msg.message_id)
-        {
-            return Ok(InboundOutcome::Duplicate);
-        }
-        inbound.push((channel_id.into(), msg));
-        Ok(InboundOutcome::Stored)
-    }
-
-    async fn store_inbound_file(
-        &self,
-        channel_id: &str,
-        filename: &str,
-        mime_type: Option<&str>,
-        body: ByteStream,
-    ) -> Result<FileItem, ServicesError> {
-        let bytes = collect(body, 1 << 20)
-            .await
-            .map_err(|_| ServicesError::TooLarge)?;
-        let file_ref = format!(
-            "file_in_{}",
-            self.cluster.next_file.fetch_add(1, Ordering::SeqCst)
-        );
-        let item = FileItem {
-            file_type: file_type(mime_type.unwrap_or("")).into(),
-            file_ref: file_ref.clone(),
-            filename: Some(filename.into()),
-            mime_type: mime_type.map(Into::into),
-            byte_size: Some(bytes.len() as u64),
-            expires_at: None,
-            download_url: Some(format!(
-                "{}/telegram/files/refs/{file_ref}?exp=1&sig=x",
-                self.base_url
-            )),
-        };
-        self.cluster.files.lock().unwrap().insert(
-            file_ref,
-            StoredFile {
-                channel_id: channel_id.into(),
-                filename: filename.into(),
-                mime_type: mime_type.map(Into::into),
-                bytes,
-                direction: FileDirection::Inbound,
-            },
-        );
-        Ok(item)
-    }
-
-    async fn discard_inbound_file(
-        &self,
-        channel_id: &str,
-        file_ref: &str,
-    ) -> Result<(), ServicesError> {
-        let mut files = self.cluster.files.lock().unwrap();
-        if files
-            .get(file_ref)
-            .is_some_and(|f| f.channel_id == channel_id)
-        {
-            files.remove(file_ref);
-        }
-        Ok(())
-    }
-
-    async fn open_file(
-        &self,
-        channel_id: &str,
-        file_ref: &str,
-    ) -> Result<(OutboundFile, ByteStream), ServicesError> {
-        let f = self.cluster.files.lock().unwrap().get(file_ref).cloned();
-        let f = f
-            .filter(|f| f.channel_id == channel_id && f.direction == FileDirection::Outbound)
-            .ok_or(ServicesError::FileNotFound)?;
-        let mime = f
-            .mime_type
-            .clone()
-            .unwrap_or_else(|| "application/octet-stream".into());
-        let record = FileRecord {
-            file_ref: file_ref.into(),
-            tenant_id: "ten_1".into(),
-            channel_id: channel_id.into(),
-            direction: FileDirection::Outbound,
-            filename: f.filename.clone(),
-            mime_type: mime.clone(),
-            file_type: file_type(&mime).into(),
-            byte_size: f.bytes.len() as u64,
-            storage_key: format!("k/{file_ref}"),
-            created_at: 0,
-            expires_at: i64::MAX,
-        };
-        let download_url = format!(
-            "{}/telegram/files/refs/{file_ref}?exp=9&sig=abc",
-            self.base_url
-        );
-        Ok((
-            OutboundFile {
-                record,
-                download_url,
-            },
-            bytes_stream(f.bytes),
-        ))
-    }
-
-    async fn auth_state(
-        &self,
-        _auth_session_id: &str,
-    ) -> Result<Option<(String, AuthStatus, Value)>, BackendError> {
-        Ok(None)
-    }
-
-    async fn advance_auth(
-        &self,
-        _auth_session_id: &str,
-        _step: AuthStep,
-    ) -> Result<(), ServicesError> {
-        Ok(())
-    }
-
-    async fn set_target_status(
-        &self,
-        channel_id: &str,
-        status: ConnectionStatus,
-    ) -> Result<(), ServicesError> {
-        self.cluster
-            .statuses
-            .lock()
-            .unwrap()
-            .push((channel_id.into(), status));
-        Ok(())
-    }
-
-    fn public_base_url(&self) -> String {
-        self.base_url.clone()
-    }
-
-    fn ephemeral(&self) -> Arc<dyn Ephemeral> {
-        self.cluster.eph.clone()
-    }
-
-    /// The store's rule: the holder renews; anyone takes an expired lease with a new generation.
-    async fn acquire_lease(&self, name: &str, ttl: Duration) -> Result<Option<i64>, BackendError> {
-        let now = now_ms();
-        let mut leases = self.cluster.leases.lock().unwrap();
-        let l = leases.entry(name.to_owned()).or_insert(Lease {
-            holder: String::new(),
-            generation: 0,
-            expires_at: 0,
-        });
-        if l.holder == self.pod && l.expires_at > now {
-            l.expires_at = now + ttl.as_millis() as i64;
-            return Ok(Some(l.generation));
-        }
-        if l.expires_at <= now || l.holder.is_empty() {
-            l.holder = self.pod.clone();
-            l.generation += 1;
-            l.expires_at = now + ttl.as_millis() as i64;
-            return Ok(Some(l.generation));
-        }
-        Ok(None)
-    }
-
-    async fn release_lease(&self, name: &str) -> Result<(), BackendError> {
-        let mut leases = self.cluster.leases.lock().unwrap();
-        if let Some(l) = leases.get_mut(name)
-            && l.holder == self.pod
-        {
-            l.expires_at = 0;
-        }
-        Ok(())
-    }
-
-    async fn kv_get(&self, key: &str) -> Result<Option<String>, BackendError> {
-        Ok(self.cluster.kv.lock().unwrap().get(key).cloned())
-    }
-
-    async fn kv_put(&self, key: &str, value: &str) -> Result<(), BackendError> {
-        self.cluster
-            .kv
-            .lock()
-            .unwrap()
-            .insert(key.into(), value.into());
-        Ok(())
-    }
-}
-
-pub struct NoProgress;
-
-impl ProgressSink for NoProgress {
-    fn progress(&self, _status: &str, _message: &str, _progress: Option<f64>) {}
-}
-
-// ---- a pod: provider + host ------------------------------------------------------------
-
-pub struct Pod {
-    pub provider: Arc<TelegramProvider>,
-    pub host: Arc<FakeHost>,
-    pub stop: CancellationToken,
-    /// `http://127.0.0.1:PORT` where the provider's ingress is served (webhook mode).
-    pub url: String,
-}
-
-impl Drop for Pod {
-    fn drop(&mut self) {
-        self.stop.cancel();
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }
 
@@ -493,108 +57,25 @@ impl Pod {
     /// A pod with ingress served on a real port (the host's public base URL points at it) and,
     /// when `run` is true, its background loops started.
     pub async fn start(cluster: Arc<Cluster>, name: &str, cfg: TelegramConfig, run: bool) -> Self {
-        init_logs();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let host = FakeHost::new(cluster, name, &url);
-        let provider = Arc::new(TelegramProvider::new(cfg));
-        let router = provider.ingress(host.clone()).expect("telegram ingress");
-        let app = axum::Router::new().nest(provider.prefix(), router);
-        let stop = CancellationToken::new();
-        let served = stop.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(served.cancelled_owned())
-                .await;
-        });
-        if run {
-            provider.start(host.clone(), stop.clone());
-        }
-        Self {
-            provider,
-            host,
-            stop,
-            url,
-        }
+        Self(ProviderPod::start(cluster, name, TelegramProvider::new(cfg), run).await)
     }
 
     /// Binds `channel_id` through the form flow and stores the binding as the core would.
     pub async fn bind(&self, channel_id: &str, token: &str, chat: Value) -> AuthStep {
-        let step = self.auth(channel_id, token, chat).await;
-        if let AuthStep::Authenticated { credentials, .. } = &step {
-            self.host.cluster.bind(channel_id, credentials.clone());
-        }
-        step
+        self.0
+            .bind(FLOW_BINDING, channel_id, form(token, chat))
+            .await
     }
 
     pub async fn auth(&self, channel_id: &str, token: &str, chat: Value) -> AuthStep {
-        let flow: AuthFlow = self
-            .provider
-            .card()
-            .flow("telegram_bot_binding")
-            .unwrap()
-            .clone();
-        let mut input = Map::new();
-        input.insert("bot_token".into(), json!(token));
-        input.insert("chat_id".into(), chat);
-        let req = AuthRequest {
-            tenant_id: "ten_1",
-            channel_id,
-            auth_session_id: "auth_1",
-            flow: &flow,
-            input: &input,
-        };
-        self.provider.auth_start(req).await.expect("auth_start")
-    }
-
-    pub async fn tool(
-        &self,
-        channel_id: &str,
-        tool_id: &str,
-        args: Value,
-        key: &str,
-    ) -> Result<Value, switchyard_core::provider::ProviderError> {
-        let binding = self.host.cluster.binding(channel_id);
-        let Value::Object(arguments) = args else {
-            panic!("object arguments")
-        };
-        self.provider
-            .invoke_tool(ToolCall {
-                binding: &binding,
-                tool_id,
-                arguments: &arguments,
-                idempotency_key: key,
-                progress: &NoProgress,
-            })
+        self.0
+            .auth(FLOW_BINDING, channel_id, form(token, chat))
             .await
     }
+}
 
-    pub async fn deliver(
-        &self,
-        channel_id: &str,
-        message_id: &str,
-        text: Option<&str>,
-        file_refs: &[&str],
-    ) -> Result<(), switchyard_core::provider::ProviderError> {
-        let binding = self.host.cluster.binding(channel_id);
-        let mut files = Vec::new();
-        for r in file_refs {
-            let (f, _) = self
-                .host
-                .open_file(channel_id, r)
-                .await
-                .expect("uploaded file");
-            files.push(f);
-        }
-        self.provider
-            .deliver(OutboundMessage {
-                binding: &binding,
-                message_id,
-                text,
-                files: &files,
-            })
-            .await
-    }
+fn form(token: &str, chat: Value) -> Value {
+    json!({"bot_token": token, "chat_id": chat})
 }
 
 /// A fake server with the default bot, a private chat and a group.
@@ -604,33 +85,4 @@ pub async fn fake() -> FakeTelegram {
     tg.add_chat(CHAT, "private", "Ada");
     tg.add_chat(GROUP, "supergroup", "Ops");
     tg
-}
-
-/// Polls `f` every 20 ms until it yields `Some`, or panics after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-pub const WAIT: Duration = Duration::from_secs(10);
-
-/// Waits until `n` inbound messages are stored; returns them.
-pub async fn inbound_n(cluster: &Cluster, n: usize) -> Vec<(String, InboundMessage)> {
-    eventually(WAIT, &format!("{n} inbound messages"), || async {
-        let got = cluster.inbound();
-        (got.len() >= n).then_some(got)
-    })
-    .await
 }
