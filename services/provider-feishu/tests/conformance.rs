@@ -44,6 +44,12 @@ impl ProviderHarness for Feishu {
         &self.pod
     }
 
+    fn card_schema_errors(card: &Value) -> Vec<String> {
+        switchyard_xagent_sim::schemas::validate_card(card)
+            .err()
+            .unwrap_or_default()
+    }
+
     /// The form binding, then a first message from the user: a send needs a known chat.
     async fn bind(&self, channel_id: &str) -> Vec<String> {
         self.pod.bind(channel_id, app_fields()).await;

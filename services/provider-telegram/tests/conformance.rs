@@ -30,6 +30,12 @@ impl ProviderHarness for Telegram {
         &self.pod
     }
 
+    fn card_schema_errors(card: &Value) -> Vec<String> {
+        switchyard_xagent_sim::schemas::validate_card(card)
+            .err()
+            .unwrap_or_default()
+    }
+
     async fn bind(&self, channel_id: &str) -> Vec<String> {
         self.pod.bind(channel_id, TOKEN, json!(CHAT)).await;
         let (_, secret_part) = TOKEN.split_once(':').expect("a bot token");

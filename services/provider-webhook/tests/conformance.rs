@@ -38,6 +38,12 @@ impl ProviderHarness for Webhook {
         &self.pod
     }
 
+    fn card_schema_errors(card: &Value) -> Vec<String> {
+        switchyard_xagent_sim::schemas::validate_card(card)
+            .err()
+            .unwrap_or_default()
+    }
+
     async fn bind(&self, channel_id: &str) -> Vec<String> {
         let input = json!({"endpoint_url": self.ep.url(), "signing_secret": SECRET});
         self.pod.bind(FLOW_BINDING, channel_id, input).await;

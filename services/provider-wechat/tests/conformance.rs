@@ -42,6 +42,12 @@ impl ProviderHarness for Wechat {
         &self.pod
     }
 
+    fn card_schema_errors(card: &Value) -> Vec<String> {
+        switchyard_xagent_sim::schemas::validate_card(card)
+            .err()
+            .unwrap_or_default()
+    }
+
     /// QR login, then a first message from the user: WeChat sends only to a user who wrote.
     async fn bind(&self, channel_id: &str) -> Vec<String> {
         let bot = self.pod.login(&self.fake, channel_id).await;
