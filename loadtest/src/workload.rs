@@ -161,7 +161,11 @@ pub async fn inbound(ctx: Arc<Ctx>, n: u64) {
                     .json::<Value>()
                     .await
                     .ok()
-                    .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+                    .and_then(|v| {
+                        v.pointer("/error/code")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                    })
                     .unwrap_or_default();
                 return flow.rejected(&format!("http {status} {code}"));
             }
@@ -358,7 +362,10 @@ pub async fn file(ctx: Arc<Ctx>, n: u64) {
             },
             Ok((status, _)) if status >= 500 => flow.error(&format!("upload http {status}")),
             Ok((status, body)) => {
-                let code = body.get("error").and_then(Value::as_str).unwrap_or("");
+                let code = body
+                    .pointer("/error/code")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 return flow.rejected(&format!("upload http {status} {code}"));
             }
             Err(e) => flow.error(&format!("upload {}", sim_error_kind(&e))),

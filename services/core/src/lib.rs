@@ -3,6 +3,7 @@
 //! `Provider`) with their cheap in-process implementations.
 
 pub mod bus;
+pub mod client_error;
 pub mod crypto;
 pub mod engine;
 pub mod ephemeral;

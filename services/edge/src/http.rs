@@ -14,9 +14,10 @@ use axum::routing::{get, post};
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
-use switchyard_core::engine::{Connector, DownloadAuth, DownloadCheck, Fault};
+use switchyard_core::client_error::ClientError;
+use switchyard_core::engine::{Connector, DownloadAuth, DownloadCheck};
 use switchyard_core::provider::ProviderServices;
-use switchyard_protocol::{ErrorCode, PROTOCOL_VERSION, SUBPROTOCOL};
+use switchyard_protocol::{PROTOCOL_VERSION, SUBPROTOCOL};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -34,44 +35,6 @@ pub struct ConnState {
     pub sessions: TaskTracker,
 }
 
-/// The one mapping from a protocol error code to an HTTP status.
-pub fn http_status(code: ErrorCode) -> StatusCode {
-    use ErrorCode::*;
-    match code {
-        ConnectorChannelIdRequired
-        | InvalidPacket
-        | InvalidArguments
-        | UnknownTool
-        | UnknownAuthFlow => StatusCode::BAD_REQUEST,
-        ConnectorChannelNotOwned | ConnectorChannelConnectorMismatch => StatusCode::FORBIDDEN,
-        ConnectionNotFound | FileNotFound | AuthSessionNotFound => StatusCode::NOT_FOUND,
-        PacketTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        Unavailable | Draining | Busy => StatusCode::SERVICE_UNAVAILABLE,
-        RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        axum::Json(json!({"error": code, "message": message})),
-    )
-        .into_response()
-}
-
-impl IntoResponse for FaultResponse {
-    fn into_response(self) -> Response {
-        error_response(
-            http_status(self.0.code),
-            self.0.code.as_str(),
-            &self.0.message,
-        )
-    }
-}
-
-pub struct FaultResponse(pub Fault);
-
 /// Resolves `Authorization: Bearer <key>` to a tenant, or answers 401.
 async fn tenant_of(conn: &Connector, headers: &HeaderMap) -> Result<String, Response> {
     let presented = headers
@@ -82,24 +45,24 @@ async fn tenant_of(conn: &Connector, headers: &HeaderMap) -> Result<String, Resp
     let Some(presented) = presented else {
         metrics::counter!("switchyard_auth_rejected_total", "reason" => "api_key_missing")
             .increment(1);
-        return Err(error_response(
+        return Err(ClientError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "a Bearer API key is required",
-        ));
+        )
+        .into_response());
     };
     match conn.hub.authenticate(presented).await {
         Ok(Some(t)) => Ok(t),
         Ok(None) => {
             metrics::counter!("switchyard_auth_rejected_total", "reason" => "api_key_invalid")
                 .increment(1);
-            Err(error_response(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "invalid API key",
-            ))
+            Err(
+                ClientError::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid API key")
+                    .into_response(),
+            )
         }
-        Err(e) => Err(FaultResponse(e.into()).into_response()),
+        Err(e) => Err(ClientError::from(e).into_response()),
     }
 }
 
@@ -161,11 +124,12 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
         Err(r) => return r,
     };
     if s.draining.load(Ordering::SeqCst) {
-        return error_response(
+        return ClientError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "draining",
             "server draining; connect to another pod",
-        );
+        )
+        .into_response();
     }
     let offered = headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
@@ -174,11 +138,12 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
         .flat_map(|v| v.split(','))
         .any(|p| p.trim() == SUBPROTOCOL);
     if !offered {
-        return error_response(
+        return ClientError::new(
             StatusCode::BAD_REQUEST,
             "subprotocol_required",
             "Sec-WebSocket-Protocol must offer xagent.connector.packet.v1",
-        );
+        )
+        .into_response();
     }
     // Frames up to 4x the packet limit are read so that an oversize packet gets a clear
     // error; beyond that the socket closes with 1009.
@@ -263,11 +228,12 @@ async fn upload(State(s): State<ConnState>, headers: HeaderMap, body: Body) -> R
         .and_then(|v| v.to_str().ok())
         .and_then(|ct| multer::parse_boundary(ct).ok());
     let Some(boundary) = boundary else {
-        return error_response(
+        return ClientError::new(
             StatusCode::BAD_REQUEST,
             "invalid_multipart",
             "Content-Type must be multipart/form-data with a boundary",
-        );
+        )
+        .into_response();
     };
     // multer over the raw body gives 'static fields, so the file streams straight into the
     // file store without buffering.
@@ -277,11 +243,12 @@ async fn upload(State(s): State<ConnState>, headers: HeaderMap, body: Body) -> R
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(_) => {
-                return error_response(
+                return ClientError::new(
                     StatusCode::BAD_REQUEST,
                     "invalid_multipart",
                     "malformed multipart body",
-                );
+                )
+                .into_response();
             }
         };
         if field.name() != Some("file") {
@@ -303,14 +270,15 @@ async fn upload(State(s): State<ConnState>, headers: HeaderMap, body: Body) -> R
             .await
         {
             Ok(up) => (StatusCode::OK, axum::Json(up)).into_response(),
-            Err(f) => FaultResponse(f).into_response(),
+            Err(f) => ClientError::from(f).into_response(),
         };
     }
-    error_response(
+    ClientError::new(
         StatusCode::BAD_REQUEST,
         "file_required",
         "multipart field `file` is required",
     )
+    .into_response()
 }
 
 #[derive(Deserialize)]
@@ -342,7 +310,10 @@ async fn download(
             }
         }
         (None, None) => DownloadAuth::None,
-        _ => return error_response(StatusCode::FORBIDDEN, "forbidden", "incomplete signature"),
+        _ => {
+            return ClientError::new(StatusCode::FORBIDDEN, "forbidden", "incomplete signature")
+                .into_response();
+        }
     };
     match s.conn.download(&file_ref, auth).await {
         Ok(DownloadCheck::Ok(rec, stream)) => {
@@ -364,16 +335,18 @@ async fn download(
             );
             resp
         }
-        Ok(DownloadCheck::NotFound) => error_response(
+        Ok(DownloadCheck::NotFound) => ClientError::new(
             StatusCode::NOT_FOUND,
             "file_not_found",
             "file_ref unknown or expired",
-        ),
-        Ok(DownloadCheck::Forbidden) => error_response(
+        )
+        .into_response(),
+        Ok(DownloadCheck::Forbidden) => ClientError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
             "signature or channel does not match",
-        ),
-        Err(f) => FaultResponse(f).into_response(),
+        )
+        .into_response(),
+        Err(f) => ClientError::from(f).into_response(),
     }
 }

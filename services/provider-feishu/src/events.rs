@@ -11,13 +11,14 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::BytesMut;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
+use switchyard_core::client_error::ClientError;
 use switchyard_core::crypto::ct_eq;
 use switchyard_core::ids::now_ms;
 use switchyard_core::limits;
@@ -40,15 +41,6 @@ pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Route
     Router::new()
         .route("/events/{channel_id}", post(event))
         .with_state(St { rt, host, slots })
-}
-
-fn answer(status: StatusCode, code: &str) -> Response {
-    let mut r = (status, axum::Json(json!({ "error": code }))).into_response();
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-    }
-    r
 }
 
 async fn read_bounded(
@@ -93,7 +85,12 @@ async fn event(
 ) -> Response {
     let Ok(_slot) = st.slots.clone().try_acquire_owned() else {
         limits::hit("ingress_concurrency_pod");
-        return answer(StatusCode::SERVICE_UNAVAILABLE, "busy");
+        return ClientError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many requests in flight; retry later",
+        )
+        .into_response();
     };
     let host = st.host.as_ref();
     // A channel bound a moment ago (here or on another pod) is not in this pod's view of the
@@ -105,12 +102,22 @@ async fn event(
             Ok(b) => b.and_then(|b| App::of_binding(&b)).map(Arc::new),
             Err(e) => {
                 tracing::warn!(error = %e, "feishu binding not read");
-                return answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+                return ClientError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "a backend is unavailable; retry later",
+                )
+                .into_response();
             }
         },
     };
     let Some(app) = app.filter(|a| a.creds.http_events()) else {
-        return answer(StatusCode::NOT_FOUND, "unknown_channel");
+        return ClientError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_channel",
+            "no such channel, or it is not bound",
+        )
+        .into_response();
     };
     let body = match read_bounded(
         &headers,
@@ -123,12 +130,24 @@ async fn event(
         Ok(b) => b,
         Err(s) => {
             limits::hit("ingress_body_bytes");
-            return answer(s, "unreadable_body");
+            return ClientError::new(
+                s,
+                "unreadable_body",
+                "the body could not be read within its bounds",
+            )
+            .into_response();
         }
     };
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(_) => return answer(StatusCode::BAD_REQUEST, "invalid_json"),
+        Err(_) => {
+            return ClientError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+                "the body is not valid JSON",
+            )
+            .into_response();
+        }
     };
     let plain: Vec<u8> = match (
         raw.get("encrypt").and_then(Value::as_str),
@@ -150,37 +169,78 @@ async fn event(
                     )
                 {
                     tracing::warn!(connector_channel_id = %channel_id, "feishu event with a bad or stale signature refused");
-                    return answer(StatusCode::UNAUTHORIZED, "invalid_signature");
+                    return ClientError::new(
+                        StatusCode::UNAUTHORIZED,
+                        "invalid_signature",
+                        "the X-Lark-Signature does not match",
+                    )
+                    .into_response();
                 }
             }
             let Some(p) = decrypt(key.expose(), enc) else {
                 tracing::warn!(connector_channel_id = %channel_id, "feishu event that does not decrypt refused");
-                return answer(StatusCode::UNAUTHORIZED, "undecryptable");
+                return ClientError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "undecryptable",
+                    "the encrypted body could not be decrypted",
+                )
+                .into_response();
             };
             // Only the URL verification may come unsigned (the console sends it so).
             let is_challenge = serde_json::from_slice::<Value>(&p)
                 .ok()
                 .is_some_and(|v| v.get("type").and_then(Value::as_str) == Some("url_verification"));
             if !signed && !is_challenge {
-                return answer(StatusCode::UNAUTHORIZED, "missing_signature");
+                return ClientError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "missing_signature",
+                    "an encrypted event needs X-Lark-Signature",
+                )
+                .into_response();
             }
             p
         }
-        (Some(_), None) => return answer(StatusCode::BAD_REQUEST, "encrypted_without_key"),
+        (Some(_), None) => {
+            return ClientError::new(
+                StatusCode::BAD_REQUEST,
+                "encrypted_without_key",
+                "the body is encrypted but the app has no encrypt key",
+            )
+            .into_response();
+        }
         // With an encrypt key configured, a plaintext body is not from Feishu.
-        (None, Some(_)) => return answer(StatusCode::UNAUTHORIZED, "not_encrypted"),
+        (None, Some(_)) => {
+            return ClientError::new(
+                StatusCode::UNAUTHORIZED,
+                "not_encrypted",
+                "the app has an encrypt key but the body is not encrypted",
+            )
+            .into_response();
+        }
         (None, None) => body.to_vec(),
     };
     let v: Value = match serde_json::from_slice(&plain) {
         Ok(v) => v,
-        Err(_) => return answer(StatusCode::BAD_REQUEST, "invalid_json"),
+        Err(_) => {
+            return ClientError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+                "the body is not valid JSON",
+            )
+            .into_response();
+        }
     };
     let p = peek(&v);
     if let Some(tok) = &app.creds.verification_token
         && !ct_eq(p.token.as_bytes(), tok.expose().as_bytes())
     {
         tracing::warn!(connector_channel_id = %channel_id, "feishu event with a wrong verification token refused");
-        return answer(StatusCode::UNAUTHORIZED, "invalid_token");
+        return ClientError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "the verification token does not match",
+        )
+        .into_response();
     }
     if v.get("type").and_then(Value::as_str) == Some("url_verification") {
         let challenge = v.get("challenge").and_then(Value::as_str).unwrap_or("");
@@ -191,14 +251,29 @@ async fn event(
             .into_response();
     }
     if !p.app_id.is_empty() && p.app_id != app.creds.app_id {
-        return answer(StatusCode::UNAUTHORIZED, "foreign_app");
+        return ClientError::new(
+            StatusCode::UNAUTHORIZED,
+            "foreign_app",
+            "the event belongs to another app",
+        )
+        .into_response();
     }
     match handle_event(&st.rt, host, &app, &plain).await {
         Handled::Done => (StatusCode::OK, axum::Json(json!({"msg": "ok"}))).into_response(),
-        Handled::Retry => answer(StatusCode::SERVICE_UNAVAILABLE, "retry"),
+        Handled::Retry => ClientError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "retry",
+            "the event was not stored; retry later",
+        )
+        .into_response(),
         Handled::Revoked => {
             st.rt.on_revoked(host, &app).await;
-            answer(StatusCode::SERVICE_UNAVAILABLE, "revoked")
+            ClientError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "revoked",
+                "the channel was unbound; retry later",
+            )
+            .into_response()
         }
     }
 }

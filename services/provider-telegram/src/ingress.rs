@@ -8,13 +8,14 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::BytesMut;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
+use switchyard_core::client_error::ClientError;
 use switchyard_core::crypto::ct_eq;
 use switchyard_core::limits;
 use tokio::sync::Semaphore;
@@ -77,18 +78,6 @@ async fn read_bounded(
         .unwrap_or(Err(ReadError::TimedOut))
 }
 
-fn answer(status: StatusCode, code: &str) -> Response {
-    let mut resp = (status, axum::Json(json!({ "error": code }))).into_response();
-    if matches!(
-        status,
-        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
-    ) {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
-    }
-    resp
-}
-
 async fn update(
     State(st): State<IngressState>,
     Path(bot_key): Path<String>,
@@ -97,7 +86,12 @@ async fn update(
 ) -> Response {
     let Ok(_slot) = st.slots.clone().try_acquire_owned() else {
         limits::hit("ingress_concurrency_pod");
-        return answer(StatusCode::SERVICE_UNAVAILABLE, "busy");
+        return ClientError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            "too many requests in flight; retry later",
+        )
+        .into_response();
     };
     let host = st.host.as_ref();
     let bot = match st.rt.registry.get(&bot_key) {
@@ -108,10 +102,22 @@ async fn update(
             // keys cost one lookup.
             match host.kv_get(&format!("hook:{bot_key}")).await {
                 Ok(Some(v)) if !v.is_empty() => {}
-                Ok(_) => return answer(StatusCode::NOT_FOUND, "unknown_bot"),
+                Ok(_) => {
+                    return ClientError::new(
+                        StatusCode::NOT_FOUND,
+                        "unknown_bot",
+                        "no channel is bound to this bot",
+                    )
+                    .into_response();
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "webhook registrations unreadable");
-                    return answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+                    return ClientError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        "a backend is unavailable; retry later",
+                    )
+                    .into_response();
                 }
             }
             if let Err(e) = st
@@ -121,11 +127,23 @@ async fn update(
                 .await
             {
                 tracing::warn!(error = %e, "bound bots not reloaded");
-                return answer(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+                return ClientError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "a backend is unavailable; retry later",
+                )
+                .into_response();
             }
             match st.rt.registry.get(&bot_key) {
                 Some(b) => b,
-                None => return answer(StatusCode::NOT_FOUND, "unknown_bot"),
+                None => {
+                    return ClientError::new(
+                        StatusCode::NOT_FOUND,
+                        "unknown_bot",
+                        "no channel is bound to this bot",
+                    )
+                    .into_response();
+                }
             }
         }
     };
@@ -137,7 +155,12 @@ async fn update(
         tracing::warn!(bot_key = %bot.key, "telegram webhook call with a wrong secret refused");
         metrics::counter!("switchyard_auth_rejected_total", "reason" => "telegram_secret")
             .increment(1);
-        return answer(StatusCode::UNAUTHORIZED, "invalid_secret");
+        return ClientError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_secret",
+            "the secret token header does not match",
+        )
+        .into_response();
     }
     // Only a caller that knows the secret gets its body read, and only so much of it.
     let body = match read_bounded(
@@ -151,21 +174,50 @@ async fn update(
         Ok(b) => b,
         Err(ReadError::TooLarge) => {
             limits::hit("ingress_body_bytes");
-            return answer(StatusCode::PAYLOAD_TOO_LARGE, "too_large");
+            return ClientError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "the body is larger than allowed",
+            )
+            .into_response();
         }
         Err(ReadError::TimedOut) => {
             limits::hit("ingress_body_timeout");
-            return answer(StatusCode::REQUEST_TIMEOUT, "timeout");
+            return ClientError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                "the body did not arrive in time",
+            )
+            .into_response();
         }
-        Err(ReadError::Aborted) => return answer(StatusCode::BAD_REQUEST, "invalid_update"),
+        Err(ReadError::Aborted) => {
+            return ClientError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_update",
+                "the body is not a Telegram update",
+            )
+            .into_response();
+        }
     };
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(_) => return answer(StatusCode::BAD_REQUEST, "invalid_update"),
+        Err(_) => {
+            return ClientError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_update",
+                "the body is not a Telegram update",
+            )
+            .into_response();
+        }
     };
     match handle_update(&st.rt, host, &bot, &raw).await {
         Handled::Done => (StatusCode::OK, axum::Json(json!({}))).into_response(),
-        Handled::Retry => answer(StatusCode::SERVICE_UNAVAILABLE, "retry"),
+        Handled::Retry => ClientError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "retry",
+            "the event was not stored; retry later",
+        )
+        .into_response(),
         Handled::Revoked => {
             st.rt.on_revoked(host, bot.id, &bot.token_fp).await;
             (StatusCode::OK, axum::Json(json!({}))).into_response()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
@@ -17,6 +17,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
 use switchyard_core::ProviderServices;
+use switchyard_core::client_error::ClientError;
 use switchyard_core::files::{ByteStream, bytes_stream};
 use switchyard_core::limits;
 use switchyard_core::netguard::OutboundPolicy;
@@ -134,62 +135,6 @@ pub(crate) fn router(state: IngressState) -> Router {
         .with_state(state)
 }
 
-/// A JSON error answer `{"error": code, "message"?: text}`; 503 and 429 carry `Retry-After`.
-pub(crate) fn error(status: StatusCode, code: &str, message: Option<&str>) -> Response {
-    let body = match message {
-        Some(m) => json!({"error": code, "message": m}),
-        None => json!({"error": code}),
-    };
-    let mut resp = (status, axum::Json(body)).into_response();
-    let retry_after = match status {
-        StatusCode::SERVICE_UNAVAILABLE => Some("5"),
-        StatusCode::TOO_MANY_REQUESTS => Some("1"),
-        _ => None,
-    };
-    if let Some(secs) = retry_after {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
-    }
-    resp
-}
-
-/// The one mapping from a host refusal to an HTTP answer. Backend details are logged only.
-pub(crate) fn host_error(e: ServicesError) -> Response {
-    match e {
-        // Backpressure: the channel's backlog is at its cap; this sender slows down.
-        ServicesError::Full => error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "busy",
-            Some("the channel queue is full; retry later"),
-        ),
-        // Backpressure: the pod's commit backlog is full; any pod may take the retry.
-        ServicesError::Overloaded => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            Some("the server is saturated; retry later"),
-        ),
-        ServicesError::Backend(e) => {
-            tracing::warn!(error = %e, "webhook ingress backend failure");
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                Some("storage is unavailable; retry later"),
-            )
-        }
-        ServicesError::TooLarge => error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            Some("a file is larger than allowed"),
-        ),
-        ServicesError::Invalid(m) => error(StatusCode::BAD_REQUEST, "invalid_message", Some(&m)),
-        ServicesError::UnknownChannel => error(StatusCode::NOT_FOUND, "unknown_channel", None),
-        ServicesError::FileNotFound => {
-            tracing::warn!("webhook ingress got file_not_found from the host");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal", None)
-        }
-    }
-}
-
 #[derive(Deserialize)]
 struct WireMessage {
     message_id: String,
@@ -259,16 +204,13 @@ impl Refusal {
                 tracing::info!(connector_channel_id = %channel_id, reason = ?e, "webhook inbound signature refused");
                 metrics::counter!("switchyard_auth_rejected_total", "reason" => "webhook_signature")
                     .increment(1);
-                error(
-                    StatusCode::UNAUTHORIZED,
-                    "invalid_signature",
-                    Some(e.message()),
-                )
+                ClientError::new(StatusCode::UNAUTHORIZED, "invalid_signature", e.message())
+                    .into_response()
             }
             Self::Invalid(Invalid(m)) => {
-                error(StatusCode::BAD_REQUEST, "invalid_message", Some(&m))
+                ClientError::new(StatusCode::BAD_REQUEST, "invalid_message", m).into_response()
             }
-            Self::Host(e) => host_error(e),
+            Self::Host(e) => ClientError::from(e).into_response(),
         }
     }
 }
@@ -281,27 +223,41 @@ async fn inbound(
 ) -> Response {
     // Admission first: a full pod answers before it spends a store lookup.
     let Some(_pod_slot) = st.limits.pod_slot() else {
-        return error(
+        return ClientError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "busy",
-            Some("too many inbound requests in flight; retry later"),
-        );
+            "too many inbound requests in flight; retry later",
+        )
+        .into_response();
     };
     let binding = match st.host.binding(&channel_id).await {
         Ok(Some(b)) => b,
-        Ok(None) => return error(StatusCode::NOT_FOUND, "unknown_channel", None),
-        Err(e) => return host_error(ServicesError::Backend(e)),
+        Ok(None) => {
+            return ClientError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_channel",
+                "no such channel, or it is not bound",
+            )
+            .into_response();
+        }
+        Err(e) => return ClientError::from(ServicesError::Backend(e)).into_response(),
     };
     let Some(_channel_slot) = st.limits.channel_slot(&channel_id) else {
-        return error(
+        return ClientError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
-            Some("too many inbound requests in flight for this channel; retry later"),
-        );
+            "too many inbound requests in flight for this channel; retry later",
+        )
+        .into_response();
     };
     let Some(creds) = Credentials::from_stored(&binding.credentials) else {
         tracing::error!(connector_channel_id = %channel_id, "webhook binding has unreadable credentials");
-        return error(StatusCode::INTERNAL_SERVER_ERROR, "internal", None);
+        return ClientError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error",
+        )
+        .into_response();
     };
     let header_str = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     // The headers are checked before any body byte is read, so stale replays and unsigned

@@ -18,7 +18,8 @@ use url::Url;
 
 use crate::binding::{Credentials, FIELD_ENDPOINT, FIELD_SECRET};
 use crate::card::FLOW_PAIRING;
-use crate::ingress::{IngressState, error, host_error, read_bounded};
+use crate::ingress::{IngressState, read_bounded};
+use switchyard_core::client_error::ClientError;
 
 pub(crate) const POLL_INTERVAL_MS: u64 = 2000;
 const MAX_SUBMIT_BYTES: u64 = 16 * 1024;
@@ -109,16 +110,17 @@ async fn authorize(
     query: Option<&str>,
 ) -> Result<(AuthStatus, Value, PairingState), Response> {
     let not_found = || {
-        error(
+        ClientError::new(
             StatusCode::NOT_FOUND,
             "unknown_session",
-            Some("no open pairing under this link"),
+            "no open pairing under this link",
         )
+        .into_response()
     };
     let (_, status, state) = match host.auth_state(auth_session_id).await {
         Ok(Some(s)) => s,
         Ok(None) => return Err(not_found()),
-        Err(e) => return Err(host_error(e.into())),
+        Err(e) => return Err(ClientError::from(e).into_response()),
     };
     let Some(pairing) = PairingState::from_value(&state) else {
         return Err(not_found());
@@ -127,11 +129,12 @@ async fn authorize(
         .map(|t| sha256_hex(t.as_bytes()))
         .unwrap_or_default();
     if !ct_eq(presented.as_bytes(), pairing.token_sha256.as_bytes()) {
-        return Err(error(
+        return Err(ClientError::new(
             StatusCode::FORBIDDEN,
             "invalid_token",
-            Some("the pairing token does not match"),
-        ));
+            "the pairing token does not match",
+        )
+        .into_response());
     }
     if !matches!(status, AuthStatus::Pending | AuthStatus::Scanned) || now_ms() > pairing.expires_at
     {
@@ -165,7 +168,7 @@ pub(crate) async fn page(
             state,
         };
         if let Err(e) = st.host.advance_auth(&auth_session_id, step).await {
-            return host_error(e);
+            return ClientError::from(e).into_response();
         }
     }
     if wants_html(&headers) {
@@ -219,17 +222,20 @@ pub(crate) async fn submit(
         match serde_json::from_slice(&raw) {
             Ok(m) => m,
             Err(_) => {
-                return error(
+                return ClientError::new(
                     StatusCode::BAD_REQUEST,
                     "invalid_input",
-                    Some("the body must be a JSON object"),
-                );
+                    "the body must be a JSON object",
+                )
+                .into_response();
             }
         }
     };
     let creds = match Credentials::from_new_input(&input, &st.outbound) {
         Ok(c) => c,
-        Err(m) => return error(StatusCode::BAD_REQUEST, "invalid_input", Some(m)),
+        Err(m) => {
+            return ClientError::new(StatusCode::BAD_REQUEST, "invalid_input", m).into_response();
+        }
     };
     let display_name = creds.view().display_name;
     if let Err(e) = st
@@ -237,7 +243,7 @@ pub(crate) async fn submit(
         .advance_auth(&auth_session_id, creds.into_step())
         .await
     {
-        return host_error(e);
+        return ClientError::from(e).into_response();
     }
     tracing::info!(auth_session_id = %auth_session_id, "webhook pairing completed");
     if wants_html(&headers) {

@@ -180,7 +180,7 @@ async fn pairing_get_marks_scanned_and_post_completes() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 400);
     let v: Value = resp.json().await.unwrap();
-    assert_eq!(v["error"], "invalid_input");
+    assert_eq!(v["error"]["code"], "invalid_input");
 
     let resp = t
         .http
@@ -256,7 +256,7 @@ async fn pairing_refuses_bad_tokens_and_unknown_sessions() {
     let resp = t.http.get(&bad).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 403);
     let v: Value = resp.json().await.unwrap();
-    assert_eq!(v["error"], "invalid_token");
+    assert_eq!(v["error"]["code"], "invalid_token");
     let resp = t
         .http
         .post(&bad)

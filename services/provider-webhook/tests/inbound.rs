@@ -136,7 +136,7 @@ async fn bad_signature_is_401() {
         )
         .await;
     assert_eq!(status, 401);
-    assert_eq!(v["error"], "invalid_signature");
+    assert_eq!(v["error"]["code"], "invalid_signature");
 
     // Missing headers altogether.
     let resp = t.http.post(t.url(CHANNEL)).body(body).send().await.unwrap();
@@ -215,7 +215,7 @@ async fn invalid_messages_are_400() {
     ] {
         let (status, v) = t.post_json(CHANNEL, &body).await;
         assert_eq!(status, 400, "{body}");
-        assert_eq!(v["error"], "invalid_message");
+        assert_eq!(v["error"]["code"], "invalid_message");
         assert!(v["message"].is_string());
     }
     let (status, _) = t
@@ -295,7 +295,7 @@ async fn multipart_without_message_part_is_400() {
         .post_signed(CHANNEL, &ct, body.into_bytes(), signing::unix_now(), SECRET)
         .await;
     assert_eq!(status, 400);
-    assert_eq!(v["error"], "invalid_message");
+    assert_eq!(v["error"]["code"], "invalid_message");
 }
 
 #[tokio::test]
@@ -306,7 +306,7 @@ async fn full_channel_queue_is_429_with_retry_after() {
         .post_json(CHANNEL, &json!({"message_id": "m1", "text": "hi"}))
         .await;
     assert_eq!(status, 429);
-    assert_eq!(v["error"], "busy");
+    assert_eq!(v["error"]["code"], "busy");
     assert_eq!(v["retry_after"], "1");
 }
 
@@ -318,7 +318,7 @@ async fn saturated_pod_is_503_with_retry_after() {
         .post_json(CHANNEL, &json!({"message_id": "m1", "text": "hi"}))
         .await;
     assert_eq!(status, 503);
-    assert_eq!(v["error"], "overloaded");
+    assert_eq!(v["error"]["code"], "overloaded");
     assert_eq!(v["retry_after"], "5");
     assert!(t.host.inbound().is_empty());
 }
@@ -330,6 +330,6 @@ async fn oversized_body_is_413() {
     let body = json!({"message_id": "big", "text": "x".repeat(70 * 1024)});
     let (status, v) = t.post_json(CHANNEL, &body).await;
     assert_eq!(status, 413);
-    assert_eq!(v["error"], "too_large");
+    assert_eq!(v["error"]["code"], "too_large");
     assert!(t.host.inbound().is_empty());
 }

@@ -213,7 +213,7 @@ async fn requests_in_flight_are_bounded_per_channel_and_per_pod() {
         s.tx.send(Ok(Bytes::from_static(b"{"))).await.unwrap();
     }
     let (v, retry) = t.probe_until(CHANNEL, 429).await;
-    assert_eq!(v["error"], "rate_limited");
+    assert_eq!(v["error"]["code"], "rate_limited");
     assert_eq!(retry.as_deref(), Some("1"));
     // Another channel still gets through until the pod is full.
     let (status, ..) = t
@@ -227,7 +227,7 @@ async fn requests_in_flight_are_bounded_per_channel_and_per_pod() {
     let third = t.start("cch_two", "application/json", b"{}", SECRET);
     third.tx.send(Ok(Bytes::from_static(b"{"))).await.unwrap();
     let (v, retry) = t.probe_until("cch_three", 503).await;
-    assert_eq!(v["error"], "busy");
+    assert_eq!(v["error"]["code"], "busy");
     assert!(retry.is_some());
     // Finished requests give their slots back.
     for s in stalled.into_iter().chain([third]) {

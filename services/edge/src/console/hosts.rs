@@ -1,6 +1,7 @@
 //! Agent hosts, runs with their event log, and approvals decided by operators.
 
 use super::*;
+use switchyard_core::client_error::ClientError;
 
 pub(super) async fn hosts_page(
     State(st): State<ConsoleState>,
@@ -339,8 +340,7 @@ pub(super) async fn decide(
             ))
         }
         Err(e) => {
-            let status = StatusCode::from_u16(e.code.http_status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status = ClientError::from(&e).status;
             error_page(status, Some(&who), &e.message)
         }
     }

@@ -109,15 +109,19 @@ pub(super) async fn artifact_put(
     let store = &s.gw.hosts.hub.store;
     let art = match store.get_artifact(&id).await {
         Ok(Some(a)) => a,
-        Ok(None) => return api_error(StatusCode::NOT_FOUND, "not_found", "no such artifact"),
-        Err(e) => return backend(e),
+        Ok(None) => {
+            return ClientError::new(StatusCode::NOT_FOUND, "not_found", "no such artifact")
+                .into_response();
+        }
+        Err(e) => return ClientError::from(e).into_response(),
     };
     if art.uploaded_at.is_some() {
-        return api_error(
+        return ClientError::new(
             StatusCode::CONFLICT,
             "already_uploaded",
             "the artifact was already uploaded",
-        );
+        )
+        .into_response();
     }
     let stream = body
         .into_data_stream()
@@ -137,16 +141,17 @@ pub(super) async fn artifact_put(
     {
         Ok(n) => n,
         Err(e) if e.kind == ErrorKind::LimitExceeded => {
-            return api_error(
+            return ClientError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "too_large",
                 "the artifact is too large",
-            );
+            )
+            .into_response();
         }
-        Err(e) => return backend(e),
+        Err(e) => return ClientError::from(e).into_response(),
     };
     if let Err(e) = store.artifact_uploaded(&id, size as i64, now_ms()).await {
-        return backend(e);
+        return ClientError::from(e).into_response();
     }
     metrics::counter!("switchyard_host_artifacts_uploaded_total").increment(1);
     (
@@ -166,8 +171,11 @@ pub(super) async fn artifact_get(
     }
     let art = match s.gw.hosts.uploaded_artifact(&id).await {
         Ok(Some(a)) => a,
-        Ok(None) => return api_error(StatusCode::NOT_FOUND, "not_found", "no such artifact"),
-        Err(e) => return backend(e),
+        Ok(None) => {
+            return ClientError::new(StatusCode::NOT_FOUND, "not_found", "no such artifact")
+                .into_response();
+        }
+        Err(e) => return ClientError::from(e).into_response(),
     };
     match s.gw.hosts.hub.files.get(&art.object_key).await {
         Ok(stream) => {
@@ -190,8 +198,8 @@ pub(super) async fn artifact_get(
             resp
         }
         Err(e) if e.kind == ErrorKind::NotFound => {
-            api_error(StatusCode::NOT_FOUND, "not_found", "no such artifact")
+            ClientError::new(StatusCode::NOT_FOUND, "not_found", "no such artifact").into_response()
         }
-        Err(e) => backend(e),
+        Err(e) => ClientError::from(e).into_response(),
     }
 }

@@ -16,11 +16,12 @@ pub(super) async fn post_message(
         Err(r) => return r,
     };
     if body.len() > s.gw.max_frame_bytes {
-        return api_error(
+        return ClientError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
             "message too large",
-        );
+        )
+        .into_response();
     }
     let hosts = &s.gw.hosts;
     let mut session = HostSession::fallback(&auth.host);
@@ -45,12 +46,15 @@ pub(super) async fn post_message(
 /// How the fallback answers a connection's end.
 fn refusal_for(end: StepEnd) -> Response {
     match end {
-        StepEnd::Revoked => unauthorized("host_revoked", "the host was revoked"),
-        StepEnd::WrongHost => api_error(
+        StepEnd::Revoked => {
+            ClientError::unauthorized("host_revoked", "the host was revoked").into_response()
+        }
+        StepEnd::WrongHost => ClientError::new(
             StatusCode::FORBIDDEN,
             "wrong_host",
             "the message names another host",
-        ),
+        )
+        .into_response(),
         // The host's socket took over: nothing more for this poller.
         StepEnd::Replaced => axum::Json(Vec::<serde_json::Value>::new()).into_response(),
     }
@@ -94,7 +98,7 @@ pub(super) async fn poll(
             return refusal_for(end);
         }
         if let Some(e) = step.owed_failed {
-            return backend(e);
+            return ClientError::from(e).into_response();
         }
         if !step.owed.is_empty() {
             hosts.sent(&session, &step.owed).await;

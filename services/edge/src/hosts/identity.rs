@@ -49,15 +49,18 @@ impl RouteState {
         let host = match store.host_by_fingerprint(&fingerprint_hex(&der)).await {
             Ok(Some(h)) => h,
             Ok(None) => {
-                return Err(unauthorized(
+                return Err(ClientError::unauthorized(
                     "unknown_certificate",
                     "the certificate was not issued to a host",
-                ));
+                )
+                .into_response());
             }
-            Err(e) => return Err(backend(e)),
+            Err(e) => return Err(ClientError::from(e).into_response()),
         };
         if host.status == HostStatus::Revoked {
-            return Err(unauthorized("host_revoked", "the host was revoked"));
+            return Err(
+                ClientError::unauthorized("host_revoked", "the host was revoked").into_response(),
+            );
         }
         if need_jwt {
             let bearer = headers
@@ -65,19 +68,23 @@ impl RouteState {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::trim)
-                .ok_or_else(|| unauthorized("invalid_token", "a Bearer JWT is required"))?;
+                .ok_or_else(|| {
+                    ClientError::unauthorized("invalid_token", "a Bearer JWT is required")
+                        .into_response()
+                })?;
             let claims = switchyard_hosts_tls::jwt::verify(
                 &self.gw.jwt_key,
                 bearer,
                 now_ms() / 1000,
                 &x5t_s256(&der),
             )
-            .map_err(|e| unauthorized(e.code(), &e.to_string()))?;
+            .map_err(|e| ClientError::unauthorized(e.code(), e.to_string()).into_response())?;
             if claims.sub != host.id || claims.tenant != host.tenant_id {
-                return Err(unauthorized(
+                return Err(ClientError::unauthorized(
                     "invalid_token",
                     "the token was issued to another host",
-                ));
+                )
+                .into_response());
             }
         }
         Ok(Authenticated { host })
@@ -92,29 +99,32 @@ struct EnrollBody {
 
 pub(super) async fn enroll(State(s): State<RouteState>, body: axum::body::Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<EnrollBody>(&body) else {
-        return api_error(
+        return ClientError::new(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             "body must be {\"token\", \"csr_pem\"}",
-        );
+        )
+        .into_response();
     };
     // Check the CSR before spending the token on it.
     if s.gw.ca.sign_csr(&req.csr_pem, "csr-check", 1).is_err() {
-        return api_error(
+        return ClientError::new(
             StatusCode::BAD_REQUEST,
             "invalid_csr",
             "csr_pem is not a valid, self-signed PKCS#10 request",
-        );
+        )
+        .into_response();
     }
     let host = match s.gw.hosts.redeem(&req.token).await {
         Ok(Some(h)) => h,
         Ok(None) => {
-            return unauthorized(
+            return ClientError::unauthorized(
                 "invalid_token",
                 "the enrollment token is unknown, used or expired",
-            );
+            )
+            .into_response();
         }
-        Err(e) => return hosts_error(&e),
+        Err(e) => return ClientError::from(&e).into_response(),
     };
     let issued = match s
         .gw
@@ -124,11 +134,12 @@ pub(super) async fn enroll(State(s): State<RouteState>, body: axum::body::Bytes)
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(error = %e, "signing an enrollment CSR failed");
-            return api_error(
+            return ClientError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_csr",
                 "the CSR cannot be signed",
-            );
+            )
+            .into_response();
         }
     };
     if let Err(e) =
@@ -138,7 +149,7 @@ pub(super) async fn enroll(State(s): State<RouteState>, body: axum::body::Bytes)
             .set_host_certificate(&host.id, &issued.fingerprint, &issued.pem)
             .await
     {
-        return backend(e);
+        return ClientError::from(e).into_response();
     }
     tracing::info!(host_id = %host.id, "host enrolled");
     axum::Json(json!({

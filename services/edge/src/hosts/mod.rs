@@ -20,6 +20,7 @@ use axum::routing::{get, post};
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
+use switchyard_core::client_error::ClientError;
 use switchyard_core::crypto::{SignatureCheck, hmac_sha256};
 use switchyard_core::error::{BackendError, ErrorKind};
 use switchyard_core::files::PresignMethod;
@@ -115,10 +116,11 @@ async fn check_ingress(
         if !ingress.vouches_for(req.headers(), remote) {
             metrics::counter!("switchyard_auth_rejected_total", "reason" => "ingress_proof")
                 .increment(1);
-            return unauthorized(
+            return ClientError::unauthorized(
                 "ingress_proof_required",
                 "a forwarded client certificate is accepted only from the trusted ingress",
-            );
+            )
+            .into_response();
         }
     }
     req.headers_mut().remove(INGRESS_SECRET_HEADER);
@@ -155,48 +157,12 @@ pub fn jwt_key(signing_key: &str) -> Vec<u8> {
     hmac_sha256(signing_key.as_bytes(), b"switchyard host jwt v1").to_vec()
 }
 
-fn api_error(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        axum::Json(json!({"error": {"code": code, "message": message}})),
-    )
-        .into_response()
-}
-
-fn unauthorized(code: &str, message: &str) -> Response {
-    api_error(StatusCode::UNAUTHORIZED, code, message)
-}
-
-/// A refusal decided before any I/O, rendered with [`api_error`].
+/// A refusal decided before any I/O, rendered as a [`ClientError`].
 struct Refusal(StatusCode, &'static str, &'static str);
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        api_error(self.0, self.1, self.2)
-    }
-}
-
-/// A refusal of a hosts operation, with the status its code maps to.
-fn hosts_error(e: &switchyard_core::hosts::AgentHostRefusal) -> Response {
-    let status =
-        StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    api_error(status, e.code.as_str(), &e.message)
-}
-
-fn backend(e: BackendError) -> Response {
-    tracing::warn!(error = %e, "backend error in the hosts gateway");
-    if e.kind == ErrorKind::Unavailable {
-        api_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "a backend is unavailable; retry",
-        )
-    } else {
-        api_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal error",
-        )
+        ClientError::new(self.0, self.1, self.2).into_response()
     }
 }
 
@@ -217,11 +183,12 @@ fn preauth_cap<S: Clone + Send + Sync + 'static>(
                     .and_then(|v| v.parse::<u64>().ok());
                 if declared.is_some_and(|n| n > max as u64) {
                     switchyard_core::limits::hit("preauth_body_bytes");
-                    return api_error(
+                    return ClientError::new(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         "too_large",
                         "the body is larger than allowed",
-                    );
+                    )
+                    .into_response();
                 }
                 next.run(req).await
             },

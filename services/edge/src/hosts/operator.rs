@@ -69,12 +69,19 @@ pub(super) async fn approvals_list(
         None | Some("all") => None,
         Some(s) => match switchyard_core::hoststore::ApprovalStatus::parse(s) {
             Some(st) => Some(st),
-            None => return api_error(StatusCode::BAD_REQUEST, "invalid_request", "unknown status"),
+            None => {
+                return ClientError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "unknown status",
+                )
+                .into_response();
+            }
         },
     };
     match gw.hosts.hub.store.list_approvals(&q.tenant, status).await {
         Ok(list) => axum::Json(list.iter().map(approval_json).collect::<Vec<_>>()).into_response(),
-        Err(e) => backend(e),
+        Err(e) => ClientError::from(e).into_response(),
     }
 }
 
@@ -100,11 +107,12 @@ async fn decide(
         match serde_json::from_slice(&body) {
             Ok(b) => b,
             Err(_) => {
-                return api_error(
+                return ClientError::new(
                     StatusCode::BAD_REQUEST,
                     "invalid_request",
                     "body must be {\"reason\"?}",
-                );
+                )
+                .into_response();
             }
         }
     };
@@ -114,7 +122,7 @@ async fn decide(
         .await
     {
         Ok(a) => axum::Json(approval_json(&a)).into_response(),
-        Err(e) => hosts_error(&e),
+        Err(e) => ClientError::from(&e).into_response(),
     }
 }
 
@@ -156,6 +164,6 @@ pub(super) async fn hosts_list(
                 .collect::<Vec<_>>(),
         )
         .into_response(),
-        Err(e) => backend(e),
+        Err(e) => ClientError::from(e).into_response(),
     }
 }

@@ -10,11 +10,12 @@ pub(super) async fn ws(
     upgrade: yawc::IncomingUpgrade,
 ) -> Response {
     if s.gw.draining.load(Ordering::SeqCst) {
-        return api_error(
+        return ClientError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "draining",
             "this pod is draining; reconnect",
-        );
+        )
+        .into_response();
     }
     let peer = peer.map(|Extension(p)| p);
     let auth = match s.authenticate(peer.as_ref(), &headers, true).await {
@@ -25,11 +26,12 @@ pub(super) async fn ws(
     let (resp, upgraded) = match crate::host_ws::accept(upgrade, gw.max_frame_bytes) {
         Ok(r) => r,
         Err(e) => {
-            return api_error(
+            return ClientError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request_format",
-                &format!("WebSocket upgrade refused: {e}"),
-            );
+                format!("WebSocket upgrade refused: {e}"),
+            )
+            .into_response();
         }
     };
     let tracker = gw.sessions.clone();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -18,7 +18,7 @@ use switchyard_core::limits;
 
 use switchyard_webhook_signing::{SignatureError, Verifier};
 
-use super::error;
+use switchyard_core::client_error::ClientError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReadError {
@@ -32,26 +32,30 @@ pub(crate) enum ReadError {
 impl ReadError {
     pub fn response(self) -> Response {
         match self {
-            Self::TooLarge => error(
+            Self::TooLarge => ClientError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "too_large",
-                Some("the body is larger than allowed"),
-            ),
-            Self::TimedOut => error(
+                "the body is larger than allowed",
+            )
+            .into_response(),
+            Self::TimedOut => ClientError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "timeout",
-                Some("the body did not arrive in time"),
-            ),
-            Self::Aborted => error(
+                "the body did not arrive in time",
+            )
+            .into_response(),
+            Self::Aborted => ClientError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_message",
-                Some("the body could not be read"),
-            ),
-            Self::LongHeaders => error(
+                "the body could not be read",
+            )
+            .into_response(),
+            Self::LongHeaders => ClientError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_message",
-                Some("a multipart preamble or part header section is longer than 16 KiB"),
-            ),
+                "a multipart preamble or part header section is longer than 16 KiB",
+            )
+            .into_response(),
         }
     }
 
