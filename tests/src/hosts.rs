@@ -5,6 +5,8 @@
 //! here; this module adds what needs a [`Pod`].
 
 use serde_json::{Value, json};
+use switchyard_protocol::hosts::message::RunAccepted;
+use switchyard_protocol::hosts::{HostMessage, Peer, parse_from};
 // The raw host client lives in the simulator (the loadtest drives it too).
 pub use switchyard_xagent_sim::host::{
     DEVICE_CARD, DEVICE_V1, Ended, EnrolledHost, FLOW_PAIRING, HostCallError, HostConn,
@@ -82,4 +84,71 @@ pub async fn tool(conn: &Conn, ch: &str, tool_id: &str, args: Value) -> Value {
         .expect_kind("tool.invoke.ack")
         .expect("tool ack");
     ack.payload.clone().unwrap_or_default()
+}
+
+/// A `run_event` from the host: `ev` holds `event` and `payload` (and anything else), this
+/// adds the run, the `seq` and a timestamp.
+pub fn event(run_id: &str, seq: u64, ev: Value) -> HostMessage {
+    let mut raw = ev;
+    raw["type"] = json!("run_event");
+    raw["run_id"] = json!(run_id);
+    raw["seq"] = json!(seq);
+    raw["timestamp"] = json!("2026-07-20T12:01:00Z");
+    parse_from(Peer::Host, &raw.to_string()).expect("valid run_event")
+}
+
+/// The host's `run_accepted` of `run_id` (status running).
+pub fn accepted(run_id: &str) -> HostMessage {
+    HostMessage::RunAccepted(
+        serde_json::from_value::<RunAccepted>(json!({"run_id": run_id, "status": "running"}))
+            .expect("accepted"),
+    )
+}
+
+/// The run a `create_run` or `cancel_run` from the server is about.
+pub fn run_id_of(m: &HostMessage) -> String {
+    match m {
+        HostMessage::CreateRun(c) => c.run_id.clone(),
+        HostMessage::CancelRun(c) => c.run_id.clone(),
+        other => panic!("not a run message: {other:?}"),
+    }
+}
+
+/// `agent_run_start` with `goal` on a device channel; the new run's id.
+pub async fn start_run(conn: &Conn, ch: &str, goal: &str) -> String {
+    let v = tool(conn, ch, "agent_run_start", json!({"goal": goal})).await;
+    v["result"]["run_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("agent_run_start answered no run id: {v}"))
+        .to_owned()
+}
+
+/// The setup most device scenarios start from: a host enrolled on the pod and online with
+/// its agents, and an xAgent connection with a device channel bound to it by the pairing
+/// code the host was given.
+pub struct OnlineDevice {
+    pub host: EnrolledHost,
+    /// The host's socket, after `register` and `capabilities`.
+    pub hc: HostConn,
+    /// The `register_ack` config (it holds the pairing code).
+    pub config: Value,
+    pub sim: Sim,
+    pub conn: Conn,
+    pub ch: String,
+}
+
+/// Enrolls `name` on `pod`, brings it online with `agents` and binds a device channel to it.
+pub async fn online_device(pod: &Pod, name: &str, agents: &[&str]) -> OnlineDevice {
+    let host = enroll_host(pod, &pod.tenant.id, name).await;
+    let (hc, config) = host.online(agents).await;
+    let pairing = config["pairing_code"].as_str().expect("pairing code");
+    let (sim, conn, ch) = bind_device_channel(pod, name, pairing).await;
+    OnlineDevice {
+        host,
+        hc,
+        config,
+        sim,
+        conn,
+        ch,
+    }
 }

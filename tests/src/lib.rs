@@ -666,6 +666,17 @@ impl Fixture {
         }
     }
 
+    /// `tool.invoke` of `tool_id` on the fixture's channel (with `call_id` as the tool call
+    /// id); its `tool.invoke.ack`, carrying a `result` or an `error`.
+    pub async fn invoke_ack(&self, tool_id: &str, args: Value, call_id: Option<&str>) -> Envelope {
+        self.conn
+            .invoke(&self.channel_id, tool_id, args, call_id)
+            .await
+            .expect("tool.invoke")
+            .expect_kind("tool.invoke.ack")
+            .expect("a tool.invoke.ack")
+    }
+
     /// A signed JSON inbound message to the fixture's channel.
     pub async fn inbound(&self, body: &Value) -> (u16, Value) {
         InboundRequest::json(&self.secret, body)
@@ -801,4 +812,40 @@ pub fn build_workspace_binary(package: &str, bin: &str) -> PathBuf {
     let path = profile_dir.join(format!("{bin}{}", std::env::consts::EXE_SUFFIX));
     assert!(path.exists(), "{} missing after build", path.display());
     path
+}
+
+/// The start of the binding scenarios: a pod, a connection after `connector.hello` (im.v2)
+/// with one open channel not yet bound, and a fake chat endpoint with its signing secret
+/// ready for the binding flow.
+pub struct OpenChannel {
+    pub pod: Pod,
+    pub sim: Sim,
+    pub card: Value,
+    pub secret: String,
+    pub endpoint: FakeWebhook,
+    pub conn: Conn,
+    pub connector_id: String,
+    pub ch: String,
+}
+
+impl OpenChannel {
+    pub async fn start(opts: PodOptions) -> Self {
+        let pod = Pod::start(opts).await;
+        let sim = pod.sim();
+        let card = sim.card().await.expect("card");
+        let secret = new_secret();
+        let endpoint = fake_endpoint(&secret).await;
+        let (conn, connector_id) = hello(&sim, None, &[IM_V2]).await;
+        let (ch, _) = open(&conn, None).await;
+        Self {
+            pod,
+            sim,
+            card,
+            secret,
+            endpoint,
+            conn,
+            connector_id,
+            ch,
+        }
+    }
 }

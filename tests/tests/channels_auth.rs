@@ -74,10 +74,14 @@ async fn channels_open_new_reuse_known_and_reissue_unknown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routing_errors_use_the_protocol_codes() {
-    let pod = Pod::start(PodOptions::default()).await;
-    let sim = pod.sim();
-    let (conn, connector_id) = hello(&sim, None, &[IM_V2]).await;
-    let (ch, _) = open(&conn, None).await;
+    let OpenChannel {
+        pod,
+        sim,
+        connector_id,
+        conn,
+        ch,
+        ..
+    } = OpenChannel::start(PodOptions::default()).await;
 
     // C-32/T-03: a user-level packet without a channel id.
     for (kind, payload) in [
@@ -250,13 +254,17 @@ async fn a_channel_is_delivered_only_on_the_socket_that_opened_it_last() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn form_flow_binds_and_pushes_the_descriptor() {
-    let pod = Pod::start(PodOptions::default()).await;
-    let sim = pod.sim();
-    let card = sim.card().await.unwrap();
-    let secret = new_secret();
-    let endpoint = fake_endpoint(&secret).await;
-    let (conn, connector_id) = hello(&sim, None, &[IM_V2]).await;
-    let (ch, _) = open(&conn, None).await;
+    let OpenChannel {
+        pod,
+        sim,
+        card,
+        secret,
+        endpoint,
+        connector_id,
+        conn,
+        ch,
+        ..
+    } = OpenChannel::start(PodOptions::default()).await;
 
     let req_input = json!({"endpoint_url": endpoint.url(), "signing_secret": secret});
     let ack = conn
@@ -328,10 +336,13 @@ async fn form_flow_binds_and_pushes_the_descriptor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_and_the_channel_returns_to_created() {
-    let pod = Pod::start(PodOptions::default()).await;
-    let sim = pod.sim();
-    let (conn, _) = hello(&sim, None, &[IM_V2]).await;
-    let (ch, _) = open(&conn, None).await;
+    let OpenChannel {
+        pod: _pod,
+        sim,
+        conn,
+        ch,
+        ..
+    } = OpenChannel::start(PodOptions::default()).await;
     let short = "short-secret";
     for input in [
         json!({"endpoint_url": "http://127.0.0.1:9/hook", "signing_secret": short}),
@@ -390,12 +401,15 @@ async fn bad_input_fails_and_the_channel_returns_to_created() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_status_and_cancel_answers() {
-    let pod = Pod::start(PodOptions::default()).await;
-    let sim = pod.sim();
-    let secret = new_secret();
-    let endpoint = fake_endpoint(&secret).await;
-    let (conn, _) = hello(&sim, None, &[IM_V2]).await;
-    let (ch, _) = open(&conn, None).await;
+    let OpenChannel {
+        pod: _pod,
+        sim,
+        secret,
+        endpoint,
+        conn,
+        ch,
+        ..
+    } = OpenChannel::start(PodOptions::default()).await;
 
     // Unknown session: auth.status -> auth_session_not_found.
     let e = conn.auth_status(&ch, "auth_nope", false).await.unwrap();
@@ -563,13 +577,17 @@ async fn logout_clears_the_login_but_keeps_the_channel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pairing_flow_end_to_end() {
-    let pod = Pod::start(PodOptions::default()).await;
-    let sim = pod.sim();
-    let card = sim.card().await.unwrap();
-    let secret = new_secret();
-    let endpoint = fake_endpoint(&secret).await;
-    let (conn, connector_id) = hello(&sim, None, &[IM_V2]).await;
-    let (ch, _) = open(&conn, None).await;
+    let OpenChannel {
+        pod,
+        sim,
+        card,
+        secret,
+        endpoint,
+        connector_id,
+        conn,
+        ch,
+        ..
+    } = OpenChannel::start(PodOptions::default()).await;
 
     let start = conn
         .request("auth.start", Some(&ch), json!({"flow_id": FLOW_PAIRING}))

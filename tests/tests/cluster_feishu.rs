@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use cluster_support::*;
 use serde_json::json;
 use switchyard_fake_feishu::{Chat, FakeFeishu, Pushed};
-use switchyard_xagent_sim::{Conn, Deliveries, EnvelopeExt, Sim};
+use switchyard_xagent_sim::{Deliveries, EnvelopeExt};
 
 const CARD: &str = "im.feishu";
 const FLOW: &str = "feishu_app_binding";
@@ -22,47 +22,11 @@ const SECRET: &str = "ClusterAppSecretValue-0123456789abcdef";
 /// Pods reload the bound apps this often (the provider's default; not configurable).
 const REFRESH: Duration = Duration::from_secs(30);
 
-fn feishu_sim(pod: &PodInfo, key: &str) -> Sim {
-    Sim::new(&format!("http://{}/feishu", pod.addr), Some(key)).expect("sim")
-}
-
-async fn hello(sim: &Sim, connector_id: Option<&str>) -> (Conn, String) {
-    let conn = sim.connect().await.expect("connect");
-    let ack = conn
-        .hello(CARD, connector_id, &[IM_V2])
-        .await
-        .expect("hello")
-        .expect_kind("connector.hello.ack")
-        .expect("hello ack");
-    let id = ack
-        .str_at("/connector_id")
-        .expect("connector_id")
-        .to_owned();
-    (conn, id)
-}
-
-async fn open(conn: &Conn, ch: Option<&str>) -> String {
-    conn.open_channel(ch)
-        .await
-        .expect("open")
-        .expect_kind("channel.open.ack")
-        .expect("open ack")
-        .connector_channel_id
-        .clone()
-        .expect("channel id")
-}
-
 /// Live pods whose log says they opened the long connection.
 fn connection_openers(cluster: &Cluster) -> Vec<String> {
-    cluster
-        .live_pods()
-        .iter()
-        .filter(|p| {
-            std::fs::read_to_string(&p.log)
-                .unwrap_or_default()
-                .contains("feishu long connection open")
-        })
-        .map(|p| p.name.clone())
+    pods_logging(cluster, "feishu long connection open")
+        .into_iter()
+        .map(|(name, _)| name)
         .collect()
 }
 
@@ -117,9 +81,9 @@ async fn long_connection_failover(pool: u32) {
     let tenant = cluster.tenant("feishu-failover").await;
 
     // The app is bound through pod a (long-connection mode: no token, no key).
-    let binding_sim = feishu_sim(&pods[0], &tenant.api_key);
-    let (conn, connector_id) = hello(&binding_sim, None).await;
-    let ch = open(&conn, None).await;
+    let binding_sim = prefix_sim(&pods[0], "/feishu", &tenant.api_key);
+    let (conn, connector_id) = hello_card(&binding_sim, CARD, None).await;
+    let ch = open_channel_on(&conn, None).await;
     let ack = conn
         .auth_start(&ch, FLOW, json!({"app_id": APP, "app_secret": SECRET}))
         .await
@@ -166,9 +130,9 @@ async fn long_connection_failover(pool: u32) {
         .expect("other pod")
         .clone();
     drop(conn);
-    let sim = feishu_sim(&socket_pod, &tenant.api_key);
-    let (conn, _) = hello(&sim, Some(&connector_id)).await;
-    assert_eq!(open(&conn, Some(&ch)).await, ch);
+    let sim = prefix_sim(&socket_pod, "/feishu", &tenant.api_key);
+    let (conn, _) = hello_card(&sim, CARD, Some(&connector_id)).await;
+    assert_eq!(open_channel_on(&conn, Some(&ch)).await, ch);
     let deliveries = Deliveries::default();
     let _acker = conn.spawn_auto_ack(deliveries.clone());
 

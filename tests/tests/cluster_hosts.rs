@@ -14,13 +14,14 @@ use cluster_support::*;
 use serde_json::{Value, json};
 use switchyard_core::hoststore::{HostStatus, HostStore};
 use switchyard_e2e::hosts::{
-    Ended, EnrolledHost, HostConn, bind_device_channel_at, enroll_with_token, tool,
+    Ended, EnrolledHost, HostConn, accepted, bind_device_channel_at, enroll_with_token, event,
+    run_id_of, tool,
 };
 use switchyard_e2e::{Conn, EnvelopeExt};
 use switchyard_protocol::hosts::message::{
-    ApprovalRequest, DownloadArtifact, RiskLevel, RunAccepted, UploadArtifact,
+    ApprovalRequest, DownloadArtifact, RiskLevel, UploadArtifact,
 };
-use switchyard_protocol::hosts::{HostMessage, MessageType, Peer, RunState, parse_from};
+use switchyard_protocol::hosts::{HostMessage, MessageType, RunState};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -97,29 +98,6 @@ async fn register(host: &EnrolledHost) -> HostConn {
     };
     assert_eq!(ack.connector_id, host.host_id);
     c
-}
-
-fn event(run_id: &str, seq: u64, ev: Value) -> HostMessage {
-    let mut raw = ev;
-    raw["type"] = json!("run_event");
-    raw["run_id"] = json!(run_id);
-    raw["seq"] = json!(seq);
-    raw["timestamp"] = json!("2026-07-20T12:01:00Z");
-    parse_from(Peer::Host, &raw.to_string()).expect("valid run_event")
-}
-
-fn accepted(run_id: &str) -> HostMessage {
-    HostMessage::RunAccepted(
-        serde_json::from_value::<RunAccepted>(json!({"run_id": run_id, "status": "running"}))
-            .expect("accepted"),
-    )
-}
-
-fn create_run_id(m: &HostMessage) -> String {
-    match m {
-        HostMessage::CreateRun(c) => c.run_id.clone(),
-        other => panic!("not create_run: {other:?}"),
-    }
 }
 
 /// `tool.invoke` that must succeed; returns `result`.
@@ -575,7 +553,7 @@ async fn a_host_survives_the_death_of_its_pod_without_losing_its_run() {
         bind_device_channel_at(&device_url(&b), &tenant.api_key, "kill-box", pairing).await;
 
     let run = start_run(&conn, &ch, "long job").await;
-    assert_eq!(create_run_id(&hc.expect(MessageType::CreateRun).await), run);
+    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), run);
     hc.send(&accepted(&run)).await;
     let sent = [
         json!({"event": "thinking", "payload": {"text": "step one"}}),
@@ -694,10 +672,7 @@ async fn a_lost_host_gets_its_run_back_when_it_returns() {
         bind_device_channel_at(&device_url(&b), &tenant.api_key, "lost-box", &pairing).await;
     assert_eq!(descriptor_status(&conn, &ch).await, "connected");
     let run = start_run(&conn, &ch, "interrupted job").await;
-    assert_eq!(
-        create_run_id(&live.expect(MessageType::CreateRun).await),
-        run
-    );
+    assert_eq!(run_id_of(&live.expect(MessageType::CreateRun).await), run);
     live.send(accepted(&run));
     live.send(event(
         &run,
@@ -844,7 +819,7 @@ async fn revoking_a_host_from_the_cli_reaches_the_pod_holding_it() {
         bind_device_channel_at(&device_url(&a), &tenant.api_key, "revoked-box", pairing).await;
     assert_eq!(descriptor_status(&conn, &ch).await, "connected");
     let run = start_run(&conn, &ch, "doomed").await;
-    assert_eq!(create_run_id(&hc.expect(MessageType::CreateRun).await), run);
+    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), run);
     hc.send(&accepted(&run)).await;
     wait_state(&conn, &ch, &run, "running").await;
     let mut pushes = Vec::new();
@@ -928,7 +903,7 @@ async fn a_cli_decision_rings_the_pod_holding_the_host() {
     let (_sim, conn, ch) =
         bind_device_channel_at(&device_url(&a), &tenant.api_key, "bell-box", pairing).await;
     let run = start_run(&conn, &ch, "many approvals").await;
-    assert_eq!(create_run_id(&hc.expect(MessageType::CreateRun).await), run);
+    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), run);
     hc.send(&accepted(&run)).await;
     let mut missed = Vec::new();
     for i in 0..6 {
@@ -983,7 +958,7 @@ async fn a_presigned_upload_is_listed_with_the_finished_run() {
     let (_sim, conn, ch) =
         bind_device_channel_at(&device_url(&a), &tenant.api_key, "art-box", pairing).await;
     let run = start_run(&conn, &ch, "write a report").await;
-    assert_eq!(create_run_id(&hc.expect(MessageType::CreateRun).await), run);
+    assert_eq!(run_id_of(&hc.expect(MessageType::CreateRun).await), run);
     hc.send(&accepted(&run)).await;
     let body = b"report".to_vec();
     hc.send(&HostMessage::UploadArtifact(UploadArtifact {

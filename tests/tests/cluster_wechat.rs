@@ -9,51 +9,13 @@ use std::time::{Duration, Instant};
 use cluster_support::*;
 use serde_json::json;
 use switchyard_fake_wechat::FakeWechat;
-use switchyard_xagent_sim::{Conn, Deliveries, EnvelopeExt, Sim};
+use switchyard_xagent_sim::{Deliveries, EnvelopeExt};
 
 const CARD: &str = "im.wechat";
 
-fn wechat_sim(pod: &PodInfo, key: &str) -> Sim {
-    Sim::new(&format!("http://{}/wechat", pod.addr), Some(key)).expect("sim")
-}
-
-async fn hello(sim: &Sim, connector_id: Option<&str>) -> (Conn, String) {
-    let conn = sim.connect().await.expect("connect");
-    let ack = conn
-        .hello(CARD, connector_id, &[IM_V2])
-        .await
-        .expect("hello")
-        .expect_kind("connector.hello.ack")
-        .expect("hello ack");
-    let id = ack
-        .str_at("/connector_id")
-        .expect("connector_id")
-        .to_owned();
-    (conn, id)
-}
-
-async fn open(conn: &Conn, ch: Option<&str>) -> String {
-    conn.open_channel(ch)
-        .await
-        .expect("open")
-        .expect_kind("channel.open.ack")
-        .expect("open ack")
-        .connector_channel_id
-        .clone()
-        .expect("channel id")
-}
-
 /// Pods whose log says they hold the poller lease, with the line count (the latest wins).
 fn holders(cluster: &Cluster) -> Vec<(String, usize)> {
-    cluster
-        .live_pods()
-        .iter()
-        .filter_map(|p| {
-            let log = std::fs::read_to_string(&p.log).unwrap_or_default();
-            let n = log.matches("wechat poller holds the lease").count();
-            (n > 0).then(|| (p.name.clone(), n))
-        })
-        .collect()
+    pods_logging(cluster, "wechat poller holds the lease")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,9 +40,9 @@ async fn killing_the_poller_pod_loses_and_repeats_nothing() {
     let tenant = cluster.tenant("wechat-failover").await;
 
     // QR login through pod a.
-    let sim = wechat_sim(&pods[0], &tenant.api_key);
-    let (conn, connector_id) = hello(&sim, None).await;
-    let ch = open(&conn, None).await;
+    let sim = prefix_sim(&pods[0], "/wechat", &tenant.api_key);
+    let (conn, connector_id) = hello_card(&sim, CARD, None).await;
+    let ch = open_channel_on(&conn, None).await;
     let start = conn
         .auth_start(&ch, "wechat_qr_login", json!({}))
         .await
@@ -112,9 +74,9 @@ async fn killing_the_poller_pod_loses_and_repeats_nothing() {
         .expect("other pod")
         .clone();
     drop(conn);
-    let sim = wechat_sim(&socket_pod, &tenant.api_key);
-    let (conn, _) = hello(&sim, Some(&connector_id)).await;
-    assert_eq!(open(&conn, Some(&ch)).await, ch);
+    let sim = prefix_sim(&socket_pod, "/wechat", &tenant.api_key);
+    let (conn, _) = hello_card(&sim, CARD, Some(&connector_id)).await;
+    assert_eq!(open_channel_on(&conn, Some(&ch)).await, ch);
     let deliveries = Deliveries::default();
     let _acker = conn.spawn_auto_ack(deliveries.clone());
 

@@ -10,34 +10,9 @@ use switchyard_e2e::hosts::*;
 use switchyard_e2e::{EnvelopeExt, Pod, PodOptions, eventually};
 use switchyard_protocol::hosts::message::{
     ApprovalRequest, DownloadArtifact, ErrorMessage, Handoff, HandoffBundle, RiskLevel,
-    RunAccepted, RunCancelled, UploadArtifact,
+    RunCancelled, UploadArtifact,
 };
 use switchyard_protocol::hosts::{HostErrorCode, HostMessage, MessageType};
-
-fn event(run_id: &str, seq: u64, ev: Value) -> HostMessage {
-    let mut raw = ev;
-    raw["type"] = json!("run_event");
-    raw["run_id"] = json!(run_id);
-    raw["seq"] = json!(seq);
-    raw["timestamp"] = json!("2026-07-20T12:01:00Z");
-    switchyard_protocol::hosts::parse_from(switchyard_protocol::hosts::Peer::Host, &raw.to_string())
-        .expect("valid run_event")
-}
-
-fn accepted(run_id: &str) -> HostMessage {
-    HostMessage::RunAccepted(
-        serde_json::from_value::<RunAccepted>(json!({"run_id": run_id, "status": "running"}))
-            .expect("accepted"),
-    )
-}
-
-fn run_id_of(m: &HostMessage) -> String {
-    match m {
-        HostMessage::CreateRun(c) => c.run_id.clone(),
-        HostMessage::CancelRun(c) => c.run_id.clone(),
-        other => panic!("not a run message: {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn enrolled_host_runs_a_task_for_xagent_end_to_end() {
@@ -340,17 +315,17 @@ async fn retry_policy_and_timeouts_of_the_seed() {
         c.hosts.tick = Dur(Duration::from_millis(200));
     }))
     .await;
-    let host = enroll_host(&pod, &pod.tenant.id, "policy-box").await;
-    let (mut hc, cfg) = host.online(&["a"]).await;
-    let (_s, conn, ch) =
-        bind_device_channel(&pod, "policy-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let OnlineDevice {
+        mut hc,
+        sim: _s,
+        conn,
+        ch,
+        ..
+    } = online_device(&pod, "policy-box", &["a"]).await;
     let start = |goal: &'static str| {
         let conn = &conn;
         let ch = &ch;
-        async move {
-            let v = tool(conn, ch, "agent_run_start", json!({"goal": goal})).await;
-            v["result"]["run_id"].as_str().expect("run id").to_owned()
-        }
+        async move { start_run(conn, ch, goal).await }
     };
     let state = |run: String| {
         let conn = &conn;
@@ -503,18 +478,15 @@ async fn approvals_are_decided_by_people_and_reach_the_host() {
             serde_json::from_value(json!(format!("alice@example.com={token}"))).unwrap();
     }))
     .await;
-    let host = enroll_host(&pod, &pod.tenant.id, "risky-box").await;
-    let (mut hc, cfg) = host.online(&["a"]).await;
-    let (_s, conn, ch) =
-        bind_device_channel(&pod, "risky-box", cfg["pairing_code"].as_str().unwrap()).await;
-    let started = tool(
-        &conn,
-        &ch,
-        "agent_run_start",
-        json!({"goal": "clean the build dir"}),
-    )
-    .await;
-    let run = started["result"]["run_id"].as_str().unwrap().to_owned();
+    let OnlineDevice {
+        host,
+        mut hc,
+        sim: _s,
+        conn,
+        ch,
+        ..
+    } = online_device(&pod, "risky-box", &["a"]).await;
+    let run = start_run(&conn, &ch, "clean the build dir").await;
     let _ = hc.expect(MessageType::CreateRun).await;
     hc.send(&accepted(&run)).await;
     hc.send(&HostMessage::ApprovalRequest(ApprovalRequest {
@@ -675,16 +647,7 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
     let (mut hc2, _) = second.online(&["reviewer"]).await;
     let (_s, conn, ch) =
         bind_device_channel(&pod, "art-box", cfg["pairing_code"].as_str().unwrap()).await;
-    let run = tool(
-        &conn,
-        &ch,
-        "agent_run_start",
-        json!({"goal": "write results"}),
-    )
-    .await["result"]["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run = start_run(&conn, &ch, "write results").await;
     let _ = hc.expect(MessageType::CreateRun).await;
     hc.send(&accepted(&run)).await;
 
@@ -779,11 +742,7 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
     assert_eq!(resp.bytes().await.unwrap().as_ref(), body.as_slice());
 
     // Host-initiated handoff to an agent of another host.
-    let run2 =
-        tool(&conn, &ch, "agent_run_start", json!({"goal": "draft"})).await["result"]["run_id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+    let run2 = start_run(&conn, &ch, "draft").await;
     let _ = hc.expect(MessageType::CreateRun).await;
     hc.send(&accepted(&run2)).await;
     hc.send(&HostMessage::Handoff(Handoff {
@@ -814,11 +773,7 @@ async fn artifacts_move_both_ways_and_handoff_starts_a_run_elsewhere() {
     assert_eq!(e.code, HostErrorCode::AgentNotFound);
 
     // xAgent hands a run off to the other host's agent and follows it from this channel.
-    let run3 = tool(&conn, &ch, "agent_run_start", json!({"goal": "first pass"})).await["result"]
-        ["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run3 = start_run(&conn, &ch, "first pass").await;
     let _ = hc.expect_for(MessageType::CreateRun, &run3).await;
     hc.send(&accepted(&run3)).await;
     let handed = tool(
@@ -906,7 +861,7 @@ async fn https_fallback_carries_the_same_messages() {
     let (_s, conn, ch) = bind_device_channel(&pod, "fallback-box", &pairing).await;
     let status = tool(&conn, &ch, "host_status", json!({})).await;
     assert_eq!(status["result"]["status"], "online");
-    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "over https"})).await["result"]["run_id"].as_str().unwrap().to_owned();
+    let run = start_run(&conn, &ch, "over https").await;
     // The long-poll returns the create_run.
     let polled: Vec<Value> = https
         .get(format!("{}/hosts/v1/messages?wait_s=10", host.tls_url))
@@ -1114,10 +1069,14 @@ async fn lost_host_requeues_its_runs_and_the_descriptor_follows_the_host() {
         c.hosts.tick = Dur(Duration::from_millis(200));
     }))
     .await;
-    let host = enroll_host(&pod, &pod.tenant.id, "flaky-box").await;
-    let (mut hc, cfg) = host.online(&["a"]).await;
-    let (_s, conn, ch) =
-        bind_device_channel(&pod, "flaky-box", cfg["pairing_code"].as_str().unwrap()).await;
+    let OnlineDevice {
+        host,
+        mut hc,
+        sim: _s,
+        conn,
+        ch,
+        ..
+    } = online_device(&pod, "flaky-box", &["a"]).await;
     let descriptor_status = || {
         let conn = &conn;
         let ch = &ch;
@@ -1129,11 +1088,7 @@ async fn lost_host_requeues_its_runs_and_the_descriptor_follows_the_host() {
         }
     };
     assert_eq!(descriptor_status().await, "connected");
-    let run =
-        tool(&conn, &ch, "agent_run_start", json!({"goal": "long job"})).await["result"]["run_id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+    let run = start_run(&conn, &ch, "long job").await;
     let _ = hc.expect(MessageType::CreateRun).await;
     hc.send(&accepted(&run)).await;
     hc.send(&event(
@@ -1221,14 +1176,15 @@ async fn approval_expiry_tenant_quota_and_upload_url_lifetime() {
         c.hosts.upload_url_ttl = Dur(Duration::from_secs(1));
     }))
     .await;
-    let host = enroll_host(&pod, &pod.tenant.id, "ttl-box").await;
-    let (mut hc, cfg) = host.online(&["a"]).await;
-    let (_s, conn, ch) =
-        bind_device_channel(&pod, "ttl-box", cfg["pairing_code"].as_str().unwrap()).await;
-    let run = tool(&conn, &ch, "agent_run_start", json!({"goal": "one"})).await["result"]["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let OnlineDevice {
+        host,
+        mut hc,
+        sim: _s,
+        conn,
+        ch,
+        ..
+    } = online_device(&pod, "ttl-box", &["a"]).await;
+    let run = start_run(&conn, &ch, "one").await;
     // The tenant's quota of unfinished runs (1): a second run is refused with quota_exceeded.
     let refused = conn
         .invoke(&ch, "agent_run_start", json!({"goal": "two"}), None)
@@ -1314,15 +1270,15 @@ async fn approval_expiry_tenant_quota_and_upload_url_lifetime() {
 #[tokio::test]
 async fn an_event_after_a_lost_one_is_kept_and_the_ack_waits_for_the_gap() {
     let pod = Pod::start(PodOptions::default()).await;
-    let host = enroll_host(&pod, &pod.tenant.id, "gap-box").await;
-    let (mut hc, cfg) = host.online(&["a"]).await;
-    let (_s, conn, ch) =
-        bind_device_channel(&pod, "gap-box", cfg["pairing_code"].as_str().unwrap()).await;
-    let run =
-        tool(&conn, &ch, "agent_run_start", json!({"goal": "gappy"})).await["result"]["run_id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+    let OnlineDevice {
+        host,
+        mut hc,
+        sim: _s,
+        conn,
+        ch,
+        ..
+    } = online_device(&pod, "gap-box", &["a"]).await;
+    let run = start_run(&conn, &ch, "gappy").await;
     let _ = hc.expect_for(MessageType::CreateRun, &run).await;
     hc.send(&accepted(&run)).await;
     let progress = |seq: u64, m: &str| {
@@ -1390,12 +1346,7 @@ async fn a_host_cannot_take_another_hosts_approval_id() {
         bind_device_channel(&pod, "box-a", cfg_a["pairing_code"].as_str().unwrap()).await;
     let (_sb, conn_b, ch_b) =
         bind_device_channel(&pod, "box-b", cfg_b["pairing_code"].as_str().unwrap()).await;
-    let start = |conn, ch| async move {
-        tool(conn, ch, "agent_run_start", json!({"goal": "g"})).await["result"]["run_id"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let start = |conn, ch| async move { start_run(conn, ch, "g").await };
     let run_a = start(&conn_a, &ch_a).await;
     let _ = ha.expect(MessageType::CreateRun).await;
     ha.send(&accepted(&run_a)).await;

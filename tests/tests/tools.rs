@@ -54,29 +54,11 @@ async fn send_reaches_the_endpoint_and_acks_the_result() {
 async fn a_repeated_tool_call_id_runs_once() {
     let fx = Fixture::start(PodOptions::default()).await;
     let first = fx
-        .conn
-        .invoke(
-            &fx.channel_id,
-            TOOL_SEND,
-            args(&fx, "once"),
-            Some("call-dup"),
-        )
-        .await
-        .unwrap()
-        .expect_kind("tool.invoke.ack")
-        .unwrap();
+        .invoke_ack(TOOL_SEND, args(&fx, "once"), Some("call-dup"))
+        .await;
     let second = fx
-        .conn
-        .invoke(
-            &fx.channel_id,
-            TOOL_SEND,
-            args(&fx, "once"),
-            Some("call-dup"),
-        )
-        .await
-        .unwrap()
-        .expect_kind("tool.invoke.ack")
-        .unwrap();
+        .invoke_ack(TOOL_SEND, args(&fx, "once"), Some("call-dup"))
+        .await;
     assert_eq!(
         first.at("/result"),
         second.at("/result"),
@@ -84,17 +66,8 @@ async fn a_repeated_tool_call_id_runs_once() {
     );
     assert_ne!(first.request_id, second.request_id);
     // A new call id is a new side effect.
-    fx.conn
-        .invoke(
-            &fx.channel_id,
-            TOOL_SEND,
-            args(&fx, "once"),
-            Some("call-other"),
-        )
-        .await
-        .unwrap()
-        .expect_kind("tool.invoke.ack")
-        .unwrap();
+    fx.invoke_ack(TOOL_SEND, args(&fx, "once"), Some("call-other"))
+        .await;
     let got = fx.endpoint.wait_for(2).await;
     assert_no_more_posts(&fx, 2).await;
     assert_eq!(got[0].body["text"], "once");
@@ -244,17 +217,8 @@ async fn endpoint_outage_is_retryable_and_the_retry_posts_again() {
     // Nothing happened at the target, so the retry with the same id runs and posts again.
     fx.endpoint.answer(200);
     let ok = fx
-        .conn
-        .invoke(
-            &fx.channel_id,
-            TOOL_SEND,
-            args(&fx, "try again"),
-            Some("call-5xx"),
-        )
-        .await
-        .unwrap()
-        .expect_kind("tool.invoke.ack")
-        .unwrap();
+        .invoke_ack(TOOL_SEND, args(&fx, "try again"), Some("call-5xx"))
+        .await;
     assert_eq!(ok.str_at("/result/status"), Some("sent"));
     let got = fx.endpoint.wait_for(2).await;
     assert_eq!(got[0].answered, 503);
@@ -273,17 +237,8 @@ async fn endpoint_outage_is_retryable_and_the_retry_posts_again() {
         Some("connected")
     );
     // And now it is done: a third try replays.
-    fx.conn
-        .invoke(
-            &fx.channel_id,
-            TOOL_SEND,
-            args(&fx, "try again"),
-            Some("call-5xx"),
-        )
-        .await
-        .unwrap()
-        .expect_kind("tool.invoke.ack")
-        .unwrap();
+    fx.invoke_ack(TOOL_SEND, args(&fx, "try again"), Some("call-5xx"))
+        .await;
     assert_no_more_posts(&fx, 2).await;
     fx.assert_clean();
 }
@@ -305,17 +260,12 @@ async fn file_send_tool_posts_a_working_download_url() {
     assert_eq!(status, 200, "{up}");
     let file_ref = up["file_ref"].as_str().unwrap().to_owned();
     let ack = fx
-        .conn
-        .invoke(
-            &fx.channel_id,
+        .invoke_ack(
             TOOL_FILE_SEND,
             json!({"connector_channel_id": fx.channel_id, "file_ref": file_ref, "text": "caption"}),
             Some("file-1"),
         )
-        .await
-        .unwrap()
-        .expect_kind("tool.invoke.ack")
-        .unwrap();
+        .await;
     assert_eq!(ack.str_at("/result/status"), Some("sent"));
     let post = &fx.endpoint.wait_for(1).await[0];
     assert!(post.signature_valid);
@@ -342,17 +292,12 @@ async fn routing_uses_only_the_envelope_channel() {
     let (other_ch, _) = bind_channel(&fx.conn, other_endpoint.url(), &fx.secret).await;
     // T-02: the model's argument names the other channel; the envelope decides.
     let ack = fx
-        .conn
-        .invoke(
-            &fx.channel_id,
+        .invoke_ack(
             TOOL_SEND,
             json!({"connector_channel_id": other_ch, "text": "routed by envelope"}),
             Some("t2"),
         )
-        .await
-        .unwrap()
-        .expect_kind("tool.invoke.ack")
-        .unwrap();
+        .await;
     assert_eq!(
         ack.connector_channel_id.as_deref(),
         Some(fx.channel_id.as_str())
@@ -406,17 +351,8 @@ async fn concurrent_calls_with_one_tool_call_id_post_once() {
     // Retried after it finished: the same result, still one post.
     fx.endpoint.delay(std::time::Duration::ZERO);
     let again = fx
-        .conn
-        .invoke(
-            &fx.channel_id,
-            TOOL_SEND,
-            args(&fx, "race"),
-            Some("call-race"),
-        )
-        .await
-        .unwrap()
-        .expect_kind("tool.invoke.ack")
-        .unwrap();
+        .invoke_ack(TOOL_SEND, args(&fx, "race"), Some("call-race"))
+        .await;
     let first = acks.iter().find(|a| a.error.is_none()).unwrap();
     assert_eq!(again.at("/result"), first.at("/result"));
     assert_eq!(fx.endpoint.count(), 1);

@@ -1,6 +1,11 @@
 //! Switchyard's core: domain records, the state machines of connectors, channels, auth
 //! sessions and deliveries, and the seams (`Store`, `Bus`, `Ephemeral`, `FileStore`,
 //! `Provider`) with their cheap in-process implementations.
+//!
+//! Core depends on `axum` on purpose, for two things only: a provider's ingress is an
+//! `axum::Router` that the edge nests under the provider's prefix (`Provider::ingress`), and
+//! a refused HTTP request is rendered once, by [`client_error::ClientError`]. No listener,
+//! server or transport lives here; those are the edge's.
 
 pub mod bus;
 pub mod client_error;

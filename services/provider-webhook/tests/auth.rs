@@ -224,7 +224,7 @@ async fn pairing_accepts_the_html_form_post() {
     assert_eq!(refused.status().as_u16(), 400);
     let v: Value = refused.json().await.unwrap();
     assert!(
-        v["message"]
+        v["error"]["message"]
             .as_str()
             .unwrap()
             .contains("outbound.allow_private"),

@@ -175,7 +175,12 @@ async fn stale_timestamp_is_401() {
         )
         .await;
     assert_eq!(status, 401);
-    assert!(v["message"].as_str().unwrap().contains("300 seconds"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("300 seconds")
+    );
     assert!(t.host.inbound().is_empty());
 }
 
@@ -185,7 +190,10 @@ async fn unknown_channel_is_404() {
     let (status, v) = t
         .post_json("cch_nope", &json!({"message_id": "m1", "text": "hi"}))
         .await;
-    assert_eq!((status, v), (404, json!({"error": "unknown_channel"})));
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (404, Some("unknown_channel"))
+    );
 }
 
 #[tokio::test]
@@ -216,7 +224,7 @@ async fn invalid_messages_are_400() {
         let (status, v) = t.post_json(CHANNEL, &body).await;
         assert_eq!(status, 400, "{body}");
         assert_eq!(v["error"]["code"], "invalid_message");
-        assert!(v["message"].is_string());
+        assert!(v["error"]["message"].is_string());
     }
     let (status, _) = t
         .post_signed(

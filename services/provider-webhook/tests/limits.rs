@@ -136,7 +136,10 @@ async fn json_over_the_json_cap_is_413_before_the_signature_is_checked() {
     let t = setup(config()).await;
     let body = json!({"message_id": "big", "text": "x".repeat(40 * 1024)});
     let (status, v, _) = t.post(CHANNEL, &body, WRONG_SECRET).await;
-    assert_eq!((status, v["error"].as_str()), (413, Some("too_large")));
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (413, Some("too_large"))
+    );
     assert!(t.host.inbound().is_empty());
 }
 
@@ -174,7 +177,7 @@ async fn multipart_files_stream_to_the_store_and_are_discarded_when_the_signatur
     drop(s.tx);
     let (status, v, _) = s.answer.await.unwrap();
     assert_eq!(
-        (status, v["error"].as_str()),
+        (status, v["error"]["code"].as_str()),
         (401, Some("invalid_signature"))
     );
     assert!(
@@ -196,7 +199,10 @@ async fn a_body_that_stalls_is_408() {
         .unwrap();
     let answer = tokio::time::timeout(Duration::from_secs(5), s.answer).await;
     let (status, v, _) = answer.expect("no answer while the body stalls").unwrap();
-    assert_eq!((status, v["error"].as_str()), (408, Some("timeout")));
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (408, Some("timeout"))
+    );
 }
 
 #[tokio::test]

@@ -1416,3 +1416,51 @@ pub fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
     let i = ((sorted_ms.len() - 1) as f64 * p).round() as usize;
     sorted_ms[i]
 }
+
+// ---- xAgent on a provider's prefix -----------------------------------------------------
+
+/// A simulator for the connector mounted at `prefix` (`/feishu`, `/wechat`) of `pod`.
+pub fn prefix_sim(pod: &PodInfo, prefix: &str, key: &str) -> Sim {
+    Sim::new(&format!("http://{}{prefix}", pod.addr), Some(key)).expect("sim")
+}
+
+/// A connection after `connector.hello` for `card` (im.v2), and the connector id it got.
+pub async fn hello_card(sim: &Sim, card: &str, connector_id: Option<&str>) -> (Conn, String) {
+    let conn = sim.connect().await.expect("connect");
+    let ack = conn
+        .hello(card, connector_id, &[IM_V2])
+        .await
+        .expect("hello")
+        .expect_kind("connector.hello.ack")
+        .expect("hello ack");
+    let id = ack
+        .str_at("/connector_id")
+        .expect("connector_id")
+        .to_owned();
+    (conn, id)
+}
+
+/// Opens `ch` (a new channel when None); the channel id the pod answered.
+pub async fn open_channel_on(conn: &Conn, ch: Option<&str>) -> String {
+    conn.open_channel(ch)
+        .await
+        .expect("open")
+        .expect_kind("channel.open.ack")
+        .expect("open ack")
+        .connector_channel_id
+        .clone()
+        .expect("channel id")
+}
+
+/// Live pods whose log holds `line`, with how often (a later holder logs it again).
+pub fn pods_logging(cluster: &Cluster, line: &str) -> Vec<(String, usize)> {
+    cluster
+        .live_pods()
+        .iter()
+        .filter_map(|p| {
+            let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+            let n = log.matches(line).count();
+            (n > 0).then(|| (p.name.clone(), n))
+        })
+        .collect()
+}
