@@ -665,7 +665,7 @@ impl Provider for AgentHostProvider {
     }
 
     fn start(&self, host: Arc<dyn ProviderServices>, stop: tokio_util::sync::CancellationToken) {
-        tokio::spawn(push_status_changes(self.hosts.clone(), host.clone(), stop));
+        let _ = stop;
         let _ = self.host.set(host);
     }
 }
@@ -679,53 +679,5 @@ async fn status_of(hosts: &Hosts, credentials: &Value) -> ConnectionStatus {
     match hosts.host(id).await {
         Ok(Some(h)) => connection_status(h.status),
         _ => ConnectionStatus::Error,
-    }
-}
-
-/// Pushes the Descriptor of a device channel whenever its host's status moves on this pod.
-/// After falling behind, every bound channel's status is read and pushed afresh, so no move
-/// is lost for good.
-async fn push_status_changes(
-    hosts: Arc<Hosts>,
-    services: Arc<dyn ProviderServices>,
-    stop: tokio_util::sync::CancellationToken,
-) {
-    use tokio::sync::broadcast::error::RecvError;
-    let mut changes = hosts.status_changes();
-    loop {
-        let next = tokio::select! {
-            () = stop.cancelled() => return,
-            next = changes.recv() => next,
-        };
-        match next {
-            Ok(change) => {
-                if let Err(e) = services
-                    .set_target_status(&change.channel_id, change.status)
-                    .await
-                {
-                    tracing::debug!(error = %e, "descriptor push after a host status move failed");
-                }
-            }
-            Err(RecvError::Lagged(missed)) => {
-                tracing::warn!(
-                    missed,
-                    "host status moves came faster than they were pushed; pushing every device channel's status"
-                );
-                let bound = match services.bound_channels().await {
-                    Ok(b) => b,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "listing device channels to push their status");
-                        continue;
-                    }
-                };
-                for b in bound {
-                    let status = status_of(&hosts, &b.credentials).await;
-                    if let Err(e) = services.set_target_status(&b.channel_id, status).await {
-                        tracing::debug!(error = %e, "descriptor push after a lag failed");
-                    }
-                }
-            }
-            Err(RecvError::Closed) => return,
-        }
     }
 }

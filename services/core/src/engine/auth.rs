@@ -414,20 +414,6 @@ impl Connector {
         ch: &ChannelRecord,
         status: ConnectionStatus,
     ) -> Result<(), Fault> {
-        if ch.status == status {
-            return Ok(());
-        }
-        self.hub
-            .store
-            .set_channel_status(&ch.id, status, &ch.view, now_ms())
-            .await?;
-        self.ring(
-            &ch.connector_id,
-            Doorbell::Descriptor {
-                channel_id: ch.id.clone(),
-            },
-        )
-        .await;
-        Ok(())
+        Ok(self.hub.set_channel_status(ch, status).await?)
     }
 }

@@ -178,8 +178,15 @@ impl Connector {
 
     /// Rings a connector's doorbell. A lost notice only delays work (sessions also sweep).
     pub(crate) async fn ring(&self, connector_id: &str, bell: Doorbell) {
+        self.hub.ring(connector_id, bell).await;
+    }
+}
+
+impl Hub {
+    /// Rings a connector's doorbell: the pod holding its socket does the work now (a lost
+    /// ring is picked up by the periodic sweep).
+    pub(crate) async fn ring(&self, connector_id: &str, bell: Doorbell) {
         if let Err(e) = self
-            .hub
             .bus
             .publish(&connector_topic(connector_id), bell.encode())
             .await
@@ -188,9 +195,30 @@ impl Connector {
             metrics::counter!("switchyard_doorbell_failures_total").increment(1);
         }
     }
-}
 
-impl Hub {
+    /// Records the target status of a channel and rings its connector, so the socket holding
+    /// the channel pushes the new Descriptor. A status that did not move writes nothing.
+    pub async fn set_channel_status(
+        &self,
+        ch: &crate::model::ChannelRecord,
+        status: switchyard_protocol::ConnectionStatus,
+    ) -> Result<(), crate::error::BackendError> {
+        if ch.status == status {
+            return Ok(());
+        }
+        self.store
+            .set_channel_status(&ch.id, status, &ch.view, crate::ids::now_ms())
+            .await?;
+        self.ring(
+            &ch.connector_id,
+            Doorbell::Descriptor {
+                channel_id: ch.id.clone(),
+            },
+        )
+        .await;
+        Ok(())
+    }
+
     /// Resolves a presented API key to its tenant. Unknown, malformed and revoked keys are
     /// indistinguishable to the caller.
     pub async fn authenticate(

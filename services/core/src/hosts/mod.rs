@@ -21,7 +21,6 @@ use switchyard_protocol::hosts::{
     HeartbeatAck, HostErrorCode, HostLostPolicy, HostMessage, RetryStep, RunFact, RunState,
     Timeouts, format_rfc3339, transition,
 };
-use tokio::sync::broadcast;
 
 mod approvals;
 mod artifacts;
@@ -290,21 +289,7 @@ pub struct NewRun {
 pub struct Hosts {
     pub hub: Arc<Hub>,
     pub config: HostsConfig,
-    /// Where status moves are announced; the device bridge listens and pushes Descriptors.
-    status_tx: broadcast::Sender<HostStatusChange>,
 }
-
-/// The status of a host bound to a device channel moved: what that channel's Descriptor now
-/// shows. Announced on this pod by [`Hosts::status_changes`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostStatusChange {
-    pub channel_id: String,
-    pub status: ConnectionStatus,
-}
-
-/// How many status moves a slow listener may fall behind before it is told it lagged (it then
-/// reads every bound channel's status afresh).
-const STATUS_CHANGES_BUFFER: usize = 1024;
 
 impl std::fmt::Debug for Hosts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -402,18 +387,7 @@ pub fn binding_key(host_id: &str) -> String {
 
 impl Hosts {
     pub fn new(hub: Arc<Hub>, config: HostsConfig) -> Self {
-        Self {
-            hub,
-            config,
-            status_tx: broadcast::channel(STATUS_CHANGES_BUFFER).0,
-        }
-    }
-
-    /// The status moves of hosts bound to device channels, from now on, as this pod sees them
-    /// (it is the pod that holds the host's connection or runs the sweep). A receiver that
-    /// falls behind gets `Lagged` and should read the statuses it shows afresh.
-    pub fn status_changes(&self) -> broadcast::Receiver<HostStatusChange> {
-        self.status_tx.subscribe()
+        Self { hub, config }
     }
 
     async fn ring_host(&self, host_id: &str, bell: HostBell) {
@@ -438,11 +412,10 @@ impl Hosts {
         }
     }
 
-    /// Announces the status of the channel bound to `host`, if any and if anyone listens.
+    /// Moves the status of the device channel bound to `host`, if any, before the caller
+    /// answers the host: core writes it and rings the channel's connector (the socket holding
+    /// the channel pushes the Descriptor), without calling into the device provider.
     async fn status_changed(&self, host: &HostRecord) {
-        if self.status_tx.receiver_count() == 0 {
-            return;
-        }
         let found = self
             .hub
             .store
@@ -452,17 +425,17 @@ impl Hosts {
                 &binding_key(&host.id),
             )
             .await;
-        match found {
-            Ok(Some(ch)) => {
-                let _ = self.status_tx.send(HostStatusChange {
-                    channel_id: ch.id,
-                    status: connection_status(host.status),
-                });
+        let moved = match found {
+            Ok(Some(ch)) if ch.binding.is_some() => {
+                self.hub
+                    .set_channel_status(&ch, connection_status(host.status))
+                    .await
             }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::debug!(error = %e, "finding the channel of a host whose status moved")
-            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = moved {
+            tracing::debug!(error = %e, "the device channel's status after a host status move");
         }
     }
 }
