@@ -38,7 +38,8 @@ pub struct ListenerLimits {
 }
 
 /// The answer to a connection over the cap: a complete response, so the client reads a
-/// reason rather than a reset.
+/// reason rather than a reset. Its body is a `ClientError`'s, written out because it is sent
+/// before a request is read (a test keeps the two equal).
 pub const OVER_CAP_RESPONSE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
 content-type: application/json\r\n\
 retry-after: 1\r\n\
@@ -238,6 +239,13 @@ mod tests {
             .unwrap();
         assert_eq!(body.len(), len);
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert_eq!(v["error"]["code"], "overloaded");
+        // Written out by hand (it is sent before any request is read), in the one shape.
+        let same = switchyard_core::client_error::ClientError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "too many open connections; retry in a moment",
+        );
+        assert_eq!(v, same.body());
+        assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
     }
 }
