@@ -164,46 +164,6 @@ async fn a_socket_that_answers_no_ping_is_closed_and_one_that_does_stays() {
     );
 }
 
-/// One masked (client-to-server) final text frame.
-fn masked_text_frame(payload: &[u8]) -> Vec<u8> {
-    let mask = [0x12u8, 0x34, 0x56, 0x78];
-    let mut frame = vec![0x81];
-    match payload.len() {
-        n if n < 126 => frame.push(0x80 | n as u8),
-        n if n <= 0xffff => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            frame.push(0x80 | 127);
-            frame.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    frame
-}
-
-/// The server's (unmasked, unfragmented) frames as (opcode, payload).
-fn server_frames(mut bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
-    let mut frames = Vec::new();
-    while bytes.len() >= 2 {
-        let op = bytes[0] & 0x0f;
-        let (len, at) = match bytes[1] & 0x7f {
-            126 => (u16::from_be_bytes([bytes[2], bytes[3]]) as usize, 4),
-            127 => (
-                u64::from_be_bytes(bytes[2..10].try_into().unwrap()) as usize,
-                10,
-            ),
-            n => (n as usize, 2),
-        };
-        assert!(bytes.len() >= at + len, "frame cut short");
-        frames.push((op, bytes[at..at + len].to_vec()));
-        bytes = &bytes[at + len..];
-    }
-    frames
-}
-
 #[tokio::test]
 async fn an_upload_refused_for_its_key_still_reads_its_401() {
     let pod = Pod::start(PodOptions::default()).await;
