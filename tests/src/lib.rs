@@ -447,8 +447,21 @@ pub async fn fake_endpoint(secret: &str) -> FakeWebhook {
 
 // ---- the data plane --------------------------------------------------------------------
 
-/// Connects and completes hello; returns the connection and its `connector_id`.
+/// Connects and completes hello with the webhook IM's Card; returns the connection and its
+/// `connector_id`.
 pub async fn hello(sim: &Sim, connector_id: Option<&str>, profiles: &[&str]) -> (Conn, String) {
+    hello_card(sim, CARD_ID, connector_id, profiles).await
+}
+
+/// Connects and completes hello with `card` (the connector mounted where `sim` points);
+/// checks what every hello ack promises (H-07) and returns the connection and its
+/// `connector_id`.
+pub async fn hello_card(
+    sim: &Sim,
+    card: &str,
+    connector_id: Option<&str>,
+    profiles: &[&str],
+) -> (Conn, String) {
     let conn = sim.connect().await.expect("connect /ws");
     assert_eq!(
         conn.subprotocol(),
@@ -456,7 +469,7 @@ pub async fn hello(sim: &Sim, connector_id: Option<&str>, profiles: &[&str]) -> 
         "server selects the subprotocol"
     );
     let ack = conn
-        .hello(CARD_ID, connector_id, profiles)
+        .hello(card, connector_id, profiles)
         .await
         .expect("hello")
         .expect_kind("connector.hello.ack")
@@ -468,7 +481,7 @@ pub async fn hello(sim: &Sim, connector_id: Option<&str>, profiles: &[&str]) -> 
     assert!(!id.is_empty());
     assert_eq!(
         ack.str_at("/connector_card_id"),
-        Some(CARD_ID),
+        Some(card),
         "H-07 card id echoed"
     );
     assert_eq!(

@@ -33,21 +33,6 @@ fn feishu_sim(pod: &Pod) -> Sim {
     Sim::new(&format!("{}/feishu", pod.root_url()), Some(pod.api_key())).expect("sim")
 }
 
-async fn hello_feishu(sim: &Sim, connector_id: Option<&str>) -> (Conn, String) {
-    let conn = sim.connect().await.expect("connect /ws");
-    let ack = conn
-        .hello(CARD, connector_id, &[IM_V2])
-        .await
-        .expect("hello")
-        .expect_kind("connector.hello.ack")
-        .expect("hello ack");
-    let id = ack
-        .str_at("/connector_id")
-        .expect("connector_id")
-        .to_owned();
-    (conn, id)
-}
-
 async fn bind(conn: &Conn, ch: &str, fields: Value) -> Envelope {
     conn.auth_start(ch, FLOW, fields)
         .await
@@ -81,7 +66,7 @@ async fn feishu_long_connection_bind_inbound_outbound_and_no_secret_anywhere() {
     let (status, skill) = sim.skill().await.expect("skill");
     assert_eq!(status, 200);
     assert!(skill.contains("name: connector-im-feishu"));
-    let (conn, connector_id) = hello_feishu(&sim, None).await;
+    let (conn, connector_id) = hello_card(&sim, CARD, None, &[IM_V2]).await;
 
     let (ch, _) = open(&conn, None).await;
     let bad = bind(&conn, &ch, json!({"app_id": APP, "app_secret": "nope"})).await;
@@ -230,7 +215,7 @@ async fn feishu_qr_creates_an_app_that_then_receives_messages() {
             .any(|f| f["id"] == QR_FLOW && f["type"] == "qr_login"),
         "{flows:?}"
     );
-    let (conn, _) = hello_feishu(&sim, None).await;
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
     let (ch, _) = open(&conn, None).await;
     let start = conn
         .auth_start(&ch, QR_FLOW, json!({}))
@@ -290,7 +275,7 @@ async fn feishu_http_events_encrypted_on_the_lark_base() {
     }))
     .await;
     let sim = feishu_sim(&pod);
-    let (conn, _) = hello_feishu(&sim, None).await;
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
     let (ch, _) = open(&conn, None).await;
     let ack = bind(
         &conn,
@@ -358,7 +343,7 @@ async fn feishu_restart_loses_and_repeats_nothing() {
     fs.add_app(APP, SECRET, "Restart Bot");
     let mut pod = Pod::start(opts(&fs)).await;
     let sim = feishu_sim(&pod);
-    let (conn, connector_id) = hello_feishu(&sim, None).await;
+    let (conn, connector_id) = hello_card(&sim, CARD, None, &[IM_V2]).await;
     let (ch, _) = open(&conn, None).await;
     let ack = bind(&conn, &ch, json!({"app_id": APP, "app_secret": SECRET})).await;
     assert_eq!(ack.str_at("/status"), Some("authenticated"));
@@ -384,7 +369,7 @@ async fn feishu_restart_loses_and_repeats_nothing() {
         ids.push(fs.push_text(APP, &p2p(), &format!("during {i}")).message_id);
     }
     let sim = feishu_sim(&pod);
-    let (conn, id) = hello_feishu(&sim, Some(&connector_id)).await;
+    let (conn, id) = hello_card(&sim, CARD, Some(&connector_id), &[IM_V2]).await;
     assert_eq!(id, connector_id);
     open(&conn, Some(&ch)).await;
     let after = Deliveries::default();
@@ -428,7 +413,7 @@ async fn feishu_an_answer_stays_in_the_chat_that_started_its_turn() {
     fs.add_app(APP, SECRET, "Two Chats Bot");
     let pod = Pod::start(opts(&fs)).await;
     let sim = feishu_sim(&pod);
-    let (conn, _) = hello_feishu(&sim, None).await;
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
     let (ch, _) = open(&conn, None).await;
     let ack = bind(&conn, &ch, json!({"app_id": APP, "app_secret": SECRET})).await;
     assert_eq!(ack.str_at("/status"), Some("authenticated"), "{ack:?}");
@@ -516,7 +501,7 @@ async fn feishu_inbound_throughput() {
     let fs = FakeFeishu::start().await;
     let pod = Pod::start(opts(&fs)).await;
     let sim = feishu_sim(&pod);
-    let (conn, _) = hello_feishu(&sim, None).await;
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
     let mut app_ids = Vec::new();
     for i in 0..apps {
         let app = format!("cli_load{i:04}");

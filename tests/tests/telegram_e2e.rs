@@ -23,21 +23,6 @@ fn telegram_sim(pod: &Pod) -> Sim {
     Sim::new(&format!("{}/telegram", pod.root_url()), Some(pod.api_key())).expect("sim")
 }
 
-async fn hello_telegram(sim: &Sim) -> (Conn, String) {
-    let conn = sim.connect().await.expect("connect /ws");
-    let ack = conn
-        .hello(CARD, None, &[IM_V2])
-        .await
-        .expect("hello")
-        .expect_kind("connector.hello.ack")
-        .expect("hello ack");
-    let id = ack
-        .str_at("/connector_id")
-        .expect("connector_id")
-        .to_owned();
-    (conn, id)
-}
-
 async fn bind(conn: &Conn, ch: &str, token: &str, chat: Value) -> Envelope {
     conn.auth_start(ch, FLOW, json!({"bot_token": token, "chat_id": chat}))
         .await
@@ -58,7 +43,7 @@ async fn telegram_bind_inbound_outbound_and_no_token_anywhere() {
     let (skill_status, skill) = sim.skill().await.expect("skill");
     assert_eq!(skill_status, 200);
     assert!(skill.contains("name: connector-im-telegram"));
-    let (conn, connector_id) = hello_telegram(&sim).await;
+    let (conn, connector_id) = hello_card(&sim, CARD, None, &[IM_V2]).await;
 
     // Binding: a bad token and a wrong chat fail; the good pair authenticates.
     let (ch, _) = open(&conn, None).await;
@@ -226,7 +211,7 @@ async fn telegram_inbound_throughput() {
     let tg = FakeTelegram::start().await;
     let pod = pod_for(&tg).await;
     let sim = telegram_sim(&pod);
-    let (conn, _) = hello_telegram(&sim).await;
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
     let mut tokens = Vec::new();
     for i in 0..bots {
         let token = format!("80000{i:04}:LoadTestTokenNumber{i:04}abcdef");

@@ -26,21 +26,6 @@ fn wechat_sim(pod: &Pod) -> Sim {
     Sim::new(&format!("{}/wechat", pod.root_url()), Some(pod.api_key())).expect("sim")
 }
 
-async fn hello_wechat(sim: &Sim, connector_id: Option<&str>) -> (Conn, String) {
-    let conn = sim.connect().await.expect("connect /ws");
-    let ack = conn
-        .hello(CARD, connector_id, &[IM_V2])
-        .await
-        .expect("hello")
-        .expect_kind("connector.hello.ack")
-        .expect("hello ack");
-    let id = ack
-        .str_at("/connector_id")
-        .expect("connector_id")
-        .to_owned();
-    (conn, id)
-}
-
 async fn status(conn: &Conn, ch: &str, session: &str) -> Envelope {
     conn.auth_status(ch, session, false)
         .await
@@ -109,7 +94,7 @@ async fn wechat_qr_login_messages_media_typing_and_stale_token() {
     let (skill_status, skill) = sim.skill().await.expect("skill");
     assert_eq!(skill_status, 200);
     assert!(skill.contains("name: connector-im-wechat"));
-    let (conn, connector_id) = hello_wechat(&sim, None).await;
+    let (conn, connector_id) = hello_card(&sim, CARD, None, &[IM_V2]).await;
     let (ch, _) = open(&conn, None).await;
     let (bot, done) = login(&conn, &fake, &ch).await;
     let d = done
@@ -304,7 +289,7 @@ async fn wechat_restart_on_the_same_data_dir_loses_and_repeats_nothing() {
     fake.set_long_poll(Duration::from_millis(500));
     let mut pod = pod_for(&fake).await;
     let sim = wechat_sim(&pod);
-    let (conn, connector_id) = hello_wechat(&sim, None).await;
+    let (conn, connector_id) = hello_card(&sim, CARD, None, &[IM_V2]).await;
     let (ch, _) = open(&conn, None).await;
     let (bot, _) = login(&conn, &fake, &ch).await;
     let deliveries = Deliveries::default();
@@ -327,7 +312,7 @@ async fn wechat_restart_on_the_same_data_dir_loses_and_repeats_nothing() {
     }
     pod.restart().await;
     let sim = wechat_sim(&pod);
-    let (conn, _) = hello_wechat(&sim, Some(&connector_id)).await;
+    let (conn, _) = hello_card(&sim, CARD, Some(&connector_id), &[IM_V2]).await;
     open(&conn, Some(&ch)).await;
     let _acker = conn.spawn_auto_ack(deliveries.clone());
     for n in 0..20 {
@@ -378,7 +363,7 @@ async fn wechat_inbound_throughput() {
     fake.set_long_poll(Duration::from_millis(500));
     let pod = pod_for(&fake).await;
     let sim = wechat_sim(&pod);
-    let (conn, _) = hello_wechat(&sim, None).await;
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
     let mut tokens = Vec::new();
     for _ in 0..bots {
         let (ch, _) = open(&conn, None).await;

@@ -1426,18 +1426,7 @@ pub fn prefix_sim(pod: &PodInfo, prefix: &str, key: &str) -> Sim {
 
 /// A connection after `connector.hello` for `card` (im.v2), and the connector id it got.
 pub async fn hello_card(sim: &Sim, card: &str, connector_id: Option<&str>) -> (Conn, String) {
-    let conn = sim.connect().await.expect("connect");
-    let ack = conn
-        .hello(card, connector_id, &[IM_V2])
-        .await
-        .expect("hello")
-        .expect_kind("connector.hello.ack")
-        .expect("hello ack");
-    let id = ack
-        .str_at("/connector_id")
-        .expect("connector_id")
-        .to_owned();
-    (conn, id)
+    switchyard_e2e::hello_card(sim, card, connector_id, &[IM_V2]).await
 }
 
 /// Opens `ch` (a new channel when None); the channel id the pod answered.
