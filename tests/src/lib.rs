@@ -5,10 +5,9 @@
 //!
 //! Every scenario builds its own [`Pod`], so tests are independent and run in parallel.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -44,46 +43,15 @@ pub const QUIET: Duration = Duration::from_millis(1200);
 
 // ---- captured logs ---------------------------------------------------------------------
 
-static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+/// Everything logged so far by every pod of this test binary.
+pub use switchyard_core::testkit::captured_logs;
 
 /// Installs (once per test binary) a log subscriber that keeps everything the pods log, at
 /// debug level for Switchyard's crates, so scenarios can assert that no secret is logged.
 pub fn init_logs() {
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let writer = buf.clone();
-        let filter = tracing_subscriber::EnvFilter::new(
-            "info,switchyard=debug,switchyard_core=debug,switchyard_provider_webhook=debug,switchyard_store_sqlite=debug,tower_http=debug",
-        );
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_ansi(false)
-            .with_writer(move || LogWriter(writer.clone()))
-            .try_init();
-        buf
-    });
-}
-
-/// Everything logged so far by every pod of this test binary.
-pub fn captured_logs() -> String {
-    LOGS.get()
-        .map(|b| String::from_utf8_lossy(&b.lock().unwrap_or_else(|p| p.into_inner())).into_owned())
-        .unwrap_or_default()
+    switchyard_core::testkit::init_logs_with(
+        "info,switchyard=debug,switchyard_core=debug,switchyard_provider_webhook=debug,switchyard_store_sqlite=debug,tower_http=debug",
+    );
 }
 
 /// Asserts that `needle` (a secret) appears in no log line.
@@ -100,23 +68,8 @@ pub fn new_secret() -> String {
     format!("whsec-{}", random_secret(16))
 }
 
-/// Polls `f` every 25 ms until it yields `Some`, or panics after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
+/// Polls `f` until it yields `Some`, or panics after `timeout`.
+pub use switchyard_core::testkit::eventually;
 
 /// Asserts that no push of type `kind` arrives on `conn` within `window`; other pushes are
 /// kept for later reads.

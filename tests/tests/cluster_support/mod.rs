@@ -14,7 +14,6 @@
 // Each scenario file uses part of this module.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -107,22 +106,7 @@ fn s3_client(s3: &S3Env) -> aws_sdk_s3::Client {
 // ---- small helpers ---------------------------------------------------------------------
 
 /// Polls `f` every 20 ms until it yields `Some`, or panics after `timeout`.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use switchyard_core::testkit::eventually;
 
 /// A free local port (bound, then released) for a child process to listen on.
 pub fn free_port() -> u16 {

@@ -22,11 +22,17 @@ impl std::io::Write for LogWriter {
 /// Captures everything logged in this test binary, at trace level for every crate. Only the
 /// first call installs the subscriber; later ones do nothing.
 pub fn init_logs() {
+    init_logs_with("trace");
+}
+
+/// [`init_logs`] with an `EnvFilter` directive of the caller's (end-to-end tests keep their
+/// pods' dependencies at info, or the log outgrows the test).
+pub fn init_logs_with(filter: &str) {
     LOGS.get_or_init(|| {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let writer = buf.clone();
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_ansi(false)
             .with_writer(move || LogWriter(writer.clone()))
             .try_init();

@@ -24,7 +24,7 @@ use crate::provider::{InboundMessage, ProgressSink};
 
 pub use cluster::{Cluster, Session, StoredFile};
 pub use host::FakeHost;
-pub use logs::{captured_logs, init_logs};
+pub use logs::{captured_logs, init_logs, init_logs_with};
 pub use pod::ProviderPod;
 
 /// The tenant every binding of a test cluster belongs to.
