@@ -124,11 +124,13 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
         Err(r) => return r,
     };
     if s.draining.load(Ordering::SeqCst) {
+        // Another pod takes the socket at once: no longer wait than a second.
         return ClientError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "draining",
             "server draining; connect to another pod",
         )
+        .with_retry_after(std::time::Duration::from_secs(1))
         .into_response();
     }
     let offered = headers

@@ -15,6 +15,7 @@ pub(super) async fn ws(
             "draining",
             "this pod is draining; reconnect",
         )
+        .with_retry_after(Duration::from_secs(1))
         .into_response();
     }
     let peer = peer.map(|Extension(p)| p);
