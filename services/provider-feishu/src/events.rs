@@ -6,18 +6,16 @@
 //! send it again).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use bytes::BytesMut;
-use futures::StreamExt;
 use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
+use switchyard_core::bounded_body;
 use switchyard_core::client_error::ClientError;
 use switchyard_core::crypto::ct_eq;
 use switchyard_core::ids::now_ms;
@@ -41,36 +39,6 @@ pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Route
     Router::new()
         .route("/events/{channel_id}", post(event))
         .with_state(St { rt, host, slots })
-}
-
-async fn read_bounded(
-    headers: &HeaderMap,
-    body: Body,
-    max: usize,
-    timeout: Duration,
-) -> Result<Bytes, StatusCode> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > max) {
-        return Err(StatusCode::PAYLOAD_TOO_LARGE);
-    }
-    let read = async {
-        let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(max));
-        let mut s = body.into_data_stream();
-        while let Some(chunk) = s.next().await {
-            let chunk = chunk.map_err(|_| StatusCode::BAD_REQUEST)?;
-            if buf.len() + chunk.len() > max {
-                return Err(StatusCode::PAYLOAD_TOO_LARGE);
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        Ok(buf.freeze())
-    };
-    tokio::time::timeout(timeout, read)
-        .await
-        .unwrap_or(Err(StatusCode::REQUEST_TIMEOUT))
 }
 
 fn header_str<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
@@ -119,19 +87,19 @@ async fn event(
         )
         .into_response();
     };
-    let body = match read_bounded(
+    let body = match bounded_body::read_bounded(
         &headers,
         body,
-        st.rt.cfg.max_event_bytes,
+        st.rt.cfg.max_event_bytes as u64,
         st.rt.cfg.http_body_timeout,
     )
     .await
     {
         Ok(b) => b,
-        Err(s) => {
+        Err(e) => {
             limits::hit("ingress_body_bytes");
             return ClientError::new(
-                s,
+                e.status(),
                 "unreadable_body",
                 "the body could not be read within its bounds",
             )

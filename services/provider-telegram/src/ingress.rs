@@ -6,15 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use bytes::BytesMut;
-use futures::StreamExt;
 use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
+use switchyard_core::bounded_body::{self, BodyError};
 use switchyard_core::client_error::ClientError;
 use switchyard_core::crypto::ct_eq;
 use switchyard_core::limits;
@@ -38,44 +37,6 @@ pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Route
     Router::new()
         .route("/updates/{bot_key}", post(update))
         .with_state(IngressState { rt, host, slots })
-}
-
-enum ReadError {
-    TooLarge,
-    TimedOut,
-    Aborted,
-}
-
-/// Reads the body of an authenticated call, refusing more than `max` bytes or a body that
-/// takes longer than `timeout`.
-async fn read_bounded(
-    headers: &HeaderMap,
-    body: Body,
-    max: u64,
-    timeout: Duration,
-) -> Result<Bytes, ReadError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max) {
-        return Err(ReadError::TooLarge);
-    }
-    let read = async {
-        let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(max) as usize);
-        let mut stream = body.into_data_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|_| ReadError::Aborted)?;
-            if (buf.len() + chunk.len()) as u64 > max {
-                return Err(ReadError::TooLarge);
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        Ok(buf.freeze())
-    };
-    tokio::time::timeout(timeout, read)
-        .await
-        .unwrap_or(Err(ReadError::TimedOut))
 }
 
 async fn update(
@@ -163,7 +124,7 @@ async fn update(
         .into_response();
     }
     // Only a caller that knows the secret gets its body read, and only so much of it.
-    let body = match read_bounded(
+    let body = match bounded_body::read_bounded(
         &headers,
         body,
         st.rt.cfg.max_webhook_bytes,
@@ -172,7 +133,7 @@ async fn update(
     .await
     {
         Ok(b) => b,
-        Err(ReadError::TooLarge) => {
+        Err(BodyError::TooLarge) => {
             limits::hit("ingress_body_bytes");
             return ClientError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -181,7 +142,7 @@ async fn update(
             )
             .into_response();
         }
-        Err(ReadError::TimedOut) => {
+        Err(BodyError::TimedOut) => {
             limits::hit("ingress_body_timeout");
             return ClientError::new(
                 StatusCode::REQUEST_TIMEOUT,
@@ -190,7 +151,7 @@ async fn update(
             )
             .into_response();
         }
-        Err(ReadError::Aborted) => {
+        Err(BodyError::Aborted) => {
             return ClientError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_update",

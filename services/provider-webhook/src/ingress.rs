@@ -33,8 +33,9 @@ use switchyard_webhook_signing::{
 
 mod body;
 
+use body::Tee;
 pub(crate) use body::{ReadError, read_bounded, scan_multipart};
-use body::{Tee, declared_length};
+use switchyard_core::bounded_body::declared_length;
 
 const MAX_MESSAGE_ID_BYTES: usize = 256;
 const MAX_FILENAME_BYTES: usize = 255;

@@ -9,11 +9,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use switchyard_core::bounded_body::{self, BodyError};
 use switchyard_core::limits;
 
 use switchyard_webhook_signing::{SignatureError, Verifier};
@@ -69,42 +70,27 @@ impl ReadError {
     }
 }
 
-pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
+impl From<BodyError> for ReadError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge => Self::TooLarge,
+            BodyError::TimedOut => Self::TimedOut,
+            BodyError::Aborted => Self::Aborted,
+        }
+    }
 }
 
-/// Buffers the whole body (the signature covers its raw bytes), refusing more than `max`
-/// bytes or a body that takes longer than `timeout`.
+/// Buffers the whole body (the signature covers its raw bytes) within `max` bytes and
+/// `timeout`, counting a refusal under its limit.
 pub(crate) async fn read_bounded(
     headers: &HeaderMap,
     body: Body,
     max: u64,
     timeout: Duration,
 ) -> Result<Bytes, ReadError> {
-    let declared = declared_length(headers);
-    if declared.is_some_and(|n| n > max) {
-        ReadError::TooLarge.count();
-        return Err(ReadError::TooLarge);
-    }
-    let read = async {
-        let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(max) as usize);
-        let mut stream = body.into_data_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|_| ReadError::Aborted)?;
-            if (buf.len() + chunk.len()) as u64 > max {
-                return Err(ReadError::TooLarge);
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        Ok(buf.freeze())
-    };
-    let result = match tokio::time::timeout(timeout, read).await {
-        Ok(r) => r,
-        Err(_) => Err(ReadError::TimedOut),
-    };
+    let result = bounded_body::read_bounded(headers, body, max, timeout)
+        .await
+        .map_err(ReadError::from);
     if let Err(e) = result {
         e.count();
     }
