@@ -180,3 +180,47 @@ async fn token_only_subscription_and_the_plain_challenge() {
             .ends_with("@Switchyard Test Bot plain")
     );
 }
+
+/// An unsigned encrypted body is refused with one fixed answer whether its padding is good or
+/// bad (or its plaintext is no JSON), so the answers are no padding oracle.
+#[tokio::test]
+async fn unsigned_encrypted_bodies_get_one_answer_whatever_their_padding() {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+
+    let fs = fake().await;
+    fs.set_event_security(APP, Some(TOKEN), Some(KEY));
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fs.base_url()), true).await;
+    pod.bind("ch_1", json!({"app_id": APP, "app_secret": SECRET, "verification_token": TOKEN, "encrypt_key": KEY}))
+        .await;
+    pod.provider.refresh().await.unwrap();
+    let url = format!("{}/feishu/events/ch_1", pod.url);
+    let plain = serde_json::to_vec(&json!({"schema": "2.0", "header": {"event_id": "e1", "event_type": "im.message.receive_v1", "token": TOKEN, "app_id": APP}})).unwrap();
+    let good = crypto::encrypt(KEY, &plain);
+    // The last plaintext byte is the PKCS#7 pad (16 - len % 16); flipping the same byte of
+    // the block before it by that value makes it 0, which no padding allows.
+    let mut raw = STANDARD.decode(&good).unwrap();
+    let pad = (16 - plain.len() % 16) as u8;
+    let at = raw.len() - 17;
+    raw[at] ^= pad;
+    let bad_padding = STANDARD.encode(&raw);
+    let not_json = crypto::encrypt(KEY, b"not json at all");
+    let mut answers = Vec::new();
+    for enc in [good, bad_padding, not_json] {
+        let body = serde_json::to_vec(&json!({ "encrypt": enc })).unwrap();
+        answers.push(post(&url, body, &[]).await);
+    }
+    assert_eq!(answers[0].0, 401, "{answers:?}");
+    assert!(
+        answers.iter().all(|a| a == &answers[0]),
+        "one answer for every unsigned body: {answers:?}"
+    );
+    assert!(cluster.inbound().is_empty());
+    // The console's challenge still passes (signed, as the fake sends it).
+    let (status, answer) = fs.verify_url(APP, &url).await;
+    assert_eq!(
+        (status, answer["challenge_matched"].clone()),
+        (200, json!(true))
+    );
+}
