@@ -11,14 +11,21 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use serde_json::{Value, json};
 
-use crate::{Call, Failure, QrStatus, SentMessage, Shared, decode_cursor, encode_cursor};
+use crate::{
+    Call, ClientVersions, Failure, MediaUrls, QrStatus, SentMessage, Shared, decode_cursor,
+    encode_cursor,
+};
 
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
+/// Marks the second site's router (another iLink data centre over the same state).
+#[derive(Clone, Copy)]
+pub(crate) struct OtherIdc(pub bool);
+
+pub(crate) fn router(shared: Arc<Shared>, other_idc: bool) -> Router {
     Router::new()
         .route("/ilink/bot/get_bot_qrcode", any(get_bot_qrcode))
         .route("/ilink/bot/get_qrcode_status", get(get_qrcode_status))
@@ -31,6 +38,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/ilink/bot/msg/notifystop", post(notifystop))
         .route("/c2c/upload", post(cdn_upload))
         .route("/c2c/download", get(cdn_download))
+        .layer(axum::Extension(OtherIdc(other_idc)))
         .with_state(shared)
 }
 
@@ -124,9 +132,27 @@ fn bot_id(s: &Shared, token: &str) -> Option<String> {
     s.lock().bots.get(token).map(|b| b.bot_id.clone())
 }
 
-fn parse(body: &Bytes) -> Result<Value, Response> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(v) if v.is_object() && v["base_info"].is_object() => Ok(v),
+/// Records the versions a call named (`iLink-App-ClientVersion`, `base_info.channel_version`).
+fn note_versions(s: &Shared, endpoint: &str, h: &HeaderMap, body: Option<&Value>) {
+    let header = h
+        .get("ilink-app-clientversion")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let channel_version = body
+        .and_then(|b| b["base_info"]["channel_version"].as_str())
+        .map(str::to_owned);
+    s.lock().versions.push(ClientVersions {
+        endpoint: endpoint.to_owned(),
+        header,
+        channel_version,
+    });
+}
+
+fn parse(s: &Shared, endpoint: &str, h: &HeaderMap, body: &Bytes) -> Result<Value, Response> {
+    let v = serde_json::from_slice::<Value>(body).ok();
+    note_versions(s, endpoint, h, v.as_ref());
+    match v {
+        Some(v) if v.is_object() && v["base_info"].is_object() => Ok(v),
         _ => Err((
             StatusCode::BAD_REQUEST,
             axum::Json(json!({"ret": -1, "errmsg": "body must be a JSON object with base_info"})),
@@ -135,53 +161,134 @@ fn parse(body: &Bytes) -> Result<Value, Response> {
     }
 }
 
+/// `POST get_bot_qrcode?bot_type=3` with `{"local_token_list": [...]}` (login-qr.ts
+/// `fetchQRCode` since v2.3.1; protocol.md "Get a QR code"). A GET is refused.
 async fn get_bot_qrcode(
     State(s): State<Arc<Shared>>,
+    method: Method,
     Query(q): Query<HashMap<String, String>>,
+    h: HeaderMap,
+    body: Bytes,
 ) -> Response {
-    if let Some(r) = admit(&s, "get_bot_qrcode").await {
+    const EP: &str = "get_bot_qrcode";
+    if let Some(r) = admit(&s, EP).await {
         return r;
     }
+    if method != Method::POST {
+        log(&s, EP, None, "http_405");
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            axum::Json(json!({"ret": -1, "errmsg": "POST with a JSON body"})),
+        )
+            .into_response();
+    }
+    let v = serde_json::from_slice::<Value>(&body).ok();
+    note_versions(&s, EP, &h, v.as_ref());
+    let list_ok = v
+        .as_ref()
+        .and_then(|v| v["local_token_list"].as_array())
+        .is_some_and(|l| l.len() <= 10 && l.iter().all(Value::is_string));
+    let Some(v) = v.filter(|_| list_ok) else {
+        log(&s, EP, None, "http_400");
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"ret": -1, "errmsg": "body must hold local_token_list (at most 10 tokens)"})),
+        )
+            .into_response();
+    };
     if q.get("bot_type").map(String::as_str) != Some("3") {
-        log(&s, "get_bot_qrcode", None, "ret_-1");
+        log(&s, EP, None, "ret_-1");
         return ret(-1, "bot_type=3 required");
     }
-    let (code, img) = s.lock().new_qr();
-    log(&s, "get_bot_qrcode", None, "ok");
+    let (code, img) = {
+        let mut inner = s.lock();
+        inner.qr_requests.push(v);
+        inner.new_qr()
+    };
+    log(&s, EP, None, "ok");
     axum::Json(json!({"ret": 0, "qrcode": code, "qrcode_img_content": img})).into_response()
 }
 
-async fn get_qrcode_status(
-    State(s): State<Arc<Shared>>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    if let Some(r) = admit(&s, "get_qrcode_status").await {
-        return r;
-    }
-    let code = q.get("qrcode").cloned().unwrap_or_default();
+/// One answer of `get_qrcode_status` for the QR as it is now (login-qr.ts `StatusResponse`).
+fn qr_answer(s: &Shared, code: &str, verify_code: Option<&str>, other_idc: bool) -> Value {
     let baseurl = s
         .lock()
         .baseurl
         .clone()
         .unwrap_or_else(|| s.base_url.clone());
-    let out = {
-        let inner = s.lock();
-        match inner.qrs.get(&code) {
-            None => json!({"ret": 0, "status": "expired"}),
-            Some(qr) => match (qr.status, &qr.bot) {
-                (QrStatus::Wait, _) => json!({"ret": 0, "status": "wait"}),
-                (QrStatus::Scanned, _) => json!({"ret": 0, "status": "scaned"}),
-                (QrStatus::Expired, _) => json!({"ret": 0, "status": "expired"}),
-                (QrStatus::Confirmed, Some(b)) => json!({
-                    "ret": 0, "status": "confirmed",
-                    "bot_token": b.token, "ilink_bot_id": b.bot_id,
-                    "baseurl": baseurl, "ilink_user_id": b.user_id,
-                }),
-                (QrStatus::Confirmed, None) => json!({"ret": 0, "status": "wait"}),
-            },
+    let mut inner = s.lock();
+    let Some(qr) = inner.qrs.get_mut(code) else {
+        return json!({"ret": 0, "status": "expired"});
+    };
+    if qr.status == QrStatus::Wait {
+        return json!({"ret": 0, "status": "wait"});
+    }
+    if qr.status == QrStatus::Expired {
+        return json!({"ret": 0, "status": "expired"});
+    }
+    if qr.redirect && !other_idc {
+        return json!({"ret": 0, "status": "scaned_but_redirect", "redirect_host": s.idc2_host});
+    }
+    if let Some(v) = qr.verify.as_mut().filter(|v| !v.passed) {
+        if v.wrong >= 3 {
+            return json!({"ret": 0, "status": "verify_code_blocked"});
+        }
+        match verify_code {
+            Some(c) if c == v.code => v.passed = true,
+            Some(_) => {
+                v.wrong += 1;
+                let status = if v.wrong >= 3 {
+                    "verify_code_blocked"
+                } else {
+                    "need_verifycode"
+                };
+                return json!({"ret": 0, "status": status});
+            }
+            None => return json!({"ret": 0, "status": "need_verifycode"}),
+        }
+    }
+    match (qr.status, &qr.bot) {
+        (QrStatus::Confirmed, Some(b)) => json!({
+            "ret": 0, "status": "confirmed",
+            "bot_token": b.token, "ilink_bot_id": b.bot_id,
+            "baseurl": baseurl, "ilink_user_id": b.user_id,
+        }),
+        _ => json!({"ret": 0, "status": "scaned"}),
+    }
+}
+
+/// A long poll (login-qr.ts `pollQRStatus`, 35 s client timeout): a `wait` is held until the
+/// QR changes or the hold passes.
+async fn get_qrcode_status(
+    State(s): State<Arc<Shared>>,
+    axum::Extension(OtherIdc(other_idc)): axum::Extension<OtherIdc>,
+    Query(q): Query<HashMap<String, String>>,
+    h: HeaderMap,
+) -> Response {
+    const EP: &str = "get_qrcode_status";
+    if let Some(r) = admit(&s, EP).await {
+        return r;
+    }
+    note_versions(&s, EP, &h, None);
+    let code = q.get("qrcode").cloned().unwrap_or_default();
+    let verify = q.get("verify_code").map(String::as_str);
+    let hold = Duration::from_millis(s.lock().qr_hold_ms);
+    let deadline = tokio::time::Instant::now() + hold;
+    let out = loop {
+        let changed = s.qr_changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let out = qr_answer(&s, &code, verify, other_idc);
+        if out["status"] != "wait" {
+            break out;
+        }
+        tokio::select! {
+            _ = &mut changed => {}
+            _ = tokio::time::sleep_until(deadline) => break out,
         }
     };
-    log(&s, "get_qrcode_status", None, "ok");
+    let site = if other_idc { "ok_idc2" } else { "ok" };
+    log(&s, EP, None, site);
     axum::Json(out).into_response()
 }
 
@@ -208,7 +315,7 @@ async fn getupdates(State(s): State<Arc<Shared>>, h: HeaderMap, body: Bytes) -> 
         Ok(t) => t,
         Err(r) => return r,
     };
-    let req = match parse(&body) {
+    let req = match parse(&s, EP, &h, &body) {
         Ok(v) => v,
         Err(r) => return r,
     };
@@ -291,7 +398,7 @@ async fn sendmessage(State(s): State<Arc<Shared>>, h: HeaderMap, body: Bytes) ->
         Ok(t) => t,
         Err(r) => return r,
     };
-    let req = match parse(&body) {
+    let req = match parse(&s, EP, &h, &body) {
         Ok(v) => v,
         Err(r) => return r,
     };
@@ -396,16 +503,31 @@ async fn getuploadurl(State(s): State<Arc<Shared>>, h: HeaderMap, body: Bytes) -
         Ok(t) => t,
         Err(r) => return r,
     };
-    let req = match parse(&body) {
+    let req = match parse(&s, EP, &h, &body) {
         Ok(v) => v,
         Err(r) => return r,
     };
     let bid = bot_id(&s, &token);
-    let out = s.lock().begin_upload(&req);
+    let (out, urls) = {
+        let mut inner = s.lock();
+        (inner.begin_upload(&req), inner.media_urls)
+    };
     match out {
         Ok(param) => {
             log(&s, EP, bid, "ok");
-            axum::Json(json!({"ret": 0, "upload_param": param})).into_response()
+            let mut answer = json!({"ret": 0});
+            if urls != MediaUrls::FullUrl {
+                answer["upload_param"] = json!(param);
+            }
+            if urls != MediaUrls::Param {
+                // Both values are hex (the fake's parameter, the client's file key).
+                answer["upload_full_url"] = json!(format!(
+                    "{}/c2c/upload?encrypted_query_param={param}&filekey={}",
+                    s.base_url,
+                    req["filekey"].as_str().unwrap_or_default()
+                ));
+            }
+            axum::Json(answer).into_response()
         }
         Err(e) => {
             log(&s, EP, bid, "ret_-1");
@@ -423,7 +545,7 @@ async fn getconfig(State(s): State<Arc<Shared>>, h: HeaderMap, body: Bytes) -> R
         Ok(t) => t,
         Err(r) => return r,
     };
-    let req = match parse(&body) {
+    let req = match parse(&s, EP, &h, &body) {
         Ok(v) => v,
         Err(r) => return r,
     };
@@ -459,7 +581,7 @@ async fn sendtyping(State(s): State<Arc<Shared>>, h: HeaderMap, body: Bytes) -> 
         Ok(t) => t,
         Err(r) => return r,
     };
-    let req = match parse(&body) {
+    let req = match parse(&s, EP, &h, &body) {
         Ok(v) => v,
         Err(r) => return r,
     };
@@ -491,7 +613,7 @@ async fn notify(s: Arc<Shared>, h: HeaderMap, body: Bytes, start: bool) -> Respo
         Ok(t) => t,
         Err(r) => return r,
     };
-    if let Err(r) = parse(&body) {
+    if let Err(r) = parse(&s, ep, &h, &body) {
         return r;
     }
     let id = {

@@ -1,15 +1,32 @@
 //! A fake WeChat iLink bot API and media CDN: a real HTTP server on `127.0.0.1:0` that follows
-//! the iLink bot protocol as the public sources describe it, closely enough for a connector
-//! to be tested against it.
+//! the iLink bot protocol as Tencent's own client speaks it, closely enough for a connector to
+//! be tested against it. Sources: Tencent/openclaw-weixin v2.4.3 (`src/auth/login-qr.ts`,
+//! `src/api/api.ts`, `src/api/session-guard.ts`, `src/monitor/monitor.ts`,
+//! `src/cdn/pic-decrypt.ts`, `src/cdn/cdn-url.ts`, `src/media/media-download.ts`) and its
+//! `docs/protocol.md`; each behaviour below names the one it follows.
 //!
-//! - `{base}/ilink/bot/get_bot_qrcode?bot_type=3` hands out QR codes; `get_qrcode_status`
-//!   reports `wait`, `scaned`, `confirmed` (with `bot_token`, `ilink_bot_id`, `baseurl`,
-//!   `ilink_user_id`) or `expired`. Tests move a QR with [`FakeWechat::scan`],
-//!   [`FakeWechat::confirm`] and [`FakeWechat::expire_qr`].
+//! - QR login (`login-qr.ts`, protocol.md "QR-code login"): `POST
+//!   {base}/ilink/bot/get_bot_qrcode?bot_type=3` with a JSON body holding `local_token_list`
+//!   (at most ten tokens) hands out QR codes; any other method is refused with 405, a body
+//!   without the list with 400. `GET get_qrcode_status?qrcode=..[&verify_code=..]` is a long
+//!   poll: a `wait` answer is held until the QR changes or [`FakeWechat::set_qr_hold`] passes
+//!   (the official client gives up after 35 s). It reports `wait`, `scaned`, `confirmed`
+//!   (with `bot_token`, `ilink_bot_id`, `baseurl`, `ilink_user_id`), `expired`,
+//!   `scaned_but_redirect` with `redirect_host` (the login lives in another data centre:
+//!   [`FakeWechat::redirect_qr`]; only the other site, [`FakeWechat::idc2_host`], reports its
+//!   progress), `need_verifycode` (the phone shows a number: [`FakeWechat::require_verify_code`];
+//!   the poll must carry it as `verify_code`) and `verify_code_blocked` (three wrong numbers).
+//!   Tests move a QR with [`FakeWechat::scan`], [`FakeWechat::confirm`] and
+//!   [`FakeWechat::expire_qr`].
 //! - Bot calls (`getupdates`, `sendmessage`, `getuploadurl`, `getconfig`, `sendtyping`,
-//!   `msg/notifystart`, `msg/notifystop`) check the bot headers (`AuthorizationType:
-//!   ilink_bot_token`, `Authorization: Bearer <token>`, `X-WECHAT-UIN` = base64 of a decimal
-//!   number) and answer `{"ret":-14,"errcode":-14}` for an unknown or expired token.
+//!   `msg/notifystart`, `msg/notifystop`) check the bot headers (`api.ts` `buildHeaders`:
+//!   `AuthorizationType: ilink_bot_token`, `Authorization: Bearer <token>`, `X-WECHAT-UIN` =
+//!   base64 of a decimal number) and need `base_info`. A paused session
+//!   ([`FakeWechat::pause_session`]) or an unknown token is answered `{"ret":-14,"errcode":-14,
+//!   "errmsg":"session timeout"}` (`session-guard.ts`: -14 pauses the bot, the same token works
+//!   again once iLink resumes the session: [`FakeWechat::resume_session`]).
+//! - Every call's `iLink-App-ClientVersion` header and `base_info.channel_version` are recorded
+//!   ([`FakeWechat::client_versions`]; `api.ts` derives both from the one package version).
 //! - `getupdates` long-polls the bot's message log after the `get_updates_buf` cursor and
 //!   answers an empty batch with the same cursor after `longpolling_timeout_ms`. Messages stay
 //!   in the log: a client that does not move its cursor gets the same batch again.
@@ -17,9 +34,13 @@
 //!   accepted and not recorded twice (see [`SentMessage::attempts`]).
 //! - The CDN (`{base}/c2c/upload`, `{base}/c2c/download`) stores AES-128-ECB/PKCS7 ciphertext;
 //!   an upload is checked against its `getuploadurl` (padded size, key, raw size and MD5) and
-//!   answered with `x-encrypted-param`, the download parameter.
-//! - Knobs: inject inbound messages of every item type, fail or delay the next calls, expire a
-//!   bot token; every call is logged.
+//!   answered with `x-encrypted-param`, the download parameter. Media references and upload
+//!   answers carry `encrypt_query_param` / `upload_param`, `full_url` / `upload_full_url`, or
+//!   both ([`FakeWechat::set_media_urls`]; protocol.md "CDN media reference": the client
+//!   prefers the full URL). Voice items carry their audio (SILK) as media beside the transcript
+//!   (`media-download.ts`).
+//! - Knobs: inject inbound messages of every item type, fail or delay the next calls, pause a
+//!   bot's session; every call is logged.
 
 mod api;
 pub mod crypto;
@@ -71,8 +92,13 @@ pub enum Item {
         quoted: Box<Item>,
     },
     Image(Vec<u8>),
-    /// A voice note; iLink's speech-to-text result when it has one.
+    /// A voice note with a short SILK clip; iLink's speech-to-text result when it has one.
     Voice(Option<String>),
+    /// A voice note with this audio (SILK bytes) and transcript.
+    VoiceNote {
+        text: Option<String>,
+        audio: Vec<u8>,
+    },
     File {
         name: String,
         bytes: Vec<u8>,
@@ -106,6 +132,31 @@ impl SentMessage {
     }
 }
 
+/// Which CDN addresses media references and upload answers carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MediaUrls {
+    /// Only `encrypt_query_param` / `upload_param` (the client builds the CDN URL).
+    Param,
+    /// Only `full_url` / `upload_full_url`.
+    FullUrl,
+    /// Both.
+    #[default]
+    Both,
+}
+
+/// The audio a [`Item::Voice`] carries.
+pub const VOICE_SILK: &[u8] = b"#!SILK_V3\x0c\x00fake-voice-frames";
+
+/// The versions one call named.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientVersions {
+    pub endpoint: String,
+    /// The `iLink-App-ClientVersion` header.
+    pub header: Option<String>,
+    /// `base_info.channel_version` of the body (none for GET calls).
+    pub channel_version: Option<String>,
+}
+
 /// One logged call.
 #[derive(Debug, Clone, Serialize)]
 pub struct Call {
@@ -135,6 +186,7 @@ struct PendingUpload {
 pub(crate) struct Bot {
     pub(crate) bot_id: String,
     pub(crate) user_id: String,
+    /// iLink paused the session: every call answers -14 until it is resumed.
     pub(crate) expired: bool,
     /// Every inbound message, `seq` ascending.
     pub(crate) log: Vec<Value>,
@@ -155,6 +207,16 @@ pub(crate) struct Qr {
     pub(crate) img: String,
     pub(crate) status: QrStatus,
     pub(crate) bot: Option<ConfirmedBot>,
+    /// Once scanned, the main site answers `scaned_but_redirect` to the other site.
+    pub(crate) redirect: bool,
+    pub(crate) verify: Option<Verify>,
+}
+
+/// The number the phone shows after a scan, and how the client did with it.
+pub(crate) struct Verify {
+    pub(crate) code: String,
+    pub(crate) passed: bool,
+    pub(crate) wrong: u32,
 }
 
 pub(crate) struct Inner {
@@ -169,6 +231,10 @@ pub(crate) struct Inner {
     pub(crate) cdn: HashMap<String, CdnObject>,
     uploads: HashMap<String, PendingUpload>,
     pub(crate) baseurl: Option<String>,
+    pub(crate) qr_hold_ms: u64,
+    pub(crate) media_urls: MediaUrls,
+    pub(crate) qr_requests: Vec<Value>,
+    pub(crate) versions: Vec<ClientVersions>,
     pub(crate) next: u64,
     pub(crate) next_message_id: u64,
 }
@@ -176,11 +242,23 @@ pub(crate) struct Inner {
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
     pub(crate) base_url: String,
+    /// `host:port` of the second site (another iLink data centre).
+    pub(crate) idc2_host: String,
+    /// Rung on every QR change (the status long poll waits on it).
+    pub(crate) qr_changed: Notify,
 }
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on a QR and wakes the status long polls.
+    fn with_qr(&self, qrcode: &str, f: impl FnOnce(&mut Qr)) {
+        if let Some(q) = self.lock().qrs.get_mut(qrcode) {
+            f(q);
+        }
+        self.qr_changed.notify_waiters();
     }
 }
 
@@ -189,11 +267,13 @@ pub struct FakeWechat {
     addr: SocketAddr,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
+    idc2: JoinHandle<()>,
 }
 
 impl Drop for FakeWechat {
     fn drop(&mut self) {
         self.task.abort();
+        self.idc2.abort();
     }
 }
 
@@ -240,6 +320,8 @@ impl FakeWechat {
     pub async fn start_on(addr: SocketAddr) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let idc2 = tokio::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0)).await?;
+        let idc2_addr = idc2.local_addr()?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 qrs: HashMap::new(),
@@ -253,18 +335,35 @@ impl FakeWechat {
                 cdn: HashMap::new(),
                 uploads: HashMap::new(),
                 baseurl: None,
+                qr_hold_ms: 35_000,
+                media_urls: MediaUrls::default(),
+                qr_requests: Vec::new(),
+                versions: Vec::new(),
                 next: 1,
                 next_message_id: 7_479_013_024_887_233_001,
             }),
             base_url: format!("http://{addr}"),
+            idc2_host: idc2_addr.to_string(),
+            qr_changed: Notify::new(),
         });
-        let router = api::router(shared.clone());
+        let router = api::router(shared.clone(), false);
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
                 tracing::warn!(error = %e, "fake wechat server stopped");
             }
         });
-        Ok(Self { addr, shared, task })
+        let router = api::router(shared.clone(), true);
+        let idc2 = tokio::spawn(async move {
+            if let Err(e) = axum::serve(idc2, router).await {
+                tracing::warn!(error = %e, "fake wechat second site stopped");
+            }
+        });
+        Ok(Self {
+            addr,
+            shared,
+            task,
+            idc2,
+        })
     }
 
     /// `http://127.0.0.1:PORT`, the value for `SWITCHYARD_WECHAT__API_BASE`.
@@ -299,11 +398,59 @@ impl FakeWechat {
 
     /// The phone scanned the QR.
     pub fn scan(&self, qrcode: &str) {
-        if let Some(q) = self.shared.lock().qrs.get_mut(qrcode)
-            && q.status == QrStatus::Wait
-        {
-            q.status = QrStatus::Scanned;
-        }
+        self.shared.with_qr(qrcode, |q| {
+            if q.status == QrStatus::Wait {
+                q.status = QrStatus::Scanned;
+            }
+        });
+    }
+
+    /// `host:port` of the second site, the `redirect_host` of [`FakeWechat::redirect_qr`]. It
+    /// serves the same API over the same state.
+    pub fn idc2_host(&self) -> String {
+        self.shared.idc2_host.clone()
+    }
+
+    /// The QR's login lives in the other data centre: once scanned, this site answers
+    /// `scaned_but_redirect` with `redirect_host` = [`FakeWechat::idc2_host`] for good, and
+    /// only the other site reports `confirmed`.
+    pub fn redirect_qr(&self, qrcode: &str) {
+        self.shared.with_qr(qrcode, |q| q.redirect = true);
+    }
+
+    /// After the scan the phone shows a number the client must send as `verify_code`;
+    /// returns it. Three wrong numbers block the QR (`verify_code_blocked`).
+    pub fn require_verify_code(&self, qrcode: &str) -> String {
+        let code = format!("{:06}", rand::random::<u32>() % 1_000_000);
+        let c = code.clone();
+        self.shared.with_qr(qrcode, |q| {
+            q.verify = Some(Verify {
+                code: c,
+                passed: false,
+                wrong: 0,
+            })
+        });
+        code
+    }
+
+    /// How long a `wait` answer of `get_qrcode_status` is held (default 35 s).
+    pub fn set_qr_hold(&self, d: Duration) {
+        self.shared.lock().qr_hold_ms = d.as_millis() as u64;
+    }
+
+    /// The JSON bodies of the `get_bot_qrcode` requests, in order.
+    pub fn qr_requests(&self) -> Vec<Value> {
+        self.shared.lock().qr_requests.clone()
+    }
+
+    /// The versions every call named, in order.
+    pub fn client_versions(&self) -> Vec<ClientVersions> {
+        self.shared.lock().versions.clone()
+    }
+
+    /// Which CDN addresses media references and upload answers carry (default both).
+    pub fn set_media_urls(&self, m: MediaUrls) {
+        self.shared.lock().media_urls = m;
     }
 
     /// The user confirmed on the phone: a bot is created (or the one already created).
@@ -327,16 +474,18 @@ impl FakeWechat {
             q.status = QrStatus::Confirmed;
             q.bot = Some(bot.clone());
         }
+        drop(inner);
+        self.shared.qr_changed.notify_waiters();
         Some(bot)
     }
 
     /// The QR timed out at WeChat.
     pub fn expire_qr(&self, qrcode: &str) {
-        if let Some(q) = self.shared.lock().qrs.get_mut(qrcode)
-            && q.status != QrStatus::Confirmed
-        {
-            q.status = QrStatus::Expired;
-        }
+        self.shared.with_qr(qrcode, |q| {
+            if q.status != QrStatus::Confirmed {
+                q.status = QrStatus::Expired;
+            }
+        });
     }
 
     /// The `baseurl` a confirmation reports (default: this server).
@@ -374,7 +523,8 @@ impl FakeWechat {
         items: &[Item],
     ) -> u64 {
         let mut inner = self.shared.lock();
-        let list: Vec<Value> = items.iter().map(|i| inner.item_json(i)).collect();
+        let base = self.shared.base_url.clone();
+        let list: Vec<Value> = items.iter().map(|i| inner.item_json(&base, i)).collect();
         let id = inner.next_message_id;
         inner.next_message_id += 1;
         let ctx = format!("AARzJWAFAAABAAAAAAD{}", rand_hex(16));
@@ -481,13 +631,26 @@ impl FakeWechat {
         self.shared.lock().long_poll_ms = d.as_millis() as u64;
     }
 
-    /// The token goes stale: every bot call answers `ret = errcode = -14`.
-    pub fn expire_token(&self, token: &str) {
+    /// iLink pauses the bot's session: every bot call answers `ret = errcode = -14`
+    /// ("session timeout") until [`FakeWechat::resume_session`].
+    pub fn pause_session(&self, token: &str) {
         let mut inner = self.shared.lock();
         if let Some(b) = inner.bots.get_mut(token) {
             b.expired = true;
             b.notify.notify_waiters();
         }
+    }
+
+    /// The session is back: the same token works again.
+    pub fn resume_session(&self, token: &str) {
+        if let Some(b) = self.shared.lock().bots.get_mut(token) {
+            b.expired = false;
+        }
+    }
+
+    /// The same as [`FakeWechat::pause_session`], never resumed.
+    pub fn expire_token(&self, token: &str) {
+        self.pause_session(token);
     }
 
     // ---- inspection ----------------------------------------------------------------------
@@ -595,6 +758,8 @@ impl Inner {
                 img: img.clone(),
                 status: QrStatus::Wait,
                 bot: None,
+                redirect: false,
+                verify: None,
             },
         );
         self.qr_order.push(code.clone());
@@ -602,7 +767,12 @@ impl Inner {
     }
 
     /// Encrypts `bytes` with a fresh key onto the CDN; returns the item's `media` object.
-    fn store_media(&mut self, bytes: &[u8], key_form: KeyForm) -> (Value, [u8; 16]) {
+    fn store_media(
+        &mut self,
+        base_url: &str,
+        bytes: &[u8],
+        key_form: KeyForm,
+    ) -> (Value, [u8; 16]) {
         let mut key = [0u8; 16];
         rand::Rng::fill(&mut rand::rng(), &mut key);
         let ct = crypto::encrypt(&key, bytes);
@@ -621,13 +791,19 @@ impl Inner {
             KeyForm::RawBase64 => b64.encode(key),
             KeyForm::HexBase64 => b64.encode(hex::encode(key)),
         };
-        (
-            json!({"encrypt_query_param": param, "aes_key": aes_key, "encrypt_type": 1}),
-            key,
-        )
+        let mut media = json!({"aes_key": aes_key, "encrypt_type": 1});
+        if self.media_urls != MediaUrls::FullUrl {
+            media["encrypt_query_param"] = json!(param);
+        }
+        if self.media_urls != MediaUrls::Param {
+            media["full_url"] = json!(format!(
+                "{base_url}/c2c/download?encrypted_query_param={param}"
+            ));
+        }
+        (media, key)
     }
 
-    fn item_json(&mut self, item: &Item) -> Value {
+    fn item_json(&mut self, base_url: &str, item: &Item) -> Value {
         match item {
             Item::Text(t) => json!({"type": 1, "text_item": {"text": t}}),
             Item::Quote {
@@ -635,27 +811,35 @@ impl Inner {
                 title,
                 quoted,
             } => {
-                let q = self.item_json(quoted);
+                let q = self.item_json(base_url, quoted);
                 json!({"type": 1, "text_item": {"text": text}, "ref_msg": {"title": title, "message_item": q}})
             }
             Item::Image(bytes) => {
-                let (media, key) = self.store_media(bytes, KeyForm::HexBase64);
+                let (media, key) = self.store_media(base_url, bytes, KeyForm::HexBase64);
                 let padded = crypto::padded_len(bytes.len() as u64);
                 json!({"type": 2, "image_item": {"media": media, "aeskey": hex::encode(key), "mid_size": padded}})
             }
-            Item::Voice(text) => {
-                let mut v = json!({"type": 3, "voice_item": {"encode_type": 6, "playtime": 2300}});
+            Item::Voice(text) => self.item_json(
+                base_url,
+                &Item::VoiceNote {
+                    text: text.clone(),
+                    audio: VOICE_SILK.to_vec(),
+                },
+            ),
+            Item::VoiceNote { text, audio } => {
+                let (media, _) = self.store_media(base_url, audio, KeyForm::HexBase64);
+                let mut v = json!({"type": 3, "voice_item": {"media": media, "encode_type": 6, "playtime": 2300}});
                 if let Some(t) = text {
                     v["voice_item"]["text"] = json!(t);
                 }
                 v
             }
             Item::File { name, bytes } => {
-                let (media, _) = self.store_media(bytes, KeyForm::RawBase64);
+                let (media, _) = self.store_media(base_url, bytes, KeyForm::RawBase64);
                 json!({"type": 4, "file_item": {"media": media, "file_name": name, "md5": crypto::md5_hex(bytes), "len": bytes.len().to_string()}})
             }
             Item::Video(bytes) => {
-                let (media, _) = self.store_media(bytes, KeyForm::HexBase64);
+                let (media, _) = self.store_media(base_url, bytes, KeyForm::HexBase64);
                 let padded = crypto::padded_len(bytes.len() as u64);
                 json!({"type": 5, "video_item": {"media": media, "video_size": padded, "video_md5": crypto::md5_hex(bytes)}})
             }

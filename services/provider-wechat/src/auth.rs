@@ -143,7 +143,12 @@ pub(crate) async fn poll(
     }
     let v = match rt
         .api
-        .get_qrcode_status(&st.qrcode, rt.cfg.qr_status_timeout)
+        .get_qrcode_status(
+            &rt.api.api_base,
+            &st.qrcode,
+            None,
+            rt.cfg.qr_status_timeout,
+        )
         .await
     {
         Ok(v) => v,

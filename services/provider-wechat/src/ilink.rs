@@ -233,17 +233,23 @@ impl Api {
         Self::finish(endpoint, Some(token), sent).await
     }
 
-    /// A new login QR code: (`qrcode`, `qrcode_img_content`).
+    /// A new login QR code: (`qrcode`, `qrcode_img_content`). A POST with the body the
+    /// official client sends since v2.3.1 (`login-qr.ts` `fetchQRCode`): `local_token_list`
+    /// (empty here: a shared server holds other tenants' bots, whose tokens are not this
+    /// login's to show) plus `base_info`; the headers of an unauthenticated POST.
     pub async fn get_bot_qrcode(&self) -> Result<(String, String), ApiError> {
         let sent = self
             .client
-            .get(format!(
+            .post(format!(
                 "{}/ilink/bot/get_bot_qrcode?bot_type=3",
                 self.api_base
             ))
             .timeout(self.timeout)
             .header("iLink-App-Id", APP_ID)
             .header("iLink-App-ClientVersion", CLIENT_VERSION)
+            .header("AuthorizationType", "ilink_bot_token")
+            .header("X-WECHAT-UIN", uin())
+            .json(&json!({"local_token_list": [], "base_info": Self::base_info()}))
             .send()
             .await;
         let v = Self::finish("get_bot_qrcode", None, sent).await?;
@@ -258,14 +264,24 @@ impl Api {
         Ok((code.to_owned(), img.to_owned()))
     }
 
+    /// One long poll of a QR's status at `base` (the API base, or the data centre a
+    /// `scaned_but_redirect` named), with the phone's number once the user typed it.
     pub async fn get_qrcode_status(
         &self,
+        base: &str,
         qrcode: &str,
+        verify_code: Option<&str>,
         timeout: Duration,
     ) -> Result<Value, ApiError> {
-        let mut url = url::Url::parse(&format!("{}/ilink/bot/get_qrcode_status", self.api_base))
-            .map_err(|_| ApiError::Network(NetKind::Other))?;
+        let mut url = url::Url::parse(&format!(
+            "{}/ilink/bot/get_qrcode_status",
+            base.trim_end_matches('/')
+        ))
+        .map_err(|_| ApiError::Network(NetKind::Other))?;
         url.query_pairs_mut().append_pair("qrcode", qrcode);
+        if let Some(c) = verify_code {
+            url.query_pairs_mut().append_pair("verify_code", c);
+        }
         let sent = self
             .client
             .get(url)

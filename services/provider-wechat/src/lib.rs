@@ -66,7 +66,8 @@ pub struct WechatConfig {
     pub refresh_interval: Duration,
     /// Timeout of one ordinary iLink call.
     pub request_timeout: Duration,
-    /// Timeout of one `get_qrcode_status` call.
+    /// Longest one `get_qrcode_status` long poll is waited for (the official client's 35 s;
+    /// iLink answers at once when the QR changes). A poll that runs out reads as `wait`.
     pub qr_status_timeout: Duration,
     /// Timeout of one CDN upload or download.
     pub transfer_timeout: Duration,
@@ -95,7 +96,7 @@ impl WechatConfig {
             long_poll_timeout: Duration::from_secs(35),
             refresh_interval: Duration::from_secs(30),
             request_timeout: Duration::from_secs(15),
-            qr_status_timeout: Duration::from_secs(5),
+            qr_status_timeout: Duration::from_secs(35),
             transfer_timeout: Duration::from_secs(120),
             max_download_bytes: 100 * 1024 * 1024,
             send_per_bot_per_sec: 10,

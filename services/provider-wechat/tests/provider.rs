@@ -11,6 +11,7 @@ use serde_json::json;
 use switchyard_core::model::AuthStatus;
 use switchyard_core::provider::AuthStep;
 use switchyard_fake_wechat::{Failure, FakeWechat, Item};
+use switchyard_provider_wechat::WechatConfig;
 use switchyard_protocol::ConnectionStatus;
 
 const CH: &str = "cch_wx_1";
@@ -77,6 +78,47 @@ async fn qr_login_pending_at_once_then_scanned_then_authenticated() {
     assert_eq!(creds["base_url"], fake.base_url());
     assert_eq!(cluster.binding(CH).credentials["bot_token"], bot.token);
     assert!(!captured_logs().contains(&bot.token));
+}
+
+/// Issue 22 point 1: `get_bot_qrcode` is a POST with the official body (iLink refuses a GET),
+/// and `get_qrcode_status` is a long poll held up to the official client's 35 s.
+#[tokio::test]
+async fn the_qr_code_is_asked_for_with_a_post_and_its_status_is_a_held_long_poll() {
+    assert_eq!(
+        WechatConfig::new(build_info(), "https://a", "https://b").qr_status_timeout,
+        Duration::from_secs(35)
+    );
+    let fake = FakeWechat::start().await;
+    let cluster = Cluster::new();
+    let mut cfg = config(&fake);
+    cfg.qr_status_timeout = Duration::from_secs(5);
+    fake.set_qr_hold(Duration::from_secs(1));
+    let pod = Pod::start(cluster.clone(), "a", cfg, false).await;
+    pod.auth_start(CH, "auth_p").await;
+    eventually(WAIT, "QR", || async {
+        let s = cluster.session("auth_p");
+        assert_ne!(s.status, AuthStatus::Failed, "{s:?}");
+        s.qr_code_text.is_some().then_some(())
+    })
+    .await;
+    let reqs = fake.qr_requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0]["local_token_list"], json!([]));
+    assert!(reqs[0]["base_info"]["channel_version"].is_string());
+    // A `wait` is held by iLink and waited for, not cut after a few seconds.
+    let t = Instant::now();
+    let s = pod.auth_status("auth_p", false).await;
+    assert_eq!(s.status, AuthStatus::Pending);
+    assert!(t.elapsed() >= Duration::from_millis(900), "{:?}", t.elapsed());
+    // A scan during the hold is answered at once.
+    let code = fake.qr_codes()[0].clone();
+    let t = Instant::now();
+    let (s, ()) = tokio::join!(pod.auth_status("auth_p", false), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        fake.scan(&code);
+    });
+    assert_eq!(s.status, AuthStatus::Scanned);
+    assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
 }
 
 #[tokio::test]

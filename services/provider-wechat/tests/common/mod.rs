@@ -15,8 +15,9 @@ use switchyard_provider_wechat::{FLOW_QR, WechatConfig, WechatProvider};
 
 pub use switchyard_core::testkit::*;
 
-/// Fast settings for tests.
+/// Fast settings for tests; the fake holds a `wait` QR status for half a second only.
 pub fn config(fake: &FakeWechat) -> WechatConfig {
+    fake.set_qr_hold(Duration::from_millis(500));
     let mut c = WechatConfig::new(build_info(), &fake.base_url(), &fake.cdn_base());
     c.poll_lease_ttl = Duration::from_secs(3);
     c.lease_retry = Duration::from_millis(200);
