@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
-    CODE_EDIT_LIMIT, CODE_RATE_LIMITED, CODE_TOKEN_INVALID, CODE_TOKEN_MISSING, Failure, LogEntry,
-    SentMessage, Shared, Token, now_ms,
+    CODE_CHAT_RATE_LIMITED, CODE_EDIT_LIMIT, CODE_RATE_LIMITED, CODE_TOKEN_INVALID,
+    CODE_TOKEN_MISSING, Failure, LogEntry, SentMessage, Shared, Token, now_ms,
 };
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
@@ -93,7 +93,34 @@ fn injected(s: &Shared, route: &str) -> Option<Fail> {
             Fail(r, CODE_RATE_LIMITED)
         }
         Failure::TokenInvalid => Fail(token_invalid(), CODE_TOKEN_INVALID),
+        Failure::ChatRateLimited => Fail(chat_rate_limited(), CODE_CHAT_RATE_LIMITED),
     })
+}
+
+/// 230020 is a business code: HTTP 400, no `x-ogw-ratelimit-*` headers.
+fn chat_rate_limited() -> Response {
+    envelope(
+        StatusCode::BAD_REQUEST,
+        CODE_CHAT_RATE_LIMITED,
+        "This operation triggers the frequency limit.",
+        None,
+    )
+}
+
+/// Counts one send to `chat_id`; false when the chat already took its messages this second.
+fn chat_send_allowed(s: &Shared, chat_id: &str) -> bool {
+    let now = now_ms();
+    let mut g = s.lock();
+    let limit = g.chat_rate_limit;
+    let q = g.chat_sends.entry(chat_id.to_owned()).or_default();
+    while q.front().is_some_and(|t| now - t >= 1000) {
+        q.pop_front();
+    }
+    if q.len() >= limit {
+        return false;
+    }
+    q.push_back(now);
+    true
 }
 
 fn token_invalid() -> Response {
@@ -409,6 +436,10 @@ async fn create_message(
         Ok(c) => c,
         Err((code, msg)) => return fail(code, &msg),
     };
+    if !chat_send_allowed(&s, &chat_id) {
+        record(&s, "POST", route, Some(&app), 400, CODE_CHAT_RATE_LIMITED);
+        return chat_rate_limited();
+    }
     let m = store_sent(&s, &app, chat_id, &b.msg_type, content, None, false, b.uuid);
     record(&s, "POST", route, Some(&app), 200, 0);
     envelope(StatusCode::OK, 0, "success", Some(message_data(&m)))
@@ -456,6 +487,10 @@ async fn reply_message(
         Ok(c) => c,
         Err((code, msg)) => return fail(code, &msg),
     };
+    if !chat_send_allowed(&s, &chat_id) {
+        record(&s, "POST", route, Some(&app), 400, CODE_CHAT_RATE_LIMITED);
+        return chat_rate_limited();
+    }
     let m = store_sent(
         &s,
         &app,

@@ -11,7 +11,10 @@
 //!   A repeated `uuid` within an app answers the message it created (Feishu's one-hour
 //!   idempotency).
 //! - Answers use the envelope `{"code":0,"msg":"success","data":{...}}`; a frequency limit is
-//!   HTTP 429 with code 99991400 and `x-ogw-ratelimit-reset` (seconds).
+//!   HTTP 429 with code 99991400 and `x-ogw-ratelimit-reset` (seconds) (Open Platform doc
+//!   "Rate limits", `server-docs/api-call-guide/frequency-control`). A chat takes 5 messages
+//!   a second (creates and replies); the sixth is HTTP 400 with code 230020 and no reset
+//!   header ([`CODE_CHAT_RATE_LIMITED`]).
 //! - Events (`im.message.receive_v1`, schema 2.0) go to the app's long connection
 //!   (`POST /callback/ws/endpoint`, then a WebSocket of protobuf frames with ping/pong, data
 //!   frames split into `sum` fragments, and the client's response frame as the ack) or, once
@@ -49,6 +52,11 @@ pub const CODE_TOKEN_MISSING: i64 = 99991661;
 pub const CODE_RATE_LIMITED: i64 = 99991400;
 /// Edit refused: the message was edited too often (the fake's code for its `edit_limit`).
 pub const CODE_EDIT_LIMIT: i64 = 230072;
+/// The per-chat send limit (5 messages a second to one user or group), answered with HTTP
+/// 400 and no `x-ogw-ratelimit-reset` (larksuite/openclaw-lark 2026.5.20
+/// `src/card/card-error.ts` `RATE_LIMITED: 230020`; the Open Platform's send-message limits:
+/// 5 QPS to the same user or group).
+pub const CODE_CHAT_RATE_LIMITED: i64 = 230020;
 
 /// An injected failure, answered instead of running the call (so nothing happens).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +67,8 @@ pub enum Failure {
     RateLimited { reset_secs: u64 },
     /// Code 99991663 although the token is good (Feishu rotated it).
     TokenInvalid,
+    /// HTTP 400, code 230020: the chat's 5 messages a second are used up.
+    ChatRateLimited,
 }
 
 /// Where an inbound message is.
@@ -194,6 +204,10 @@ pub(crate) struct Inner {
     pub ping_interval_secs: u64,
     pub ack_timeout_ms: i64,
     pub p2p_chats: HashMap<(String, String), String>,
+    /// Messages created or replied per chat in the last second (ms), for the 230020 limit.
+    pub chat_sends: HashMap<String, VecDeque<i64>>,
+    /// Messages a chat takes per second before 230020 (Feishu: 5).
+    pub chat_rate_limit: usize,
     /// One-click app registrations (`/oauth/v1/app/registration`), oldest first.
     pub registrations: Vec<Registration>,
     pub registration_inits: u64,
@@ -281,6 +295,8 @@ impl FakeFeishu {
                 ping_interval_secs: 120,
                 ack_timeout_ms: 5000,
                 p2p_chats: HashMap::new(),
+                chat_sends: HashMap::new(),
+                chat_rate_limit: 5,
                 registrations: Vec::new(),
                 registration_inits: 0,
                 registration_interval_secs: 5,
@@ -394,6 +410,11 @@ impl FakeFeishu {
             .count()
     }
 
+    /// Messages one chat takes per second before sends answer 230020 (default 5, as Feishu).
+    pub fn set_chat_rate_limit(&self, n: usize) {
+        self.shared.lock().chat_rate_limit = n.max(1);
+    }
+
     pub fn set_edit_limit(&self, n: usize) {
         self.shared.lock().edit_limit = n;
     }
@@ -413,7 +434,7 @@ impl FakeFeishu {
         self.shared.lock().ack_timeout_ms = d.as_millis() as i64;
     }
 
-    /// The next `n` calls of `route` fail. Routes: `token`, `bot_info`, `message_create`,
+    /// The next `n` calls of `route` fail (before anything is checked or sent). Routes: `token`, `bot_info`, `message_create`,
     /// `message_reply`, `message_edit`, `image_upload`, `file_upload`, `resource`,
     /// `ws_endpoint`.
     pub fn fail_next(&self, route: &str, n: usize, failure: Failure) {

@@ -26,6 +26,9 @@ use crate::creds::{Credentials, Domain};
 const TOKEN_INVALID: &[i64] = &[99991661, 99991663, 99991668, 99991671, 99991677];
 /// The frequency limit.
 const RATE_LIMITED: i64 = 99991400;
+/// The per-chat send limit (5 messages a second to one user or group): HTTP 400 and no
+/// reset header; the chat takes messages again within a second.
+const CHAT_RATE_LIMITED: i64 = 230020;
 /// Token endpoint codes meaning the app or its secret is not (or no longer) good.
 const APP_REFUSED: &[i64] = &[10003, 10012, 10014, 10015, 1000040351];
 
@@ -88,6 +91,11 @@ impl ApiError {
             } if *status == 429 || *code == RATE_LIMITED => {
                 Some(Duration::from_secs(reset.unwrap_or(1).clamp(1, 60)))
             }
+            Self::Feishu {
+                code: CHAT_RATE_LIMITED,
+                reset,
+                ..
+            } => Some(Duration::from_secs(reset.unwrap_or(1).clamp(1, 60))),
             Self::Http { status: 429 } => Some(Duration::from_secs(1)),
             _ => None,
         }
@@ -721,6 +729,15 @@ mod tests {
             reset: Some(3),
         };
         assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
+        assert!(e.to_provider().retryable());
+        // The per-chat limit comes as HTTP 400 without a reset header: wait a second.
+        let e = ApiError::Feishu {
+            status: 400,
+            code: 230020,
+            msg: "frequency limit".into(),
+            reset: None,
+        };
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(1)));
         assert!(e.to_provider().retryable());
         let e = ApiError::Feishu {
             status: 400,

@@ -287,6 +287,70 @@ async fn frequency_limit_waits_for_the_reset_and_bad_tokens_refresh_once() {
     assert_eq!(fs.sent_messages(&pushed.chat_id).len(), 4);
 }
 
+/// Feishu takes 5 messages a second in one chat and answers the sixth with HTTP 400 and code
+/// 230020: a long answer split into 8 parts is paced through it, never failed.
+#[tokio::test]
+async fn a_burst_into_one_chat_waits_out_the_per_chat_limit() {
+    let fs = fake().await;
+    let (_c, pod, pushed) = after_inbound(&fs, &p2p()).await;
+    let para = format!("{}\n", "word ".repeat(MAX_PART / 5 - 1));
+    let text = para.repeat(8);
+    let t = Instant::now();
+    pod.deliver("ch_1", "msg_long", Some(&text), &[])
+        .await
+        .unwrap();
+    let sent = fs.sent_messages(&pushed.chat_id);
+    assert_eq!(sent.len(), 8, "every part sent");
+    assert!(
+        fs.log()
+            .iter()
+            .any(|e| e.route == "message_create" && e.code == 230020),
+        "the fake's per-chat limit was hit"
+    );
+    assert!(t.elapsed() >= Duration::from_millis(900), "paced");
+}
+
+/// A per-chat limit that outlasts the send budget is a retryable refusal (xAgent's message
+/// is acked `rejected` with `retryable: true`), not a final failure.
+#[tokio::test]
+async fn a_per_chat_limit_longer_than_the_budget_is_retryable() {
+    let fs = fake().await;
+    let cluster = Cluster::new();
+    let mut cfg = config(&fs.base_url());
+    cfg.send_budget = Duration::from_millis(1500);
+    let pod = Pod::start(cluster.clone(), "a", cfg, true).await;
+    assert!(matches!(
+        pod.bind("ch_1", app_fields()).await,
+        AuthStep::Authenticated { .. }
+    ));
+    pod.provider.refresh().await.unwrap();
+    eventually(WAIT, "long connection", || async {
+        (fs.connections(APP) == 1).then_some(())
+    })
+    .await;
+    let pushed = fs.push_text(APP, &p2p(), "hi");
+    inbound_n(&cluster, 1).await;
+    fs.fail_next("message_create", 10, Failure::ChatRateLimited);
+    let err = pod
+        .deliver("ch_1", "msg_1", Some("later"), &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Transient, "{err:?}");
+    assert!(err.retryable());
+    assert!(fs.sent_messages(&pushed.chat_id).is_empty());
+    // The same tool call fails retryably too.
+    fs.fail_next("message_create", 10, Failure::ChatRateLimited);
+    let r = pod
+        .tool(
+            "ch_1",
+            "feishu_message_send",
+            json!({"text": "later"}),
+            "call_rl",
+        )
+        .await;
+    assert!(r.as_ref().is_err_and(|e| e.retryable()), "{r:?}");
+}
+
 #[tokio::test]
 async fn tokens_are_renewed_before_they_expire_and_shared_between_pods() {
     let fs = fake().await;
