@@ -18,7 +18,7 @@ use switchyard_qr::qr_data_url;
 
 use crate::Runtime;
 use crate::creds::{Credentials, binding_key};
-use crate::ilink::accepted_base;
+use crate::ilink::{accepted_base, redirect_base};
 
 const SESSION_TTL_MS: i64 = 5 * 60 * 1000;
 /// A background fetch not finished after this is taken over by whoever polls.
@@ -35,6 +35,9 @@ pub(crate) struct QrState {
     pub qrcode: String,
     pub qr_text: String,
     pub refreshes: u32,
+    /// Where the status is polled: empty for the API base, else the data centre a
+    /// `scaned_but_redirect` named.
+    pub base: String,
 }
 
 fn fetching_state() -> QrState {
@@ -87,6 +90,8 @@ async fn fetch(rt: &Runtime, refreshes: u32) -> Result<QrState, ProviderError> {
         qrcode,
         qr_text: text,
         refreshes,
+        // A new QR is polled where it was made; a redirect is per QR.
+        base: String::new(),
     })
 }
 
@@ -144,7 +149,11 @@ pub(crate) async fn poll(
     let v = match rt
         .api
         .get_qrcode_status(
-            &rt.api.api_base,
+            if st.base.is_empty() {
+                &rt.api.api_base
+            } else {
+                &st.base
+            },
             &st.qrcode,
             None,
             rt.cfg.qr_status_timeout,
@@ -164,13 +173,39 @@ pub(crate) async fn poll(
     let status = v["status"].as_str().unwrap_or("wait");
     Ok(match status {
         "wait" => None,
-        "scaned" | "scaned_but_redirect" => (poll.status != AuthStatus::Scanned).then(|| {
+        "scaned" => (poll.status != AuthStatus::Scanned).then(|| {
             pending(
                 AuthStatus::Scanned,
                 &st,
                 "已扫码，等待手机确认。Scanned; confirm on the phone.",
             )
         }),
+        // The login lives in another data centre: keep polling there (login-qr.ts).
+        "scaned_but_redirect" => {
+            let to = v["redirect_host"].as_str().unwrap_or_default();
+            match redirect_base(&rt.cfg.api_base, &rt.cfg.allowed_base_hosts, to) {
+                Ok(base) if base != st.base => {
+                    tracing::info!(redirect_host = %to, "wechat QR status moves to another data centre");
+                    let next = QrState { base, ..st.clone() };
+                    Some(pending(
+                        AuthStatus::Scanned,
+                        &next,
+                        "已扫码，等待手机确认。Scanned; confirm on the phone.",
+                    ))
+                }
+                Ok(_) => None,
+                Err(reason) => {
+                    tracing::warn!(redirect_host = %to, reason, "wechat QR redirect refused; polling stays where it is");
+                    (poll.status != AuthStatus::Scanned).then(|| {
+                        pending(
+                            AuthStatus::Scanned,
+                            &st,
+                            "已扫码，等待手机确认。Scanned; confirm on the phone.",
+                        )
+                    })
+                }
+            }
+        }
         "expired" => {
             if st.refreshes >= rt.cfg.qr_refreshes {
                 Some(failed(

@@ -392,6 +392,69 @@ impl Api {
     }
 }
 
+/// Whether iLink may send this client to `host` (a `redirect_host`, a confirmation's
+/// `baseurl`): the configured API host, or one of `allowed` or a subdomain of it. The port does
+/// not matter (the same host on another port is the same host).
+pub(crate) fn host_allowed(api_base: &str, allowed: &[String], host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host.is_empty() {
+        return false;
+    }
+    let api_host = url::Url::parse(api_base)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
+    if api_host.as_deref() == Some(host.as_str()) {
+        return true;
+    }
+    allowed.iter().any(|a| {
+        let a = a.trim().trim_matches('.').to_ascii_lowercase();
+        !a.is_empty() && (host == a || host.ends_with(&format!(".{a}")))
+    })
+}
+
+/// A root iLink named (`https://{redirect_host}`, a confirmation's `baseurl`), checked: https
+/// or the configured base's own scheme (tests run on http), no user info, an allowed host.
+/// Ok(root without a trailing slash) or the reason it is refused.
+pub(crate) fn checked_base(
+    api_base: &str,
+    allowed: &[String],
+    offered: &str,
+) -> Result<String, &'static str> {
+    let u = url::Url::parse(offered.trim()).map_err(|_| "not a URL")?;
+    let own_scheme = url::Url::parse(api_base)
+        .map(|b| b.scheme().to_owned())
+        .unwrap_or_default();
+    if u.scheme() != "https" && u.scheme() != own_scheme {
+        return Err("not https");
+    }
+    if !u.username().is_empty() || u.password().is_some() || u.query().is_some() {
+        return Err("carries user info or a query");
+    }
+    match u.host_str() {
+        Some(h) if host_allowed(api_base, allowed, h) => {}
+        _ => return Err("host is neither the API host nor under an allowed host"),
+    }
+    Ok(u.as_str().trim_end_matches('/').to_owned())
+}
+
+/// The root a `scaned_but_redirect` names: `https://{redirect_host}` (login-qr.ts), with the
+/// configured base's scheme when that is not https (tests).
+pub(crate) fn redirect_base(
+    api_base: &str,
+    allowed: &[String],
+    redirect_host: &str,
+) -> Result<String, &'static str> {
+    let h = redirect_host.trim();
+    if h.is_empty() || h.contains(['/', '@', '?', '#']) {
+        return Err("not a host");
+    }
+    let scheme = match url::Url::parse(api_base) {
+        Ok(b) if b.scheme() != "https" => b.scheme().to_owned(),
+        _ => "https".to_owned(),
+    };
+    checked_base(api_base, allowed, &format!("{scheme}://{h}"))
+}
+
 /// Only a `baseurl` on the configured API origin is accepted; anything else (another host,
 /// a downgrade to http) would send the bot token where nobody configured it.
 pub(crate) fn accepted_base(api_base: &str, offered: Option<&str>) -> String {
@@ -421,6 +484,31 @@ pub(crate) fn accepted_base(api_base: &str, offered: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redirects_go_only_to_allowed_hosts() {
+        let api = "https://ilinkai.weixin.qq.com";
+        let allowed = vec!["weixin.qq.com".to_owned()];
+        assert_eq!(
+            redirect_base(api, &allowed, "sh.ilinkai.weixin.qq.com").as_deref(),
+            Ok("https://sh.ilinkai.weixin.qq.com")
+        );
+        assert_eq!(
+            redirect_base(api, &allowed, "ilinkai.weixin.qq.com:8443").as_deref(),
+            Ok("https://ilinkai.weixin.qq.com:8443")
+        );
+        assert!(redirect_base(api, &allowed, "evil.example").is_err());
+        assert!(redirect_base(api, &allowed, "weixin.qq.com.evil.example").is_err());
+        assert!(redirect_base(api, &allowed, "x@weixin.qq.com").is_err());
+        assert!(redirect_base(api, &allowed, "").is_err());
+        assert!(redirect_base(api, &[], "sh.ilinkai.weixin.qq.com").is_err());
+        // Tests run on http: the configured scheme is kept, the same host on another port is
+        // the same host.
+        assert_eq!(
+            redirect_base("http://127.0.0.1:9", &[], "127.0.0.1:10").as_deref(),
+            Ok("http://127.0.0.1:10")
+        );
+    }
 
     #[test]
     fn baseurl_must_share_the_api_origin() {

@@ -81,6 +81,9 @@ pub struct WechatConfig {
     pub typing_every: Duration,
     /// Automatic QR refreshes after WeChat expired one.
     pub qr_refreshes: u32,
+    /// Hosts (and their subdomains) iLink may send this client to besides the API host: a
+    /// `scaned_but_redirect`'s `redirect_host`, a confirmation's `baseurl`.
+    pub allowed_base_hosts: Vec<String>,
 }
 
 impl WechatConfig {
@@ -103,6 +106,7 @@ impl WechatConfig {
             send_budget: Duration::from_secs(30),
             typing_every: Duration::from_secs(5),
             qr_refreshes: 3,
+            allowed_base_hosts: vec!["weixin.qq.com".to_owned()],
         }
     }
 }

@@ -121,6 +121,41 @@ async fn the_qr_code_is_asked_for_with_a_post_and_its_status_is_a_held_long_poll
     assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
 }
 
+/// Issue 22 point 2: `scaned_but_redirect` moves the status poll to `redirect_host`, where
+/// the login completes (the first site never reports it).
+#[tokio::test]
+async fn a_login_redirected_to_another_data_centre_completes() {
+    let fake = FakeWechat::start().await;
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), false).await;
+    pod.auth_start(CH, "auth_r").await;
+    eventually(WAIT, "QR", || async {
+        cluster
+            .session("auth_r")
+            .qr_code_text
+            .is_some()
+            .then_some(())
+    })
+    .await;
+    let code = fake.qr_codes()[0].clone();
+    fake.redirect_qr(&code);
+    fake.scan(&code);
+    let s = pod.auth_status("auth_r", false).await;
+    assert_eq!(s.status, AuthStatus::Scanned);
+    assert_eq!(s.state["base"], format!("http://{}", fake.idc2_host()));
+    let bot = fake.confirm(&code).unwrap();
+    // Any pod continues there: the data centre is in the session state.
+    let other = Pod::start(cluster.clone(), "b", config(&fake), false).await;
+    let s = other.auth_status("auth_r", false).await;
+    assert_eq!(s.status, AuthStatus::Authenticated, "{s:?}");
+    assert_eq!(cluster.binding(CH).credentials["bot_token"], bot.token);
+    assert!(
+        fake.calls()
+            .iter()
+            .any(|c| c.endpoint == "get_qrcode_status" && c.outcome == "ok_idc2")
+    );
+}
+
 #[tokio::test]
 async fn expired_qr_is_refreshed_three_times_then_the_flow_fails() {
     let fake = FakeWechat::start().await;

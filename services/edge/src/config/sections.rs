@@ -406,6 +406,9 @@ pub struct WechatConfig {
     pub poll_lease_ttl: Dur,
     /// How often a pod that does not hold a bot's lease tries to take it.
     pub lease_retry: Dur,
+    /// Hosts (and their subdomains) iLink may send a login or a bot to besides `api_base`'s
+    /// host: a `scaned_but_redirect`'s `redirect_host`, a confirmation's `baseurl`.
+    pub allowed_base_hosts: Vec<String>,
 }
 
 impl Default for WechatConfig {
@@ -415,6 +418,7 @@ impl Default for WechatConfig {
             cdn_base: "https://novac2c.cdn.weixin.qq.com/c2c".into(),
             poll_lease_ttl: Dur(Duration::from_secs(15)),
             lease_retry: Dur(Duration::from_secs(2)),
+            allowed_base_hosts: vec!["weixin.qq.com".into()],
         }
     }
 }
