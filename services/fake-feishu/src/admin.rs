@@ -74,6 +74,7 @@ async fn push(
             json!({"text": t.text}),
             Vec::new(),
             None,
+            None,
         );
         ids.push(p.message_id);
     }

@@ -14,8 +14,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
-    CODE_CHAT_RATE_LIMITED, CODE_EDIT_LIMIT, CODE_RATE_LIMITED, CODE_TOKEN_INVALID,
-    CODE_TOKEN_MISSING, Failure, LogEntry, SentMessage, Shared, Token, now_ms,
+    CODE_CHAT_RATE_LIMITED, CODE_EDIT_LIMIT, CODE_NO_USER_AUTHORITY, CODE_RATE_LIMITED,
+    CODE_SCOPE_MISSING, CODE_TOKEN_INVALID, CODE_TOKEN_MISSING, CONTACT_SCOPE, Failure, LogEntry,
+    SentMessage, Shared, Token, now_ms,
 };
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
@@ -37,6 +38,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             "/open-apis/im/v1/messages/{id}/resources/{key}",
             get(get_resource),
         )
+        .route("/open-apis/contact/v3/users/{user_id}", get(get_user))
         .with_state(shared)
 }
 
@@ -130,6 +132,29 @@ fn token_invalid() -> Response {
         "Invalid access token for authorization. Please make a request with token attached.",
         None,
     )
+}
+
+/// HTTP 400 with 99991672: the app lacks `scope`; the message names it and where to grant it,
+/// as Feishu's does.
+fn scope_missing(app: &str, scope: &str) -> Response {
+    envelope(
+        StatusCode::BAD_REQUEST,
+        CODE_SCOPE_MISSING,
+        &format!(
+            "Access denied. One of the following scopes is required: [{scope}]. \
+             https://open.feishu.cn/app/{app}/auth?q={scope}&op_from=openapi&token_type=tenant"
+        ),
+        None,
+    )
+}
+
+/// Refuses a call of `app` without `scope` (logged).
+fn need_scope(s: &Shared, method: &str, route: &str, app: &str, scope: &str) -> Option<Response> {
+    if s.has_scope(app, scope) {
+        return None;
+    }
+    record(s, method, route, Some(app), 400, CODE_SCOPE_MISSING);
+    Some(scope_missing(app, scope))
 }
 
 /// The app of a valid `Authorization: Bearer t-...`, or the error answer.
@@ -413,6 +438,9 @@ async fn create_message(
         Ok(a) => a,
         Err(r) => return r,
     };
+    if let Some(r) = need_scope(&s, "POST", route, &app, "im:message:send_as_bot") {
+        return r;
+    }
     let fail = |code: i64, msg: &str| {
         record(&s, "POST", route, Some(&app), 400, code);
         envelope(StatusCode::BAD_REQUEST, code, msg, None)
@@ -456,6 +484,9 @@ async fn reply_message(
         Ok(a) => a,
         Err(r) => return r,
     };
+    if let Some(r) = need_scope(&s, "POST", route, &app, "im:message:send_as_bot") {
+        return r;
+    }
     let fail = |code: i64, msg: &str| {
         record(&s, "POST", route, Some(&app), 400, code);
         envelope(StatusCode::BAD_REQUEST, code, msg, None)
@@ -674,6 +705,9 @@ async fn get_resource(
         Ok(a) => a,
         Err(r) => return r,
     };
+    if let Some(r) = need_scope(&s, "GET", route, &app, "im:resource") {
+        return r;
+    }
     if !matches!(q.kind.as_str(), "image" | "file") {
         record(&s, "GET", route, Some(&app), 400, 234001);
         return envelope(
@@ -712,4 +746,62 @@ async fn get_resource(
         resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
     }
     resp
+}
+
+#[derive(Deserialize)]
+struct UserQuery {
+    #[serde(default)]
+    user_id_type: Option<String>,
+}
+
+/// `GET /open-apis/contact/v3/users/:user_id` (larksuite/oapi-sdk-go
+/// `service/contact/v3/resource.go` `user.Get`, answer `GetUserRespData {user}`): the user's
+/// `name` (and `en_name`) for an app holding `contact:user.base:readonly`; 99991672 without
+/// it; 41050 for a user the app may not see. Only `user_id_type=open_id` (the default) is
+/// known to the fake.
+async fn get_user(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Path(user_id): Path<String>,
+    Query(q): Query<UserQuery>,
+) -> Response {
+    let route = "contact_user";
+    let app = match gate(&s, "GET", route, &headers) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    if q.user_id_type.as_deref().is_some_and(|t| t != "open_id") {
+        record(&s, "GET", route, Some(&app), 400, 99992402);
+        return envelope(
+            StatusCode::BAD_REQUEST,
+            99992402,
+            "field validation failed: user_id_type",
+            None,
+        );
+    }
+    if let Some(r) = need_scope(&s, "GET", route, &app, CONTACT_SCOPE) {
+        return r;
+    }
+    let name = s.lock().users.get(&user_id).cloned();
+    let Some(name) = name else {
+        record(&s, "GET", route, Some(&app), 400, CODE_NO_USER_AUTHORITY);
+        return envelope(
+            StatusCode::BAD_REQUEST,
+            CODE_NO_USER_AUTHORITY,
+            "no user authority error",
+            None,
+        );
+    };
+    record(&s, "GET", route, Some(&app), 200, 0);
+    envelope(
+        StatusCode::OK,
+        0,
+        "success",
+        Some(json!({"user": {
+            "open_id": user_id,
+            "union_id": format!("on_{}", user_id.trim_start_matches("ou_")),
+            "name": name,
+            "en_name": name,
+        }})),
+    )
 }

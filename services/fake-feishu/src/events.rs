@@ -495,7 +495,27 @@ impl crate::FakeFeishu {
         keys: Vec<String>,
     ) -> Pushed {
         self.shared
-            .push_message(app_id, chat, msg_type, content, keys, None)
+            .push_message(app_id, chat, msg_type, content, keys, None, None)
+    }
+
+    /// Pushes a text message from `sender_open_id` (groups have many members; the other
+    /// pushes name one fixed member).
+    pub fn push_text_from(
+        &self,
+        app_id: &str,
+        chat: &Chat,
+        sender_open_id: &str,
+        text: &str,
+    ) -> Pushed {
+        self.shared.push_message(
+            app_id,
+            chat,
+            "text",
+            json!({ "text": text }),
+            Vec::new(),
+            None,
+            Some(sender_open_id),
+        )
     }
 
     /// Pushes the same event again (Feishu's at-least-once delivery).

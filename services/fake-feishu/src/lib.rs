@@ -34,7 +34,7 @@ mod registration;
 
 pub use crate::registration::{Brand, Registration, RegistrationState};
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -147,7 +147,30 @@ pub(crate) struct App {
     pub encrypt_key: Option<String>,
     /// HTTP event subscription; None = the long connection.
     pub event_url: Option<String>,
+    /// Permission scopes granted to the app (tenant identity).
+    pub scopes: BTreeSet<String>,
+    /// Events the app subscribes to; Feishu sends no others.
+    pub events: BTreeSet<String>,
 }
+
+/// What a custom app that handles messages is given in the developer console: reading direct
+/// and @-mention messages, sending as the bot, message resources. Not the contact list.
+pub const MESSAGE_SCOPES: &[&str] = &[
+    "im:message.p2p_msg:readonly",
+    "im:message.group_at_msg:readonly",
+    "im:message:send_as_bot",
+    "im:resource",
+];
+/// The scope that lets `contact/v3/users/:user_id` answer a user's name.
+pub const CONTACT_SCOPE: &str = "contact:user.base:readonly";
+/// The message event the connector needs.
+pub const MESSAGE_EVENT: &str = "im.message.receive_v1";
+/// A missing permission scope (HTTP 400); the message names the scope and the console URL
+/// to grant it (larksuite/openclaw-lark 2026.5.20 `src/core/auth-errors.ts`
+/// `APP_SCOPE_MISSING: 99991672`, `src/messaging/inbound/permission.ts`).
+pub const CODE_SCOPE_MISSING: i64 = 99991672;
+/// A user the app may not see (outside its contact range) or that does not exist.
+pub const CODE_NO_USER_AUTHORITY: i64 = 41050;
 
 pub(crate) struct Token {
     pub app_id: String,
@@ -204,6 +227,8 @@ pub(crate) struct Inner {
     pub ping_interval_secs: u64,
     pub ack_timeout_ms: i64,
     pub p2p_chats: HashMap<(String, String), String>,
+    /// The tenant's directory: open_id -> name.
+    pub users: HashMap<String, String>,
     /// Messages created or replied per chat in the last second (ms), for the 230020 limit.
     pub chat_sends: HashMap<String, VecDeque<i64>>,
     /// Messages a chat takes per second before 230020 (Feishu: 5).
@@ -295,6 +320,7 @@ impl FakeFeishu {
                 ping_interval_secs: 120,
                 ack_timeout_ms: 5000,
                 p2p_chats: HashMap::new(),
+                users: HashMap::new(),
                 chat_sends: HashMap::new(),
                 chat_rate_limit: 5,
                 registrations: Vec::new(),
@@ -382,6 +408,34 @@ impl FakeFeishu {
         g.tokens.retain(|_, t| t.app_id != app_id);
         drop(g);
         self.drop_connections(app_id);
+    }
+
+    /// Adds a user to the tenant's directory (what `contact/v3/users/:user_id` answers).
+    pub fn add_user(&self, open_id: &str, name: &str) {
+        self.shared
+            .lock()
+            .users
+            .insert(open_id.to_owned(), name.to_owned());
+    }
+
+    /// Grants (or, with `granted = false`, withdraws) a permission scope of the app.
+    pub fn set_scope(&self, app_id: &str, scope: &str, granted: bool) {
+        if let Some(a) = self.shared.lock().apps.get_mut(app_id) {
+            if granted {
+                a.scopes.insert(scope.to_owned());
+            } else {
+                a.scopes.remove(scope);
+            }
+        }
+    }
+
+    /// The app's permission scopes and event subscriptions.
+    pub fn app_config(&self, app_id: &str) -> Option<(BTreeSet<String>, BTreeSet<String>)> {
+        self.shared
+            .lock()
+            .apps
+            .get(app_id)
+            .map(|a| (a.scopes.clone(), a.events.clone()))
     }
 
     /// Every issued token stops working at once (as if expired).
@@ -512,9 +566,19 @@ impl Shared {
                 verification_token: None,
                 encrypt_key: None,
                 event_url: None,
+                scopes: MESSAGE_SCOPES.iter().map(|s| (*s).to_owned()).collect(),
+                events: BTreeSet::from([MESSAGE_EVENT.to_owned()]),
             },
         );
         open_id
+    }
+
+    /// Whether the app holds `scope`.
+    pub(crate) fn has_scope(&self, app_id: &str, scope: &str) -> bool {
+        self.lock()
+            .apps
+            .get(app_id)
+            .is_some_and(|a| a.scopes.contains(scope))
     }
 
     pub(crate) fn add_resource(
@@ -546,6 +610,7 @@ impl Shared {
             .clone()
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn push_message(
         &self,
         app_id: &str,
@@ -554,6 +619,7 @@ impl Shared {
         content: Value,
         keys: Vec<String>,
         mentions: Option<Value>,
+        from: Option<&str>,
     ) -> Pushed {
         let (chat_id, chat_type, thread_id, sender) = match chat {
             Chat::P2p { user_open_id } => (
@@ -570,6 +636,7 @@ impl Shared {
                 "ou_group_member".into(),
             ),
         };
+        let sender = from.map_or(sender, str::to_owned);
         let message_id = self.rand_key("om_");
         let event_id = format!("{:032x}", rand::random::<u128>());
         let now = now_ms();
@@ -633,7 +700,21 @@ impl Shared {
                 keys,
             },
         );
-        self.enqueue(app_id, &event_id, &body);
+        // Feishu sends an app only the events it subscribes to, and direct or @-mention
+        // messages only with the scope to read them.
+        let read_scope = if chat_type == "p2p" {
+            "im:message.p2p_msg:readonly"
+        } else {
+            "im:message.group_at_msg:readonly"
+        };
+        let subscribed = self
+            .lock()
+            .apps
+            .get(app_id)
+            .is_some_and(|a| a.events.contains(MESSAGE_EVENT) && a.scopes.contains(read_scope));
+        if subscribed {
+            self.enqueue(app_id, &event_id, &body);
+        }
         Pushed {
             event_id,
             message_id,

@@ -223,6 +223,8 @@ pub(crate) struct Api {
     local: Mutex<HashMap<String, CachedToken>>,
     /// One token fetch per app at a time on this pod.
     fetching: tokio::sync::Mutex<()>,
+    /// Users' names from the contact API, per app (bounded, with a lifetime).
+    pub names: crate::inbound::names::Names,
 }
 
 fn cache_key(app_key: &str) -> String {
@@ -251,6 +253,7 @@ impl Api {
             refresh_margin,
             local: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Mutex::new(()),
+            names: Default::default(),
         }
     }
 

@@ -4,6 +4,8 @@
 //! the Feishu message id (durable for the store's dedupe window, 24 h by default); a
 //! repeated event also skips the downloads.
 
+pub(crate) mod names;
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -413,7 +415,7 @@ pub(crate) async fn handle_event(
         message_id: m.message_id.clone(),
         text: (!lines.is_empty()).then(|| lines.join("\n")),
         sender_id: Some(env.event.sender.sender_id.open_id.clone()).filter(|s| !s.is_empty()),
-        sender_name: None,
+        sender_name: names::sender_name(rt, host, app, &env.event.sender.sender_id.open_id).await,
         files,
     };
     let had_files = !wanted.is_empty();

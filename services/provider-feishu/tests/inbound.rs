@@ -105,13 +105,82 @@ async fn long_connection_text_is_stored_then_acked() {
     assert_eq!(got[0].1.message_id, pushed.message_id);
     assert_eq!(got[0].1.text.as_deref(), Some("hello from feishu"));
     assert_eq!(got[0].1.sender_id.as_deref(), Some(USER));
-    assert_eq!(got[0].1.sender_name, None, "an open_id is not a name");
+    // The app has no contact permission: the redacted open_id stands in for the name.
+    assert_eq!(got[0].1.sender_name.as_deref(), Some("ou_…_ada"));
     eventually(WAIT, "ack", || async {
         (fs.acked_events(APP) == vec![pushed.event_id.clone()]).then_some(())
     })
     .await;
     assert_eq!(fs.pending_events(APP), 0);
     assert_eq!(fs.connection_stats(APP).1, 1, "one connection per app");
+}
+
+/// Every message names its sender, from the contact API (cached), also in a group where
+/// several people talk; a user the app may not see, or an app without the contact
+/// permission, gets the redacted open_id, and that refusal is cached too.
+#[tokio::test]
+async fn senders_are_named_from_the_contact_api_in_groups_too() {
+    let fs = fake().await;
+    fs.set_scope(APP, switchyard_fake_feishu::CONTACT_SCOPE, true);
+    fs.add_user("ou_ada_lovelace", "Ada Lovelace");
+    fs.add_user("ou_bob_builder", "Bob");
+    let cluster = Cluster::new();
+    let _pod = bound_running_pod(&fs, &cluster, "a").await;
+    eventually(WAIT, "long connection", || async {
+        (fs.connections(APP) == 1).then_some(())
+    })
+    .await;
+    let group = Chat::Group {
+        chat_id: GROUP.into(),
+    };
+    let a1 = fs.push_text_from(APP, &group, "ou_ada_lovelace", "@_user_1 one");
+    inbound_n(&cluster, 1).await;
+    let b1 = fs.push_text_from(APP, &group, "ou_bob_builder", "@_user_1 two");
+    inbound_n(&cluster, 2).await;
+    let a2 = fs.push_text_from(APP, &group, "ou_ada_lovelace", "@_user_1 three");
+    inbound_n(&cluster, 3).await;
+    let stranger = fs.push_text(APP, &p2p(), "who am I");
+    inbound_n(&cluster, 4).await;
+    let again = fs.push_text(APP, &p2p(), "still me");
+    let got = inbound_n(&cluster, 5).await;
+    let named = |id: &str| {
+        got.iter()
+            .find(|(_, m)| m.message_id == id)
+            .map(|(_, m)| (m.sender_id.clone(), m.sender_name.clone()))
+            .unwrap()
+    };
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        named(&a1.message_id),
+        (some("ou_ada_lovelace"), some("Ada Lovelace"))
+    );
+    assert_eq!(named(&b1.message_id), (some("ou_bob_builder"), some("Bob")));
+    assert_eq!(
+        named(&a2.message_id),
+        (some("ou_ada_lovelace"), some("Ada Lovelace"))
+    );
+    assert_eq!(named(&stranger.message_id), (some(USER), some("ou_…_ada")));
+    assert_eq!(named(&again.message_id), (some(USER), some("ou_…_ada")));
+    // One lookup per user: Ada, Bob and the stranger (refused with 41050, kept as refused).
+    assert_eq!(fs.call_count("contact_user"), 3);
+
+    // Without the permission (99991672) the redacted open_id stands in, asked once.
+    fs.set_scope(APP, switchyard_fake_feishu::CONTACT_SCOPE, false);
+    fs.push_text_from(APP, &group, "ou_carol_new", "@_user_1 four");
+    fs.push_text_from(APP, &group, "ou_carol_new", "@_user_1 five");
+    let got = inbound_n(&cluster, 7).await;
+    let carol: Vec<_> = got
+        .iter()
+        .filter(|(_, m)| m.sender_id.as_deref() == Some("ou_carol_new"))
+        .map(|(_, m)| m.sender_name.clone())
+        .collect();
+    assert_eq!(carol, vec![some("ou_…_new"), some("ou_…_new")]);
+    assert_eq!(fs.call_count("contact_user"), 4);
+    assert!(
+        fs.log()
+            .iter()
+            .any(|e| e.route == "contact_user" && e.code == 99991672)
+    );
 }
 
 #[tokio::test]
