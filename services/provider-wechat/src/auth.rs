@@ -38,7 +38,23 @@ pub(crate) struct QrState {
     /// Where the status is polled: empty for the API base, else the data centre a
     /// `scaned_but_redirect` named.
     pub base: String,
+    /// The number the phone showed, as the user typed it: sent with the status polls until
+    /// iLink answers `scaned` (login-qr.ts `pendingVerifyCode`).
+    pub verify_code: String,
+    /// The user was asked for the number and the login is kept for the `auth.start` that
+    /// brings it.
+    pub asked: bool,
 }
+
+/// Where a login that waits for the phone's number is kept for the `auth.start` that brings
+/// it (an `auth.start` opens a new session; the one that asked is superseded).
+fn verify_key(channel_id: &str) -> String {
+    format!("verify:{channel_id}")
+}
+
+const ASK_MESSAGE: &str = "微信要求验证：请输入手机微信上显示的数字。WeChat shows a number on the phone: send auth.start again with flow_id \"wechat_qr_login\" and input {\"verify_code\": \"<the number>\"}; the login continues with it.";
+const WRONG_MESSAGE: &str = "你输入的数字不匹配，请重新输入。The number did not match: send auth.start again with flow_id \"wechat_qr_login\" and input {\"verify_code\": \"<the number on the phone>\"}.";
+const BLOCKED_MESSAGE: &str = "多次输入错误，请稍后再试。WeChat blocked this login after too many wrong numbers; wait a while, then start a new login (auth.start without input) and scan the new QR code.";
 
 fn fetching_state() -> QrState {
     QrState {
@@ -92,6 +108,8 @@ async fn fetch(rt: &Runtime, refreshes: u32) -> Result<QrState, ProviderError> {
         refreshes,
         // A new QR is polled where it was made; a redirect is per QR.
         base: String::new(),
+        verify_code: String::new(),
+        asked: false,
     })
 }
 
@@ -130,6 +148,57 @@ pub(crate) fn start(rt: &Arc<Runtime>, auth_session_id: &str) -> AuthStep {
     )
 }
 
+/// `auth.start` with `{"verify_code": ..}`: the login of this channel that WeChat asked a
+/// number for continues in the new session, its status polls carrying the number.
+pub(crate) async fn resume_with_code(
+    rt: &Runtime,
+    channel_id: &str,
+    code: &Value,
+) -> Result<AuthStep, ProviderError> {
+    let code = code.as_str().map(str::trim).unwrap_or_default();
+    if code.is_empty() || code.len() > 32 || !code.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(ProviderError::invalid(
+            "verify_code must be the number WeChat shows on the phone",
+        ));
+    }
+    let host = rt.host()?;
+    let kept = host.secret_get(&verify_key(channel_id)).await.map_err(|e| {
+        tracing::warn!(error = %e, "wechat login waiting for a number unreadable");
+        ProviderError::transient("storage is unavailable; retry later")
+    })?;
+    let st = kept
+        .filter(|k| k["at"].as_i64().is_some_and(|at| now_ms() - at < SESSION_TTL_MS))
+        .and_then(|k| serde_json::from_value::<QrState>(k["state"].clone()).ok())
+        .filter(|st| st.phase == "ready" && !st.qrcode.is_empty());
+    let Some(st) = st else {
+        return Err(ProviderError::invalid(
+            "no WeChat login of this channel is waiting for a number; start the login without input",
+        ));
+    };
+    let next = QrState {
+        verify_code: code.to_owned(),
+        asked: true,
+        ..st
+    };
+    Ok(pending(
+        AuthStatus::Scanned,
+        &next,
+        "已提交数字，等待手机确认。The number was sent to WeChat; confirm on the phone.",
+    ))
+}
+
+/// Keeps (or, with None, forgets) the login that waits for the phone's number.
+async fn keep_for_code(rt: &Runtime, channel_id: &str, st: Option<&QrState>) {
+    let Ok(host) = rt.host() else { return };
+    let v = match st {
+        Some(st) => serde_json::json!({"state": st, "at": now_ms()}),
+        None => Value::Null,
+    };
+    if let Err(e) = host.secret_put(&verify_key(channel_id), &v).await {
+        tracing::warn!(error = %e, "wechat login waiting for a number not kept");
+    }
+}
+
 /// `auth.status`: one look at iLink; None keeps what the session shows.
 pub(crate) async fn poll(
     rt: &Runtime,
@@ -155,7 +224,7 @@ pub(crate) async fn poll(
                 &st.base
             },
             &st.qrcode,
-            None,
+            (!st.verify_code.is_empty()).then_some(st.verify_code.as_str()),
             rt.cfg.qr_status_timeout,
         )
         .await
@@ -173,6 +242,19 @@ pub(crate) async fn poll(
     let status = v["status"].as_str().unwrap_or("wait");
     Ok(match status {
         "wait" => None,
+        // With a number: iLink accepted it (login-qr.ts), later polls go without it.
+        "scaned" if !st.verify_code.is_empty() => {
+            keep_for_code(rt, poll.channel_id, None).await;
+            let next = QrState {
+                verify_code: String::new(),
+                ..st.clone()
+            };
+            Some(pending(
+                AuthStatus::Scanned,
+                &next,
+                "数字正确，等待手机确认。The number matched; confirm on the phone.",
+            ))
+        }
         "scaned" => (poll.status != AuthStatus::Scanned).then(|| {
             pending(
                 AuthStatus::Scanned,
@@ -228,11 +310,40 @@ pub(crate) async fn poll(
                 }
             }
         }
-        "confirmed" => Some(confirmed(rt, &v)),
-        "need_verifycode" | "verify_code_blocked" => Some(failed(
-            ErrorCode::TargetAuthFailed.as_str(),
-            "WeChat asked for a verification code on the phone, which this connector cannot enter; start the login again",
-        )),
+        "confirmed" => {
+            if st.asked {
+                keep_for_code(rt, poll.channel_id, None).await;
+            }
+            Some(confirmed(rt, &v))
+        }
+        // The phone shows a number the user must type (login-qr.ts asks on stdin; here the
+        // flow's message says how to send it). Asked again after a number: it was wrong.
+        "need_verifycode" => {
+            let wrong = !st.verify_code.is_empty();
+            if st.asked && !wrong {
+                None
+            } else {
+                let next = QrState {
+                    verify_code: String::new(),
+                    asked: true,
+                    ..st.clone()
+                };
+                keep_for_code(rt, poll.channel_id, Some(&next)).await;
+                Some(pending(
+                    AuthStatus::Scanned,
+                    &next,
+                    if wrong { WRONG_MESSAGE } else { ASK_MESSAGE },
+                ))
+            }
+        }
+        "verify_code_blocked" => {
+            keep_for_code(rt, poll.channel_id, None).await;
+            tracing::info!("wechat blocked a login after wrong verification numbers");
+            Some(failed(
+                ErrorCode::TargetAuthFailed.as_str(),
+                BLOCKED_MESSAGE,
+            ))
+        }
         _ => None,
     })
 }

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 use switchyard_protocol::card::{
-    AuthFlow, AuthFlowType, BuildInfo, Card, CardTool, ConnectorInfo, Security, Supports,
+    AuthField, AuthFlow, AuthFlowType, BuildInfo, Card, CardTool, ConnectorInfo, Security, Supports,
     TargetDecl, skill_name, with_connector_channel_id,
 };
 use switchyard_protocol::profile::{IM_V1, IM_V2};
@@ -91,8 +91,15 @@ pub(crate) fn build(build: BuildInfo, api_key_required: bool) -> Card {
             target_type: "im".into(),
             flow_type: AuthFlowType::QrLogin,
             title: "微信扫码登录".into(),
-            description: Some("Scan the QR code with WeChat and confirm on the phone; the connector keeps the WeChat login and binds it to this channel.".into()),
-            fields: vec![],
+            description: Some("Scan the QR code with WeChat and confirm on the phone; the connector keeps the WeChat login and binds it to this channel. When WeChat shows a number on the phone, send auth.start again with input verify_code set to it.".into()),
+            fields: vec![AuthField {
+                required: false,
+                ..AuthField::text(
+                    "verify_code",
+                    "手机上显示的数字 / Number shown on the phone",
+                    "Only when the login asks for it: the number WeChat shows on the phone after the scan. Leave out to start a new login.",
+                )
+            }],
         }],
         ui: Some(json!({
             "login_flow": {

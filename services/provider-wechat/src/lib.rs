@@ -198,6 +198,9 @@ impl Provider for WechatProvider {
                 "unknown auth flow",
             ));
         }
+        if let Some(code) = req.input.get("verify_code") {
+            return auth::resume_with_code(&self.rt, req.channel_id, code).await;
+        }
         Ok(auth::start(&self.rt, req.auth_session_id))
     }
 

@@ -11,7 +11,7 @@ use serde_json::json;
 use switchyard_core::model::AuthStatus;
 use switchyard_core::provider::AuthStep;
 use switchyard_fake_wechat::{Failure, FakeWechat, Item};
-use switchyard_provider_wechat::WechatConfig;
+use switchyard_provider_wechat::{FLOW_QR, WechatConfig};
 use switchyard_protocol::ConnectionStatus;
 
 const CH: &str = "cch_wx_1";
@@ -154,6 +154,89 @@ async fn a_login_redirected_to_another_data_centre_completes() {
             .iter()
             .any(|c| c.endpoint == "get_qrcode_status" && c.outcome == "ok_idc2")
     );
+}
+
+/// Waits for the QR of a session; returns the fake's QR code.
+async fn qr_of(fake: &FakeWechat, cluster: &Cluster, session: &str) -> String {
+    eventually(WAIT, "QR", || async {
+        cluster.session(session).qr_code_text.is_some().then_some(())
+    })
+    .await;
+    fake.qr_codes().last().cloned().expect("qr")
+}
+
+/// Issue 22 point 3: `need_verifycode` asks the user for the phone's number (the flow's
+/// message says how: `auth.start` with `verify_code`), the status poll is repeated with it,
+/// and the login completes.
+#[tokio::test]
+async fn a_login_that_needs_the_phone_number_asks_for_it_and_continues_with_it() {
+    let fake = FakeWechat::start().await;
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), false).await;
+    pod.auth_start(CH, "auth_v1").await;
+    let code = qr_of(&fake, &cluster, "auth_v1").await;
+    let number = fake.require_verify_code(&code);
+    fake.scan(&code);
+    let s = pod.auth_status("auth_v1", false).await;
+    assert_eq!(s.status, AuthStatus::Scanned, "{s:?}");
+    assert!(
+        s.message.contains("verify_code") && s.message.contains("auth.start"),
+        "{}",
+        s.message
+    );
+    let flow = pod.flow(FLOW_QR);
+    assert!(flow.fields.iter().any(|f| f.name == "verify_code" && !f.required));
+    // A wrong number is said to be wrong; the login goes on.
+    let step = pod
+        .session_start(FLOW_QR, CH, "auth_v2", json!({"verify_code": "000000x"}))
+        .await;
+    assert!(matches!(step, AuthStep::Pending { status: AuthStatus::Scanned, .. }), "{step:?}");
+    let s = pod.auth_status("auth_v2", false).await;
+    assert!(s.message.contains("did not match"), "{}", s.message);
+    // The right number: iLink accepts it, the phone confirms, the channel is bound.
+    pod.session_start(FLOW_QR, CH, "auth_v3", json!({"verify_code": number}))
+        .await;
+    let s = pod.auth_status("auth_v3", false).await;
+    assert_eq!(s.status, AuthStatus::Scanned);
+    assert!(s.message.contains("matched"), "{}", s.message);
+    let bot = fake.confirm(&code).unwrap();
+    let s = pod.auth_status("auth_v3", false).await;
+    assert_eq!(s.status, AuthStatus::Authenticated, "{s:?}");
+    assert_eq!(cluster.binding(CH).credentials["bot_token"], bot.token);
+    // Nothing waits for a number any more.
+    let e = pod
+        .try_auth(
+            &flow,
+            CH,
+            "auth_v4",
+            json!({"verify_code": "123456"}).as_object().unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("no WeChat login"), "{e:?}");
+}
+
+/// Issue 22 point 3: three wrong numbers end the login with a clear message.
+#[tokio::test]
+async fn a_blocked_verify_code_fails_the_login_with_a_clear_message() {
+    let fake = FakeWechat::start().await;
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), false).await;
+    pod.auth_start(CH, "auth_b0").await;
+    let code = qr_of(&fake, &cluster, "auth_b0").await;
+    fake.require_verify_code(&code);
+    fake.scan(&code);
+    pod.auth_status("auth_b0", false).await;
+    let mut last = None;
+    for n in 1..=3 {
+        let sid = format!("auth_b{n}");
+        pod.session_start(FLOW_QR, CH, &sid, json!({"verify_code": "1"}))
+            .await;
+        last = Some(pod.auth_status(&sid, false).await);
+    }
+    let s = last.unwrap();
+    assert_eq!(s.status, AuthStatus::Failed, "{s:?}");
+    assert!(s.message.contains("too many wrong numbers"), "{}", s.message);
 }
 
 #[tokio::test]
