@@ -359,7 +359,11 @@ fn confirmed(rt: &Runtime, v: &Value) -> AuthStep {
     }
     let c = Credentials {
         token: Secret::new(token),
-        base_url: accepted_base(&rt.cfg.api_base, v["baseurl"].as_str()),
+        base_url: accepted_base(
+            &rt.cfg.api_base,
+            &rt.cfg.allowed_base_hosts,
+            v["baseurl"].as_str(),
+        ),
         user_id: s("ilink_user_id"),
         bot_id,
     };

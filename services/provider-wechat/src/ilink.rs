@@ -455,29 +455,23 @@ pub(crate) fn redirect_base(
     checked_base(api_base, allowed, &format!("{scheme}://{h}"))
 }
 
-/// Only a `baseurl` on the configured API origin is accepted; anything else (another host,
-/// a downgrade to http) would send the bot token where nobody configured it.
-pub(crate) fn accepted_base(api_base: &str, offered: Option<&str>) -> String {
-    let origin = |u: &str| {
-        url::Url::parse(u).ok().map(|u| {
-            (
-                u.scheme().to_owned(),
-                u.host_str().map(str::to_owned),
-                u.port_or_known_default(),
-            )
-        })
-    };
+/// The root a bot's calls go to: the confirmation's `baseurl` when iLink assigned the bot to
+/// a host it may (see [`checked_base`]), else the configured API base, with the refusal's
+/// reason logged (the bot token would go where nobody configured it).
+pub(crate) fn accepted_base(api_base: &str, allowed: &[String], offered: Option<&str>) -> String {
+    let own = api_base.trim_end_matches('/').to_owned();
     match offered.map(str::trim).filter(|s| !s.is_empty()) {
-        Some(o) if origin(o).is_some() && origin(o) == origin(api_base) => {
-            o.trim_end_matches('/').to_owned()
-        }
-        Some(_) => {
-            tracing::info!(
-                "wechat confirmation named another baseurl; the configured api_base is used"
-            );
-            api_base.trim_end_matches('/').to_owned()
-        }
-        None => api_base.trim_end_matches('/').to_owned(),
+        Some(o) => match checked_base(api_base, allowed, o) {
+            Ok(b) => b,
+            Err(reason) => {
+                tracing::warn!(
+                    reason,
+                    "wechat confirmation named a baseurl that is refused; the configured api_base is used"
+                );
+                own
+            }
+        },
+        None => own,
     }
 }
 
@@ -511,21 +505,30 @@ mod tests {
     }
 
     #[test]
-    fn baseurl_must_share_the_api_origin() {
+    fn baseurl_is_used_on_the_api_host_or_an_allowed_host() {
         let api = "https://ilinkai.weixin.qq.com";
+        let allowed = vec!["weixin.qq.com".to_owned()];
+        let acc = |o: Option<&str>| accepted_base(api, &allowed, o);
+        assert_eq!(acc(Some("https://ilinkai.weixin.qq.com/")), api);
+        // Another host under weixin.qq.com, another port: used.
         assert_eq!(
-            accepted_base(api, Some("https://ilinkai.weixin.qq.com/")),
-            api
+            acc(Some("https://sh.ilinkai.weixin.qq.com")),
+            "https://sh.ilinkai.weixin.qq.com"
         );
-        assert_eq!(accepted_base(api, Some("https://evil.example")), api);
         assert_eq!(
-            accepted_base(api, Some("http://ilinkai.weixin.qq.com")),
-            api
+            acc(Some("https://ilinkai.weixin.qq.com:8443")),
+            "https://ilinkai.weixin.qq.com:8443"
         );
-        assert_eq!(accepted_base(api, None), api);
+        // Elsewhere, a downgrade to http, user info: refused.
+        assert_eq!(acc(Some("https://evil.example")), api);
+        assert_eq!(acc(Some("https://weixin.qq.com.evil.example")), api);
+        assert_eq!(acc(Some("http://ilinkai.weixin.qq.com")), api);
+        assert_eq!(acc(Some("https://u:p@ilinkai.weixin.qq.com")), api);
+        assert_eq!(acc(Some("not a url")), api);
+        assert_eq!(acc(None), api);
         assert_eq!(
-            accepted_base("http://127.0.0.1:9", Some("http://127.0.0.1:9/ilink-x")),
-            "http://127.0.0.1:9/ilink-x"
+            accepted_base("http://127.0.0.1:9", &[], Some("http://127.0.0.1:10/ilink-x")),
+            "http://127.0.0.1:10/ilink-x"
         );
         let t = Secret::new("tok-123");
         assert_eq!(scrub("bad tok-123 here", Some(&t)), "bad *** here");

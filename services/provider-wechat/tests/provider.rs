@@ -239,6 +239,39 @@ async fn a_blocked_verify_code_fails_the_login_with_a_clear_message() {
     assert!(s.message.contains("too many wrong numbers"), "{}", s.message);
 }
 
+/// Issue 22 point 4: a confirmation's `baseurl` on an allowed host (or the API host on
+/// another port) is where the bot is polled; before, it was replaced by the API base.
+#[tokio::test]
+async fn a_bot_assigned_to_another_allowed_host_is_polled_there() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(300));
+    let cluster = Cluster::new();
+    let mut cfg = config(&fake);
+    cfg.allowed_base_hosts = vec!["localhost".into()];
+    let pod = Pod::start(cluster.clone(), "a", cfg, true).await;
+    let port = fake.addr().port();
+    let other = format!("http://localhost:{port}");
+    fake.set_confirm_baseurl(Some(&other));
+    let bot = pod.login(&fake, CH).await;
+    assert_eq!(cluster.binding(CH).credentials["base_url"], other);
+    fake.push_text(&bot.token, "via the assigned host");
+    let got = inbound_n(&cluster, 1).await;
+    assert_eq!(got[0].1.text.as_deref(), Some("via the assigned host"));
+    // The API host on another port is the same host.
+    let idc2 = format!("http://{}", fake.idc2_host());
+    fake.set_confirm_baseurl(Some(&idc2));
+    pod.login(&fake, "cch_wx_2").await;
+    assert_eq!(cluster.binding("cch_wx_2").credentials["base_url"], idc2);
+    // Elsewhere is refused, with the reason logged.
+    fake.set_confirm_baseurl(Some("http://example.com"));
+    pod.login(&fake, "cch_wx_3").await;
+    assert_eq!(
+        cluster.binding("cch_wx_3").credentials["base_url"],
+        fake.base_url()
+    );
+    assert!(captured_logs().contains("host is neither the API host nor under an allowed host"));
+}
+
 #[tokio::test]
 async fn expired_qr_is_refreshed_three_times_then_the_flow_fails() {
     let fake = FakeWechat::start().await;
