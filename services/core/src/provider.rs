@@ -266,6 +266,17 @@ pub trait ProviderServices: Send + Sync + 'static {
         channel_id: &str,
         status: ConnectionStatus,
     ) -> Result<(), ServicesError>;
+    /// Moves a bound channel to another target the target system itself named (a Telegram
+    /// group upgraded to a supergroup gets a new chat id): replaces its credentials, view and
+    /// binding key, keeps its status, and pushes the Descriptor. Refused with a conflict when
+    /// another channel of the tenant and Card holds `binding_key`.
+    async fn rebind(
+        &self,
+        channel_id: &str,
+        credentials: &Value,
+        view: &TargetView,
+        binding_key: Option<&str>,
+    ) -> Result<(), ServicesError>;
     /// Absolute base URL of this deployment (webhook registration, absolute download URLs).
     fn public_base_url(&self) -> String;
     fn ephemeral(&self) -> Arc<dyn crate::ephemeral::Ephemeral>;

@@ -22,6 +22,8 @@ pub(crate) struct ApiErr {
     code: u16,
     description: String,
     retry_after: Option<u64>,
+    /// `parameters.migrate_to_chat_id`: the group this request named became a supergroup.
+    migrate_to: Option<i64>,
 }
 
 impl ApiErr {
@@ -30,6 +32,15 @@ impl ApiErr {
             code,
             description: description.into(),
             retry_after: None,
+            migrate_to: None,
+        }
+    }
+    /// What every method naming a group that was upgraded answers (Bot API,
+    /// `ResponseParameters.migrate_to_chat_id`; the description as Telegram words it).
+    fn migrated(to: i64) -> Self {
+        Self {
+            migrate_to: Some(to),
+            ..Self::bad("group chat was upgraded to a supergroup chat")
         }
     }
     fn bad(description: &str) -> Self {
@@ -44,6 +55,7 @@ impl ApiErr {
                 code: 429,
                 description: format!("Too Many Requests: retry after {secs}"),
                 retry_after: Some(secs),
+                migrate_to: None,
             },
             Failure::Status(code) => {
                 let description = match code {
@@ -69,6 +81,9 @@ impl IntoResponse for ApiErr {
             json!({"ok": false, "error_code": self.code, "description": self.description});
         if let Some(r) = self.retry_after {
             body["parameters"] = json!({ "retry_after": r });
+        }
+        if let Some(to) = self.migrate_to {
+            body["parameters"] = json!({ "migrate_to_chat_id": to });
         }
         let status = StatusCode::from_u16(self.code).unwrap_or(StatusCode::BAD_REQUEST);
         (status, axum::Json(body)).into_response()
@@ -210,10 +225,12 @@ fn resolve_chat(inner: &Inner, p: &Params) -> Result<i64, ApiErr> {
             .ok_or_else(|| ApiErr::bad("chat not found"));
     }
     let id: i64 = raw.parse().map_err(|_| ApiErr::bad("chat not found"))?;
-    if inner.chats.contains_key(&id) {
-        Ok(id)
-    } else {
-        Err(ApiErr::bad("chat not found"))
+    match inner.chats.get(&id) {
+        Some(c) => match c.migrated_to {
+            Some(to) => Err(ApiErr::migrated(to)),
+            None => Ok(id),
+        },
+        None => Err(ApiErr::bad("chat not found")),
     }
 }
 

@@ -11,6 +11,13 @@
 //!   as Telegram does). `setWebhook` switches the bot to push delivery: every update is POSTed
 //!   to the URL with `X-Telegram-Bot-Api-Secret-Token` until the receiver answers 2xx, and
 //!   `getUpdates` answers 409 meanwhile.
+//! - A basic group can be upgraded to a supergroup ([`FakeTelegram::migrate_group`]): the bot
+//!   gets the service messages with `migrate_from_chat_id` (new chat) and `migrate_to_chat_id`
+//!   (old chat), and every method naming the old id then answers 400 "Bad Request: group chat
+//!   was upgraded to a supergroup chat" with `parameters.migrate_to_chat_id` (Bot API docs,
+//!   <https://core.telegram.org/bots/api#message> and `#responseparameters`; the description's
+//!   wording and the order of the two service messages as reported by bot authors in
+//!   TelegramBots/Telegram.Bot issue 171 and TwiN/gatus issue 179).
 //! - Knobs inject failures (`fail_next`), latency (`slow`) and token revocation (`revoke`);
 //!   everything sent is recorded for inspection.
 //!
@@ -133,6 +140,8 @@ struct Chat {
     next_message_id: i64,
     /// Every message of the chat by id, with the id of the bot that sent it (if one did).
     messages: HashMap<i64, (Value, Option<i64>)>,
+    /// Set once the group was upgraded: the supergroup's id.
+    migrated_to: Option<i64>,
 }
 
 struct Inner {
@@ -435,6 +444,21 @@ impl FakeTelegram {
         )
     }
 
+    /// Upgrades the basic group `group_id` to the supergroup `supergroup_id`, as Telegram does
+    /// when an admin (or the member count) makes it one. The member bot `token` receives the two
+    /// service messages the Bot API documents, `migrate_from_chat_id` in the new supergroup
+    /// first, then `migrate_to_chat_id` in the old group. From then on every method naming the
+    /// old id fails with 400 and `parameters.migrate_to_chat_id`. Returns the two updates'
+    /// `(from, to)` pushes; both are zero when `group_id` is not a known basic group.
+    pub fn migrate_group(
+        &self,
+        token: &str,
+        group_id: i64,
+        supergroup_id: i64,
+    ) -> (Pushed, Pushed) {
+        self.shared.migrate_group(token, group_id, supergroup_id)
+    }
+
     // ---- knobs ---------------------------------------------------------------------------
 
     /// The next `n` calls of `method` (any bot) fail with `failure` and do nothing.
@@ -597,27 +621,50 @@ impl Shared {
                 username: None,
                 next_message_id: 1,
                 messages: HashMap::new(),
+                migrated_to: None,
             },
         );
     }
 
-    pub(crate) fn push_update(&self, token: &str, mut update: Value) -> i64 {
-        let mut inner = self.lock();
-        let Some(bot) = inner.bots.get_mut(token) else {
-            return 0;
+    pub(crate) fn migrate_group(
+        &self,
+        token: &str,
+        group_id: i64,
+        supergroup_id: i64,
+    ) -> (Pushed, Pushed) {
+        let none = Pushed {
+            update_id: 0,
+            message_id: 0,
         };
-        let id = bot.next_update_id;
-        bot.next_update_id += 1;
-        if !update.is_object() {
-            update = json!({});
-        }
-        update["update_id"] = json!(id);
-        bot.queue.push_back(update);
-        bot.notify.notify_waiters();
-        id
+        let title = {
+            let mut inner = self.lock();
+            let Some(old) = inner.chats.get_mut(&group_id) else {
+                return (none, none);
+            };
+            if old.kind != "group" || old.migrated_to.is_some() {
+                return (none, none);
+            }
+            old.migrated_to = Some(supergroup_id);
+            old.title.clone().unwrap_or_default()
+        };
+        self.add_chat(supergroup_id, "supergroup", &title);
+        let from = self.push_into(
+            token,
+            supergroup_id,
+            json!({ "migrate_from_chat_id": group_id }),
+        );
+        let to = self.push_into(
+            token,
+            group_id,
+            json!({ "migrate_to_chat_id": supergroup_id }),
+        );
+        (from, to)
     }
 
-    pub(crate) fn push_message(&self, token: &str, chat_id: i64, fields: Value) -> Pushed {
+    /// Queues a `message` update in `chat_id` from a default user (in a private chat, the chat's
+    /// own user) with `fields` merged in, remembered in the chat so replies can quote it. Also
+    /// used for the service messages of an upgrade, the old group's last one included.
+    fn push_into(&self, token: &str, chat_id: i64, fields: Value) -> Pushed {
         let message = {
             let mut inner = self.lock();
             let Some(chat) = inner.chats.get_mut(&chat_id) else {
@@ -653,6 +700,38 @@ impl Shared {
             update_id,
             message_id,
         }
+    }
+
+    pub(crate) fn push_update(&self, token: &str, mut update: Value) -> i64 {
+        let mut inner = self.lock();
+        let Some(bot) = inner.bots.get_mut(token) else {
+            return 0;
+        };
+        let id = bot.next_update_id;
+        bot.next_update_id += 1;
+        if !update.is_object() {
+            update = json!({});
+        }
+        update["update_id"] = json!(id);
+        bot.queue.push_back(update);
+        bot.notify.notify_waiters();
+        id
+    }
+
+    /// A user's message; none in a group that was upgraded (nobody can post there any more).
+    pub(crate) fn push_message(&self, token: &str, chat_id: i64, fields: Value) -> Pushed {
+        let migrated = self
+            .lock()
+            .chats
+            .get(&chat_id)
+            .is_none_or(|c| c.migrated_to.is_some());
+        if migrated {
+            return Pushed {
+                update_id: 0,
+                message_id: 0,
+            };
+        }
+        self.push_into(token, chat_id, fields)
     }
 }
 

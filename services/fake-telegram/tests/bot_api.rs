@@ -320,3 +320,63 @@ async fn uploads_files_and_edits() {
     assert_eq!(s, 200);
     assert_eq!(tg.chat_actions(10), vec!["typing".to_owned()]);
 }
+
+#[tokio::test]
+async fn a_group_upgraded_to_a_supergroup_moves_its_chat_id() {
+    let (tg, http) = setup().await;
+    tg.add_chat(-4001, "group", "Ops");
+    let (s, _) = call(
+        &http,
+        &tg,
+        "sendMessage",
+        json!({"chat_id": -4001, "text": "before"}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (from, to) = tg.migrate_group(TOKEN, -4001, -1004001);
+    assert!(from.update_id > 0 && to.update_id == from.update_id + 1);
+    // The two service messages, new chat first; the old id is refused with the new one.
+    let (_, v) = call(&http, &tg, "getUpdates", json!({})).await;
+    let updates = v["result"].as_array().unwrap();
+    assert_eq!(updates.len(), 2);
+    assert_eq!(updates[0]["message"]["chat"]["id"], json!(-1004001));
+    assert_eq!(updates[0]["message"]["chat"]["type"], json!("supergroup"));
+    assert_eq!(updates[0]["message"]["migrate_from_chat_id"], json!(-4001));
+    assert_eq!(updates[1]["message"]["chat"]["id"], json!(-4001));
+    assert_eq!(updates[1]["message"]["migrate_to_chat_id"], json!(-1004001));
+    for (method, body) in [
+        ("sendMessage", json!({"chat_id": -4001, "text": "after"})),
+        ("getChat", json!({"chat_id": -4001})),
+        (
+            "sendChatAction",
+            json!({"chat_id": -4001, "action": "typing"}),
+        ),
+    ] {
+        let (s, v) = call(&http, &tg, method, body).await;
+        assert_eq!(s, 400, "{method}");
+        assert_eq!(
+            v,
+            json!({"ok": false, "error_code": 400, "description": "Bad Request: group chat was upgraded to a supergroup chat", "parameters": {"migrate_to_chat_id": -1004001}}),
+            "{method}"
+        );
+    }
+    let (s, v) = call(
+        &http,
+        &tg,
+        "sendMessage",
+        json!({"chat_id": -1004001, "text": "after"}),
+    )
+    .await;
+    assert_eq!(
+        (s, v["result"]["chat"]["type"].clone()),
+        (200, json!("supergroup"))
+    );
+    assert_eq!(
+        tg.sent_messages(-4001).len(),
+        1,
+        "nothing more reaches the old group"
+    );
+    // Nobody posts in the old group any more; a supergroup is never upgraded again.
+    assert_eq!(tg.push_text(TOKEN, -4001, "late").update_id, 0);
+    assert_eq!(tg.migrate_group(TOKEN, -1004001, -1005001).0.update_id, 0);
+}

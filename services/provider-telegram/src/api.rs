@@ -34,6 +34,8 @@ pub(crate) enum ApiError {
         code: u16,
         description: String,
         retry_after: Option<u64>,
+        /// `parameters.migrate_to_chat_id`: the group was upgraded to this supergroup.
+        migrate_to: Option<i64>,
     },
     /// A non-JSON answer (a proxy, a load balancer).
     Http {
@@ -83,6 +85,18 @@ impl ApiError {
         self.code() == Some(400)
             && (self.description().contains("message to edit not found")
                 || self.description().contains("message can't be edited"))
+    }
+
+    /// The chat named was a group that became a supergroup with this id (Bot API
+    /// `ResponseParameters.migrate_to_chat_id`): nothing was done, the call may go there.
+    pub fn migrated_to(&self) -> Option<i64> {
+        match self {
+            Self::Telegram {
+                migrate_to: Some(to),
+                ..
+            } => Some(*to),
+            _ => None,
+        }
     }
 
     /// `getUpdates` while a webhook is registered.
@@ -174,6 +188,8 @@ struct Envelope {
 struct Parameters {
     #[serde(default)]
     retry_after: Option<u64>,
+    #[serde(default)]
+    migrate_to_chat_id: Option<i64>,
 }
 
 /// Telegram's descriptions never hold the token; scrubbing guards against a proxy that echoes
@@ -247,7 +263,8 @@ impl Api {
             Ok(env) => Err(ApiError::Telegram {
                 code: env.error_code.unwrap_or(status),
                 description: scrub(env.description.as_deref().unwrap_or(""), token),
-                retry_after: env.parameters.and_then(|p| p.retry_after),
+                retry_after: env.parameters.as_ref().and_then(|p| p.retry_after),
+                migrate_to: env.parameters.as_ref().and_then(|p| p.migrate_to_chat_id),
             }),
             Err(_) if !(200..300).contains(&status) => Err(ApiError::Http { status }),
             Err(_) => Err(ApiError::Network(NetKind::Body)),
@@ -385,12 +402,14 @@ mod tests {
             code: 401,
             description: "Unauthorized".into(),
             retry_after: None,
+            migrate_to: None,
         };
         assert_eq!(e.to_provider().kind, ProviderErrorKind::Unauthorized);
         let e = ApiError::Telegram {
             code: 429,
             description: "Too Many Requests: retry after 3".into(),
             retry_after: Some(3),
+            migrate_to: None,
         };
         assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
         assert!(e.to_provider().retryable());
@@ -399,6 +418,7 @@ mod tests {
                 code,
                 description: "Bad Request: chat not found".into(),
                 retry_after: None,
+                migrate_to: None,
             };
             assert_eq!(e.to_provider().kind, ProviderErrorKind::Rejected);
         }

@@ -201,6 +201,11 @@ Every message in the bound chat arrives as a `chat.message` event.
 
 ## Channels
 
+When Telegram upgrades a bound group to a supergroup (it gets a new chat id), the channel
+follows it by itself: messages keep arriving on the same channel, answers go to the
+supergroup, and the channel's Descriptor names both chats. Message ids from before the upgrade
+(`<old_chat_id>:<message_id>`) can no longer be replied to or edited.
+
 `connector_channel_id` is opaque: pass the id from the inbound event or from
 `connector_channels_list` unchanged, never a chat name, bot name or number.
 "#,

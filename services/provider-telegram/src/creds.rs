@@ -7,6 +7,7 @@ use switchyard_protocol::descriptor::TargetView;
 
 pub(crate) const FIELD_TOKEN: &str = "bot_token";
 pub(crate) const FIELD_CHAT: &str = "chat_id";
+const FIELD_MIGRATED_FROM: &str = "migrated_from_chat_id";
 
 #[derive(Clone)]
 pub(crate) struct Credentials {
@@ -15,6 +16,8 @@ pub(crate) struct Credentials {
     pub bot_username: String,
     pub chat_id: i64,
     pub chat_type: String,
+    /// The group's former id, once Telegram upgraded it to a supergroup (the new `chat_id`).
+    pub migrated_from: Option<i64>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -44,17 +47,32 @@ impl Credentials {
                 .and_then(Value::as_str)
                 .unwrap_or("private")
                 .to_owned(),
+            migrated_from: v.get(FIELD_MIGRATED_FROM).and_then(Value::as_i64),
         })
     }
 
     pub fn to_stored(&self) -> Value {
-        json!({
+        let mut v = json!({
             FIELD_TOKEN: self.token.expose(),
             "bot_id": self.bot_id,
             "bot_username": self.bot_username,
             FIELD_CHAT: self.chat_id,
             "chat_type": self.chat_type,
-        })
+        });
+        if let Some(from) = self.migrated_from {
+            v[FIELD_MIGRATED_FROM] = json!(from);
+        }
+        v
+    }
+
+    /// The same binding after Telegram upgraded its group to the supergroup `to`.
+    pub fn moved_to(&self, to: i64) -> Self {
+        Self {
+            chat_id: to,
+            chat_type: "supergroup".into(),
+            migrated_from: Some(self.chat_id),
+            ..self.clone()
+        }
     }
 
     pub fn bot_key(&self) -> String {
@@ -73,15 +91,14 @@ impl Credentials {
             "channel" => "channel",
             _ => "chat",
         };
+        let moved = self
+            .migrated_from
+            .map(|from| format!(" (upgraded to a supergroup from group {})", mask_chat(from)))
+            .unwrap_or_default();
         TargetView {
             display_name: format!("@{}", self.bot_username),
-            account_hint: Some(format!("{kind} {}", mask_chat(self.chat_id))),
+            account_hint: Some(format!("{kind} {}{moved}", mask_chat(self.chat_id))),
         }
-    }
-
-    /// `"<chat_id>:<message_id>"`, the id form inbound messages and tool results share.
-    pub fn message_ref(&self, message_id: i64) -> String {
-        format!("{}:{message_id}", self.chat_id)
     }
 }
 
@@ -180,6 +197,7 @@ mod tests {
             bot_username: "demo_bot".into(),
             chat_id: -1001234567890,
             chat_type: "supergroup".into(),
+            migrated_from: None,
         };
         let debug = format!("{c:?}");
         assert!(!debug.contains("ABC-DEF"));
@@ -191,5 +209,14 @@ mod tests {
         let back = Credentials::from_stored(&c.to_stored()).unwrap();
         assert_eq!(back.chat_id, c.chat_id);
         assert!(back.is_group());
+        let moved = Credentials::from_stored(&c.moved_to(-1009999000011).to_stored()).unwrap();
+        assert_eq!(
+            (moved.chat_id, moved.migrated_from),
+            (-1009999000011, Some(-1001234567890))
+        );
+        assert_eq!(
+            moved.view().account_hint.as_deref(),
+            Some("group …0011 (upgraded to a supergroup from group …7890)")
+        );
     }
 }

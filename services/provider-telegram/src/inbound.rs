@@ -11,9 +11,9 @@ use switchyard_core::provider::{InboundMessage, InboundOutcome, ServicesError};
 use switchyard_protocol::im::FileItem;
 use tokio::time::Instant;
 
-use crate::Runtime;
 use crate::api::retrying;
 use crate::bots::{Bot, Route};
+use crate::{Runtime, moved_key};
 
 /// The outcome of handling one update.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,10 @@ struct Message {
     animation: Option<FileObj>,
     sticker: Option<Sticker>,
     reply_to_message: Option<Box<Message>>,
+    /// Service message in a group that became the supergroup with this id.
+    migrate_to_chat_id: Option<i64>,
+    /// Service message in a supergroup that was the group with this id.
+    migrate_from_chat_id: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -383,9 +387,45 @@ async fn route_of(
     {
         tracing::warn!(error = %e, "bound bots not reloaded");
     }
+    let found = rt
+        .registry
+        .get(&bot.key)
+        .and_then(|b| b.chats.get(&chat_id).cloned());
+    if found.is_some() {
+        return found;
+    }
+    // A group moved here a moment ago, maybe by another pod: reload at once rather than
+    // drop the supergroup's first messages.
+    if !matches!(
+        host.ephemeral().get(&moved_key(&bot.key, chat_id)).await,
+        Ok(Some(_))
+    ) {
+        return None;
+    }
+    if let Err(e) = rt.registry.refresh(host, &rt.revoked_set()).await {
+        tracing::warn!(error = %e, "bound bots not reloaded");
+    }
     rt.registry
         .get(&bot.key)
         .and_then(|b| b.chats.get(&chat_id).cloned())
+}
+
+/// The group `from` became the supergroup `to`: the channels follow before the update is
+/// acknowledged, so nothing the supergroup sends next finds its chat unbound.
+async fn migrated(
+    rt: &Runtime,
+    host: &dyn ProviderServices,
+    bot: &Bot,
+    from: i64,
+    to: i64,
+) -> Handled {
+    match rt.on_migrated(host, bot.id, from, to).await {
+        Ok(()) => counted("migrated", Handled::Done),
+        Err(e) => {
+            tracing::warn!(bot_key = %bot.key, error = %e, "telegram chat migration not stored; the update is retried");
+            counted("retry", Handled::Retry)
+        }
+    }
 }
 
 /// The pure half of [`handle_update`], for the fuzz targets (`fuzz/`): decode the update,
@@ -417,6 +457,12 @@ pub(crate) async fn handle_update(
     let Some(m) = update.message.or(update.channel_post) else {
         return counted("ignored", Handled::Done);
     };
+    if let Some(to) = m.migrate_to_chat_id {
+        return migrated(rt, host, bot, m.chat.id, to).await;
+    }
+    if let Some(from) = m.migrate_from_chat_id {
+        return migrated(rt, host, bot, from, m.chat.id).await;
+    }
     let Some(route) = route_of(rt, host, bot, m.chat.id).await else {
         tracing::debug!(bot_key = %bot.key, "update from a chat no channel is bound to; ignored");
         return counted("unbound_chat", Handled::Done);

@@ -45,7 +45,7 @@ use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
 use switchyard_core::provider::{
     AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,
-    ToolCall,
+    ServicesError, ToolCall,
 };
 use switchyard_protocol::im::ActivityStatus;
 use switchyard_protocol::{BuildInfo, Card, ConnectionStatus, ErrorCode};
@@ -237,6 +237,61 @@ impl Runtime {
         self.kick.notify_one();
     }
 
+    /// Telegram upgraded the group `from` to the supergroup `to` (a service message or a
+    /// send's 400 said so): every channel of the bot bound to `from` is bound to `to` from now
+    /// on, durably, and its Descriptor says so. Repeated reports of the same move change
+    /// nothing. Fails only when storage did not take a move, so the caller can retry.
+    pub async fn on_migrated(
+        &self,
+        host: &dyn ProviderServices,
+        bot_id: i64,
+        from: i64,
+        to: i64,
+    ) -> Result<(), ServicesError> {
+        let moving: Vec<(String, Credentials)> = host
+            .bound_channels()
+            .await?
+            .iter()
+            .filter_map(|b| {
+                Credentials::from_stored(&b.credentials).map(|c| (b.channel_id.clone(), c))
+            })
+            .filter(|(_, c)| c.bot_id == bot_id && c.chat_id == from)
+            .collect();
+        let bot_key = creds::bot_key(bot_id);
+        // Seen by every pod before its registry is: an update from `to` that reaches a pod
+        // whose view is a moment old makes it reload instead of ignoring the chat.
+        let _ = host
+            .ephemeral()
+            .put(&moved_key(&bot_key, to), vec![1], Duration::from_secs(600))
+            .await;
+        for (channel_id, c) in moving {
+            let moved = c.moved_to(to);
+            match host
+                .rebind(
+                    &channel_id,
+                    &moved.to_stored(),
+                    &moved.view(),
+                    Some(&creds::binding_key(bot_id, to)),
+                )
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(connector_channel_id = %channel_id, bot_key = %bot_key, "telegram group became a supergroup; the channel follows its new chat id");
+                    metrics::counter!("switchyard_telegram_chats_migrated_total").increment(1);
+                }
+                Err(ServicesError::Backend(e)) if e.is(switchyard_core::ErrorKind::Conflict) => {
+                    tracing::warn!(connector_channel_id = %channel_id, bot_key = %bot_key, "telegram supergroup already bound to another channel of the tenant; this channel keeps the old group");
+                }
+                Err(ServicesError::UnknownChannel) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if let Err(e) = self.registry.refresh(host, &self.revoked_set()).await {
+            tracing::warn!(error = %e, "bound bots not reloaded after a chat migration");
+        }
+        Ok(())
+    }
+
     /// Whether a token was refused before (by any pod).
     pub async fn is_revoked(&self, host: &dyn ProviderServices, token_fp: &str) -> bool {
         if self
@@ -274,6 +329,11 @@ impl Runtime {
             Err(_) => false,
         }
     }
+}
+
+/// The ephemeral mark of a recent move of a bot's group to the supergroup `to`.
+pub(crate) fn moved_key(bot_key: &str, to: i64) -> String {
+    format!("tg:moved:{bot_key}:{to}")
 }
 
 pub(crate) fn internal(message: &str) -> ProviderError {

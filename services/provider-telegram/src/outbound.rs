@@ -2,6 +2,7 @@
 //! typing. Multi-part sends record their progress in the ephemeral store under the logical
 //! call's id, so a retry after a partial failure continues instead of repeating parts.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -152,12 +153,22 @@ pub(crate) async fn validate_binding(
             "the token does not belong to a bot",
         ));
     }
-    let params = json!({ "chat_id": chat });
-    let info: ChatInfo = match retrying(deadline, true, || {
-        rt.api.call(token, "getChat", &params, None)
+    let mut params = json!({ "chat_id": chat });
+    let mut looked_up = retrying(deadline, true, || {
+        rt.api.call::<ChatInfo>(token, "getChat", &params, None)
     })
-    .await
+    .await;
+    // The id of a group that became a supergroup: bind the supergroup it names.
+    if let Err(e) = &looked_up
+        && let Some(to) = e.migrated_to()
     {
+        params = json!({ "chat_id": to });
+        looked_up = retrying(deadline, true, || {
+            rt.api.call::<ChatInfo>(token, "getChat", &params, None)
+        })
+        .await;
+    }
+    let info: ChatInfo = match looked_up {
         Ok(c) => c,
         Err(e) if e.is_unauthorized() => {
             return Ok(failed(
@@ -189,6 +200,7 @@ pub(crate) async fn validate_binding(
         } else {
             info.kind
         },
+        migrated_from: None,
     };
     // A token that works is not revoked, whatever an earlier failure recorded.
     let fp = token_fingerprint(token);
@@ -213,6 +225,8 @@ struct Target<'a> {
     rt: &'a Runtime,
     host: &'a dyn ProviderServices,
     creds: Credentials,
+    /// The chat sends go to: the binding's, until Telegram says the group moved.
+    chat: AtomicI64,
     channel_id: &'a str,
     deadline: Instant,
 }
@@ -277,10 +291,12 @@ impl Target<'_> {
         budget: Duration,
     ) -> Result<Target<'a>, ProviderError> {
         let host = rt.host()?.as_ref();
+        let creds = credentials(binding)?;
         Ok(Target {
             rt,
             host,
-            creds: credentials(binding)?,
+            chat: AtomicI64::new(creds.chat_id),
+            creds,
             channel_id: &binding.channel_id,
             deadline: Instant::now() + budget,
         })
@@ -292,7 +308,7 @@ impl Target<'_> {
             eph.as_ref(),
             self.rt.cfg.limits,
             &self.creds.bot_key(),
-            self.creds.chat_id,
+            self.chat(),
             self.creds.is_group(),
             self.deadline,
         )
@@ -304,6 +320,35 @@ impl Target<'_> {
                 "the Telegram send limit for this chat is reached; retry later",
             )
         })
+    }
+
+    fn chat(&self) -> i64 {
+        self.chat.load(Ordering::Relaxed)
+    }
+
+    /// `"<chat_id>:<message_id>"` in the chat the message went to.
+    fn message_ref(&self, message_id: i64) -> String {
+        format!("{}:{message_id}", self.chat())
+    }
+
+    /// Whether `e` says the chat moved (its group became a supergroup). Then the binding
+    /// follows (durably, for every channel of the old group), and this send goes on to the new
+    /// chat: Telegram did nothing with the refused call, so repeating it sends nothing twice.
+    async fn follow(&self, e: &ApiError) -> bool {
+        let Some(to) = e.migrated_to().filter(|to| *to != self.chat()) else {
+            return false;
+        };
+        let from = self.chat.swap(to, Ordering::Relaxed);
+        if let Err(err) = self
+            .rt
+            .on_migrated(self.host, self.creds.bot_id, from, to)
+            .await
+        {
+            // This send still goes to the supergroup; the next one meets the same answer and
+            // stores the move then.
+            tracing::warn!(connector_channel_id = self.channel_id, error = %err, "telegram chat migration not stored");
+        }
+        true
     }
 
     async fn fail(&self, e: ApiError) -> ProviderError {
@@ -323,26 +368,29 @@ impl Target<'_> {
 
     async fn send_text(&self, text: &str, reply_to: Option<i64>) -> Result<i64, ProviderError> {
         self.limit().await?;
-        let mut params = json!({"chat_id": self.creds.chat_id, "text": text});
-        if let Some(r) = reply_to {
-            params["reply_parameters"] = json!({ "message_id": r });
-        }
         let token = &self.creds.token;
-        match retrying(self.deadline, false, || {
-            self.rt
-                .api
-                .call::<Sent>(token, "sendMessage", &params, None)
-        })
-        .await
-        {
-            Ok(m) => Ok(m.message_id),
-            Err(e) => Err(self.fail(e).await),
+        loop {
+            let mut params = json!({"chat_id": self.chat(), "text": text});
+            if let Some(r) = reply_to {
+                params["reply_parameters"] = json!({ "message_id": r });
+            }
+            match retrying(self.deadline, false, || {
+                self.rt
+                    .api
+                    .call::<Sent>(token, "sendMessage", &params, None)
+            })
+            .await
+            {
+                Ok(m) => return Ok(m.message_id),
+                Err(e) if self.follow(&e).await => {}
+                Err(e) => return Err(self.fail(e).await),
+            }
         }
     }
 
     async fn edit_text(&self, id: i64, text: &str) -> Result<Edit, ProviderError> {
         self.limit().await?;
-        let params = json!({"chat_id": self.creds.chat_id, "message_id": id, "text": text});
+        let params = json!({"chat_id": self.chat(), "message_id": id, "text": text});
         let token = &self.creds.token;
         match retrying(self.deadline, true, || {
             self.rt
@@ -354,6 +402,8 @@ impl Target<'_> {
             Ok(_) => Ok(Edit::Done),
             Err(e) if e.is_not_modified() => Ok(Edit::Done),
             Err(e) if e.is_edit_target_gone() => Ok(Edit::Gone),
+            // The message stayed in the old group; the supergroup numbers its own messages.
+            Err(e) if self.follow(&e).await => Ok(Edit::Gone),
             Err(e) => Err(self.fail(e).await),
         }
     }
@@ -403,8 +453,7 @@ impl Target<'_> {
                 .mime_str(m)
                 .map_err(|_| ApiError::Network(NetKind::Other))?;
         }
-        let mut form =
-            reqwest::multipart::Form::new().text("chat_id", self.creds.chat_id.to_string());
+        let mut form = reqwest::multipart::Form::new().text("chat_id", self.chat().to_string());
         if let Some(c) = caption {
             form = form.text("caption", c.to_owned());
         }
@@ -438,13 +487,16 @@ impl Target<'_> {
         let (method, field) =
             media_method(&f.record.mime_type, &f.record.filename, f.record.byte_size);
         self.limit().await?;
-        match retrying(self.deadline, false, || {
-            self.upload(file_ref, method, field, caption, reply_to)
-        })
-        .await
-        {
-            Ok(m) => Ok(m.message_id),
-            Err(e) => Err(self.fail(e).await),
+        loop {
+            match retrying(self.deadline, false, || {
+                self.upload(file_ref, method, field, caption, reply_to)
+            })
+            .await
+            {
+                Ok(m) => return Ok(m.message_id),
+                Err(e) if self.follow(&e).await => {}
+                Err(e) => return Err(self.fail(e).await),
+            }
         }
     }
 
@@ -519,11 +571,13 @@ fn required_text<'a>(args: &'a Map<String, Value>, name: &str) -> Result<&'a str
 }
 
 /// A message id argument: `"<chat_id>:<id>"` (checked against the bound chat, so an id from
-/// another channel is refused), a numeric string or an integer.
+/// another channel is refused), a numeric string or an integer. An id of the chat's former
+/// group (`former`, before Telegram upgraded it) is refused as no longer reachable.
 fn message_id_arg(
     args: &Map<String, Value>,
     name: &str,
     chat_id: i64,
+    former: Option<i64>,
 ) -> Result<i64, ProviderError> {
     let bad = || {
         ProviderError::invalid(format!(
@@ -534,7 +588,13 @@ fn message_id_arg(
         Some(Value::Number(n)) => n.as_i64().ok_or_else(bad)?,
         Some(Value::String(s)) => match s.trim().rsplit_once(':') {
             Some((chat, id)) => {
-                if chat.parse::<i64>().ok() != Some(chat_id) {
+                let chat = chat.parse::<i64>().ok();
+                if chat.is_some() && chat == former {
+                    return Err(ProviderError::rejected(format!(
+                        "{name} is a message of the group before Telegram made it a supergroup; its messages cannot be answered or edited any more"
+                    )));
+                }
+                if chat != Some(chat_id) {
                     return Err(ProviderError::invalid(format!(
                         "{name} belongs to another chat than this channel's"
                     )));
@@ -556,9 +616,8 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
     let t = Target::new(rt, call.binding, rt.cfg.send_budget).await?;
     let args = call.arguments;
     let key = call_key("tool", t.channel_id, call.idempotency_key);
-    let refs = |ids: Vec<i64>| -> Vec<String> {
-        ids.into_iter().map(|i| t.creds.message_ref(i)).collect()
-    };
+    let refs =
+        |ids: Vec<i64>| -> Vec<String> { ids.into_iter().map(|i| t.message_ref(i)).collect() };
     match call.tool_id {
         TOOL_MESSAGE_SEND => {
             let text = required_text(args, "text")?;
@@ -566,7 +625,8 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
             Ok(sent_result(&refs(ids)))
         }
         TOOL_MESSAGE_REPLY => {
-            let reply_to = message_id_arg(args, "reply_to_message_id", t.creds.chat_id)?;
+            let reply_to =
+                message_id_arg(args, "reply_to_message_id", t.chat(), t.creds.migrated_from)?;
             let text = required_text(args, "text")?;
             let ids = t.run(&text_steps(text, Some(reply_to)), &key).await?;
             Ok(sent_result(&refs(ids)))
@@ -595,7 +655,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
             Ok(sent_result(&refs(ids)))
         }
         TOOL_MESSAGE_EDIT => {
-            let id = message_id_arg(args, "message_id", t.creds.chat_id)?;
+            let id = message_id_arg(args, "message_id", t.chat(), t.creds.migrated_from)?;
             let text = required_text(args, "text")?;
             if units(text) > MAX_TEXT {
                 return Err(ProviderError::invalid(
@@ -603,9 +663,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
                 ));
             }
             match t.edit_text(id, text).await? {
-                Edit::Done => {
-                    Ok(json!({"status": "edited", "message_id": t.creds.message_ref(id)}))
-                }
+                Edit::Done => Ok(json!({"status": "edited", "message_id": t.message_ref(id)})),
                 Edit::Gone => Err(ProviderError::rejected(
                     "the message cannot be edited: it is gone or was not sent by this bot",
                 )),
@@ -689,14 +747,17 @@ pub(crate) async fn activity(
     {
         return Ok(());
     }
-    let params = json!({"chat_id": t.creds.chat_id, "action": "typing"});
-    match rt
-        .api
-        .call::<Value>(&t.creds.token, "sendChatAction", &params, None)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) => Err(t.fail(e).await),
+    loop {
+        let params = json!({"chat_id": t.chat(), "action": "typing"});
+        match rt
+            .api
+            .call::<Value>(&t.creds.token, "sendChatAction", &params, None)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if t.follow(&e).await => {}
+            Err(e) => return Err(t.fail(e).await),
+        }
     }
 }
 

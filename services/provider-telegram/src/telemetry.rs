@@ -26,6 +26,10 @@ pub fn describe_metrics() {
         "switchyard_telegram_tokens_revoked_total",
         "bot tokens Telegram refused (401): their channels are closed"
     );
+    describe_counter!(
+        "switchyard_telegram_chats_migrated_total",
+        "channels moved to a supergroup's new chat id after Telegram upgraded their group"
+    );
     describe_gauge!(
         "switchyard_telegram_bots",
         "bots whose updates this pod receives"
@@ -40,5 +44,6 @@ pub fn describe_metrics() {
     counter!("switchyard_telegram_rate_limited_total").absolute(0);
     counter!("switchyard_telegram_send_limited_total").absolute(0);
     counter!("switchyard_telegram_tokens_revoked_total").absolute(0);
+    counter!("switchyard_telegram_chats_migrated_total").absolute(0);
     gauge!("switchyard_telegram_bots").increment(0.0);
 }

@@ -5,12 +5,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use switchyard_protocol::ConnectionStatus;
+use switchyard_protocol::descriptor::TargetView;
 use switchyard_protocol::im::FileItem;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
 use super::Connector;
+use crate::bus::Doorbell;
 use crate::crypto::rows;
 use crate::ephemeral::Ephemeral;
 use crate::error::BackendError;
@@ -229,6 +231,51 @@ impl ProviderServices for Connector {
         self.set_status(&ch, status)
             .await
             .map_err(Connector::fault_to_host)
+    }
+
+    async fn rebind(
+        &self,
+        channel_id: &str,
+        credentials: &Value,
+        view: &TargetView,
+        binding_key: Option<&str>,
+    ) -> Result<(), ServicesError> {
+        let ch = self.bound_channel(channel_id).await?;
+        if let Some(key) = binding_key
+            && let Some(other) = self
+                .hub
+                .store
+                .find_channel_by_binding_key(&ch.tenant_id, &ch.card_id, key)
+                .await?
+            && other.id != ch.id
+        {
+            return Err(ServicesError::Backend(BackendError::conflict(
+                "the new target is already bound to another channel of this tenant",
+            )));
+        }
+        let blob = self
+            .hub
+            .cipher
+            .encrypt_json(&rows::channel(&ch.id), credentials);
+        self.hub
+            .store
+            .set_channel_binding(
+                &ch.id,
+                Some(&blob),
+                binding_key,
+                ch.status,
+                &serde_json::json!(view),
+                crate::ids::now_ms(),
+            )
+            .await?;
+        self.ring(
+            &ch.connector_id,
+            Doorbell::Descriptor {
+                channel_id: ch.id.clone(),
+            },
+        )
+        .await;
+        Ok(())
     }
 
     fn public_base_url(&self) -> String {

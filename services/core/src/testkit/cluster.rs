@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use switchyard_protocol::ConnectionStatus;
+use switchyard_protocol::descriptor::TargetView;
 
 use super::TENANT;
 use crate::ephemeral::MemoryEphemeral;
@@ -73,6 +74,8 @@ pub struct Cluster {
     pub files: Mutex<HashMap<String, StoredFile>>,
     /// Every `set_target_status` call, in order.
     pub statuses: Mutex<Vec<(String, ConnectionStatus)>>,
+    /// Every `rebind` the core took, in order: the channel, its new view and binding key.
+    pub rebinds: Mutex<Vec<(String, TargetView, Option<String>)>>,
     pub kv: Mutex<HashMap<String, String>>,
     /// What `secret_put` stored, by key.
     pub secrets: Mutex<HashMap<String, Value>>,

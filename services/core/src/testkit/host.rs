@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use switchyard_protocol::ConnectionStatus;
+use switchyard_protocol::descriptor::TargetView;
 use switchyard_protocol::im::{ChatMessagePayload, FileItem};
 
 use super::cluster::{Cluster, Lease, StoredFile};
@@ -268,6 +269,32 @@ impl ProviderServices for FakeHost {
             .lock()
             .unwrap()
             .push((channel_id.into(), status));
+        Ok(())
+    }
+
+    /// The core's rule without the uniqueness check (the cluster keeps no binding keys): a
+    /// bound channel takes the new credentials; the call is recorded in `rebinds`.
+    async fn rebind(
+        &self,
+        channel_id: &str,
+        credentials: &Value,
+        view: &TargetView,
+        binding_key: Option<&str>,
+    ) -> Result<(), ServicesError> {
+        self.alive()?;
+        {
+            let mut bindings = self.cluster.bindings.lock().unwrap();
+            let b = bindings
+                .iter_mut()
+                .find(|b| b.channel_id == channel_id)
+                .ok_or(ServicesError::UnknownChannel)?;
+            b.credentials = credentials.clone();
+        }
+        self.cluster.rebinds.lock().unwrap().push((
+            channel_id.into(),
+            view.clone(),
+            binding_key.map(str::to_owned),
+        ));
         Ok(())
     }
 

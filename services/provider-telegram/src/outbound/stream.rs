@@ -97,7 +97,7 @@ pub(crate) async fn delta(
             {
                 return Ok(());
             }
-            let params = json!({"chat_id": t.creds.chat_id, "message_id": id, "text": shown});
+            let params = json!({"chat_id": t.chat(), "message_id": id, "text": shown});
             match rt
                 .api
                 .call::<Value>(&t.creds.token, "editMessageText", &params, None)
@@ -114,6 +114,8 @@ pub(crate) async fn delta(
                     Ok(())
                 }
                 Err(e) if e.is_not_modified() || e.retry_after().is_some() => Ok(()),
+                // The shown message stayed in the old group; the final message goes anew.
+                Err(e) if t.follow(&e).await => Ok(()),
                 Err(e) => Err(t.fail(e).await),
             }
         }

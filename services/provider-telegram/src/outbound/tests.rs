@@ -41,10 +41,13 @@ fn media_methods() {
 fn message_id_arguments() {
     let mut args = Map::new();
     args.insert("m".into(), json!("-100:42"));
-    assert_eq!(message_id_arg(&args, "m", -100).unwrap(), 42);
-    assert!(message_id_arg(&args, "m", -200).is_err());
+    assert_eq!(message_id_arg(&args, "m", -100, None).unwrap(), 42);
+    assert!(message_id_arg(&args, "m", -200, None).is_err());
+    // A message of the group before it became the supergroup -200: gone, not another chat's.
+    let err = message_id_arg(&args, "m", -200, Some(-100)).unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Rejected);
     args.insert("m".into(), json!(7));
-    assert_eq!(message_id_arg(&args, "m", 1).unwrap(), 7);
+    assert_eq!(message_id_arg(&args, "m", 1, None).unwrap(), 7);
     args.insert("m".into(), json!("x"));
-    assert!(message_id_arg(&args, "m", 1).is_err());
+    assert!(message_id_arg(&args, "m", 1, None).is_err());
 }

@@ -1,0 +1,155 @@
+//! A group upgraded to a supergroup (a new chat id): the channel follows it in both
+//! directions, says so in its Descriptor, and loses no message across the move.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use switchyard_provider_telegram::Mode;
+
+/// A basic group and the supergroup Telegram makes of it.
+const OLD: i64 = -4001239876;
+const NEW: i64 = -1004001234567;
+
+fn bound_chat(cluster: &Cluster, channel_id: &str) -> i64 {
+    cluster.binding(channel_id).credentials["chat_id"]
+        .as_i64()
+        .unwrap()
+}
+
+/// The channel was moved once, with a view that names both chats.
+fn check_moved(cluster: &Cluster) {
+    assert_eq!(bound_chat(cluster, "cch_g"), NEW);
+    let rebinds = cluster.rebinds.lock().unwrap().clone();
+    assert_eq!(rebinds.len(), 1, "{rebinds:?}");
+    let (channel, view, key) = &rebinds[0];
+    assert_eq!(channel, "cch_g");
+    assert_eq!(
+        view.account_hint.as_deref(),
+        Some("group …4567 (upgraded to a supergroup from group …9876)")
+    );
+    assert!(key.as_deref().is_some_and(|k| k.len() == 64));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_group_keeps_its_channel_in_both_directions() {
+    let tg = fake().await;
+    tg.add_chat(OLD, "group", "Ops");
+    let cluster = Cluster::new();
+    let pod = Pod::start(
+        cluster.clone(),
+        "pod-a",
+        config(&tg.base_url(), Mode::Polling),
+        true,
+    )
+    .await;
+    pod.bind("cch_g", TOKEN, json!(OLD)).await;
+    let before = tg.push_text(TOKEN, OLD, "before the upgrade");
+    let (from, _) = tg.migrate_group(TOKEN, OLD, NEW);
+    // Pushed at once: the supergroup's first message must not find its chat unbound.
+    let after = tg.push_text(TOKEN, NEW, "after the upgrade");
+    let got = inbound_n(&cluster, 2).await;
+    let ids: Vec<(String, String)> = got
+        .iter()
+        .map(|(c, m)| (c.clone(), m.message_id.clone()))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            ("cch_g".to_owned(), format!("{OLD}:{}", before.message_id)),
+            ("cch_g".to_owned(), format!("{NEW}:{}", after.message_id)),
+        ]
+    );
+    assert!(after.message_id > from.message_id);
+    eventually(WAIT, "updates confirmed", || async {
+        (tg.pending_updates(TOKEN) == 0).then_some(())
+    })
+    .await;
+    check_moved(&cluster);
+    // Answers go to the supergroup.
+    pod.deliver("cch_g", "msg_1", Some("answer"), &[])
+        .await
+        .unwrap();
+    let sent = tg.sent_messages(NEW);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].text.as_deref(), Some("answer"));
+    assert_eq!(
+        cluster.inbound().len(),
+        2,
+        "service messages are not chat messages"
+    );
+}
+
+#[tokio::test]
+async fn a_send_refused_for_an_upgraded_group_goes_to_the_supergroup_once() {
+    let tg = fake().await;
+    tg.add_chat(OLD, "group", "Ops");
+    let cluster = Cluster::new();
+    // No poller: the service messages wait unread, as when the send comes first.
+    let pod = Pod::start(
+        cluster.clone(),
+        "pod-a",
+        config(&tg.base_url(), Mode::Polling),
+        false,
+    )
+    .await;
+    pod.bind("cch_g", TOKEN, json!(OLD)).await;
+    let question = tg.push_text(TOKEN, OLD, "question?");
+    tg.migrate_group(TOKEN, OLD, NEW);
+    let out = pod
+        .tool(
+            "cch_g",
+            "telegram_message_send",
+            json!({"text": "hello"}),
+            "t1",
+        )
+        .await
+        .unwrap();
+    let sent = tg.sent_messages(NEW);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].text.as_deref(), Some("hello"));
+    assert_eq!(
+        out["message_id"],
+        json!(format!("{NEW}:{}", sent[0].message_id))
+    );
+    assert!(tg.sent_messages(OLD).is_empty());
+    check_moved(&cluster);
+    // The binding moved: the next sends go straight to the supergroup.
+    let calls = tg.call_count("sendMessage");
+    pod.deliver("cch_g", "msg_2", Some("final"), &[])
+        .await
+        .unwrap();
+    pod.activity("cch_g", switchyard_protocol::im::ActivityStatus::Thinking)
+        .await
+        .unwrap();
+    assert_eq!(tg.call_count("sendMessage"), calls + 1);
+    assert_eq!(tg.sent_messages(NEW).len(), 2);
+    assert_eq!(tg.chat_actions(NEW), vec!["typing".to_owned()]);
+    // A message of the old group can no longer be answered; the error says why.
+    let err = pod
+        .tool(
+            "cch_g",
+            "telegram_message_reply",
+            json!({"reply_to_message_id": format!("{OLD}:{}", question.message_id), "text": "x"}),
+            "t2",
+        )
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("supergroup"), "{}", err.message);
+}
+
+#[tokio::test]
+async fn binding_the_old_id_of_an_upgraded_group_binds_the_supergroup() {
+    let tg = fake().await;
+    tg.add_chat(OLD, "group", "Ops");
+    tg.migrate_group(TOKEN, OLD, NEW);
+    let pod = Pod::start(
+        Cluster::new(),
+        "pod-a",
+        config(&tg.base_url(), Mode::Polling),
+        false,
+    )
+    .await;
+    pod.bind("cch_g", TOKEN, json!(OLD)).await;
+    assert_eq!(bound_chat(pod.cluster(), "cch_g"), NEW);
+}
