@@ -137,8 +137,9 @@ Every WeChat message arrives as a `chat.message` event.
 
 - `text` is the message text. A quoted message starts the text with a line
   `[Quoting <title>: "<quoted text>"]`.
-- A voice message arrives as the text WeChat transcribed, after `[Voice message]`; when
-  WeChat gave no transcript the text says so.
+- A voice message arrives as the text WeChat transcribed, after `[Voice message]` (when
+  WeChat gave no transcript the text says so), with its audio in `files` as a `.silk` file
+  (WeChat's SILK codec, not converted).
 - Images, files and videos are in `files`, already downloaded and decrypted; read them from
   their `download_url` when the task needs their content.
 - `sender_id` identifies the WeChat user; `sender_name` is shown only when WeChat names them.

@@ -293,11 +293,68 @@ impl Api {
         Self::finish("get_qrcode_status", None, sent).await
     }
 
-    /// Streams ciphertext of `len` bytes to the CDN; returns the download parameter.
+    /// A CDN address iLink gave in full (`full_url`, `upload_full_url`), when usable: https or
+    /// the configured CDN's own scheme (tests run on http).
+    fn full_cdn_url(&self, full: Option<&str>) -> Option<url::Url> {
+        let full = full.map(str::trim).filter(|u| !u.is_empty())?;
+        let own = url::Url::parse(&self.cdn_base).ok()?;
+        match url::Url::parse(full) {
+            Ok(u) if u.scheme() == "https" || u.scheme() == own.scheme() => Some(u),
+            _ => {
+                tracing::warn!("wechat gave a CDN address that is not https; it is not used");
+                None
+            }
+        }
+    }
+
+    /// Where a media object is: iLink's `full_url` when it gives one (protocol.md: the client
+    /// prefers it), else `{cdn_base}/download?encrypted_query_param=..` (cdn-url.ts).
+    pub fn download_url(
+        &self,
+        full_url: Option<&str>,
+        param: Option<&str>,
+    ) -> Result<url::Url, ApiError> {
+        if let Some(u) = self.full_cdn_url(full_url) {
+            return Ok(u);
+        }
+        let param = param.filter(|p| !p.is_empty()).ok_or(ApiError::Ret {
+            code: -1,
+            message: "the media has no download address".into(),
+        })?;
+        let mut url = url::Url::parse(&format!("{}/download", self.cdn_base))
+            .map_err(|_| ApiError::Network(NetKind::Other))?;
+        url.query_pairs_mut()
+            .append_pair("encrypted_query_param", param);
+        Ok(url)
+    }
+
+    /// Where an upload goes: `getuploadurl`'s `upload_full_url` when it gives one, else
+    /// `{cdn_base}/upload?encrypted_query_param=..&filekey=..` (cdn-url.ts).
+    pub fn upload_url(
+        &self,
+        full_url: Option<&str>,
+        upload_param: Option<&str>,
+        filekey: &str,
+    ) -> Result<url::Url, ApiError> {
+        if let Some(u) = self.full_cdn_url(full_url) {
+            return Ok(u);
+        }
+        let param = upload_param.filter(|p| !p.is_empty()).ok_or(ApiError::Ret {
+            code: -1,
+            message: "WeChat gave no upload address for the file".into(),
+        })?;
+        let mut url = url::Url::parse(&format!("{}/upload", self.cdn_base))
+            .map_err(|_| ApiError::Network(NetKind::Other))?;
+        url.query_pairs_mut()
+            .append_pair("encrypted_query_param", param)
+            .append_pair("filekey", filekey);
+        Ok(url)
+    }
+
+    /// Streams ciphertext of `len` bytes to the CDN at `url`; returns the download parameter.
     pub async fn cdn_upload<S>(
         &self,
-        upload_param: &str,
-        filekey: &str,
+        url: url::Url,
         len: u64,
         body: S,
         timeout: Duration,
@@ -305,11 +362,6 @@ impl Api {
     where
         S: Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
     {
-        let mut url = url::Url::parse(&format!("{}/upload", self.cdn_base))
-            .map_err(|_| ApiError::Network(NetKind::Other))?;
-        url.query_pairs_mut()
-            .append_pair("encrypted_query_param", upload_param)
-            .append_pair("filekey", filekey);
         let sent = self
             .client
             .post(url)
@@ -351,17 +403,13 @@ impl Api {
         }
     }
 
-    /// Downloads a CDN object (ciphertext), at most `max` bytes.
+    /// Downloads a CDN object (ciphertext) from `url`, at most `max` bytes.
     pub async fn cdn_download(
         &self,
-        param: &str,
+        url: url::Url,
         max: u64,
         timeout: Duration,
     ) -> Result<Vec<u8>, ApiError> {
-        let mut url = url::Url::parse(&format!("{}/download", self.cdn_base))
-            .map_err(|_| ApiError::Network(NetKind::Other))?;
-        url.query_pairs_mut()
-            .append_pair("encrypted_query_param", param);
         let resp = self
             .client
             .get(url)

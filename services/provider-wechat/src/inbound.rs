@@ -51,18 +51,35 @@ pub(crate) fn message_key(m: &Value) -> Option<String> {
 
 /// A media item of a message, before download.
 struct Media {
-    param: String,
+    /// iLink's complete download address (preferred), and the CDN parameter (fallback).
+    full_url: Option<String>,
+    param: Option<String>,
     key: Option<[u8; 16]>,
     filename: String,
     mime: String,
 }
 
-fn media_of(item: &Value, seq: usize, id: &str) -> Option<Media> {
+/// A media object with an address: `full_url` or `encrypt_query_param`.
+fn addressed(m: &Value) -> bool {
+    let has = |k: &str| m[k].as_str().is_some_and(|v| !v.trim().is_empty());
+    has("full_url") || has("encrypt_query_param")
+}
+
+/// The media of an item: Some(Ok) to download, Some(Err(note)) for an image, file or video
+/// WeChat gave no address for (the message still arrives, saying so), None for other items.
+fn media_of(item: &Value, seq: usize, id: &str) -> Option<Result<Media, String>> {
     let (kind, default_name, mime) = match item["type"].as_i64()? {
         2 => (
             "image_item",
             format!("wechat-image-{id}-{seq}.jpg"),
             "image/jpeg",
+        ),
+        // Voice notes are SILK audio (media-download.ts); kept as they are, beside the
+        // transcript.
+        3 => (
+            "voice_item",
+            format!("wechat-voice-{id}-{seq}.silk"),
+            "audio/silk",
         ),
         4 => ("file_item", String::new(), "application/octet-stream"),
         5 => (
@@ -73,12 +90,29 @@ fn media_of(item: &Value, seq: usize, id: &str) -> Option<Media> {
         _ => return None,
     };
     let it = &item[kind];
-    let media = if it["media"]["encrypt_query_param"].is_string() {
+    let media = if addressed(&it["media"]) {
         &it["media"]
-    } else {
+    } else if kind != "voice_item" && addressed(&it["thumb_media"]) {
         &it["thumb_media"]
+    } else if kind == "voice_item" {
+        return None;
+    } else {
+        let what = match kind {
+            "image_item" => "an image",
+            "video_item" => "a video",
+            _ => "a file",
+        };
+        return Some(Err(format!(
+            "[WeChat sent {what} without a download address]"
+        )));
     };
-    let param = media["encrypt_query_param"].as_str()?.to_owned();
+    let text = |k: &str| {
+        media[k]
+            .as_str()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
     // An image's own hex `aeskey` wins over the media's key.
     let key = it["aeskey"]
         .as_str()
@@ -97,12 +131,13 @@ fn media_of(item: &Value, seq: usize, id: &str) -> Option<Media> {
     } else {
         mime
     };
-    Some(Media {
-        param,
+    Some(Ok(Media {
+        full_url: text("full_url"),
+        param: text("encrypt_query_param"),
         key,
         filename,
         mime: mime.to_owned(),
-    })
+    }))
 }
 
 fn guess_mime(name: &str) -> Option<&'static str> {
@@ -198,13 +233,19 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderServices, channel_id: &str, m: &
             m.filename
         ))
     };
+    let url = match rt
+        .api
+        .download_url(m.full_url.as_deref(), m.param.as_deref())
+    {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::info!(error = %e.summary(), "wechat media has no usable address");
+            return note();
+        }
+    };
     let ct = match rt
         .api
-        .cdn_download(
-            &m.param,
-            rt.cfg.max_download_bytes + 16,
-            rt.cfg.transfer_timeout,
-        )
+        .cdn_download(url, rt.cfg.max_download_bytes + 16, rt.cfg.transfer_timeout)
         .await
     {
         Ok(b) => b,
@@ -279,18 +320,26 @@ pub(crate) async fn handle_message(
     }
     let channel_id = bot.channel_id.as_str();
     let items: Vec<Value> = m["item_list"].as_array().cloned().unwrap_or_default();
-    let mut wanted: Vec<Media> = items
+    let mut found: Vec<Result<Media, String>> = items
         .iter()
         .enumerate()
         .filter_map(|(i, it)| media_of(it, i, &id))
         .collect();
-    if wanted.is_empty() {
+    if found.is_empty() {
         // A text quoting an image or file carries that media.
-        wanted = items
+        found = items
             .iter()
             .enumerate()
             .filter_map(|(i, it)| media_of(&it["ref_msg"]["message_item"], i, &id))
             .collect();
+    }
+    let mut notes = Vec::new();
+    let mut wanted = Vec::new();
+    for f in found {
+        match f {
+            Ok(m) => wanted.push(m),
+            Err(note) => notes.push(note),
+        }
     }
     // A repeated message with media (a batch fetched again) skips the downloads; the core's
     // message_id de-dup catches every other repeat.
@@ -300,7 +349,6 @@ pub(crate) async fn handle_message(
         return (Handled::Done, changed);
     }
     let mut files = Vec::new();
-    let mut notes = Vec::new();
     for w in &wanted {
         match fetch(rt, host, channel_id, w).await {
             Fetch::Stored(f) => files.push(f),
@@ -400,9 +448,35 @@ mod tests {
             0,
             "9",
         )
+        .unwrap()
         .unwrap();
         assert_eq!(f.filename, "report.pdf");
         assert_eq!(f.mime, "application/pdf");
         assert_eq!(f.key, Some(*b"1234567890abcdef"));
+        assert_eq!(f.param.as_deref(), Some("p"));
+        assert_eq!(f.full_url, None);
+        // Only a full URL (iLink's preferred form): still downloaded.
+        let f = media_of(
+            &json!({"type": 2, "image_item": {"media": {"full_url": "https://cdn/x", "aes_key": "MTIzNDU2Nzg5MGFiY2RlZg=="}}}),
+            0,
+            "9",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(f.full_url.as_deref(), Some("https://cdn/x"));
+        assert_eq!(f.param, None);
+        // An image with no address at all is said, not dropped.
+        let e = media_of(&json!({"type": 2, "image_item": {"media": {}}}), 0, "9").unwrap();
+        assert!(e.is_err());
+        // A voice note's audio.
+        let v = media_of(
+            &json!({"type": 3, "voice_item": {"media": {"encrypt_query_param": "v", "aes_key": "MTIzNDU2Nzg5MGFiY2RlZg=="}, "text": "hi"}}),
+            1,
+            "9",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(v.mime, "audio/silk");
+        assert_eq!(v.filename, "wechat-voice-9-1.silk");
     }
 }

@@ -304,10 +304,17 @@ impl<'a> Target<'a> {
             Ok(v) => v,
             Err(e) => return Err(self.fail(e).await),
         };
-        let Some(param) = answer["upload_param"].as_str().filter(|p| !p.is_empty()) else {
-            return Err(ProviderError::rejected(
-                "WeChat gave no upload parameter for the file",
-            ));
+        let url = match self.rt.api.upload_url(
+            answer["upload_full_url"].as_str(),
+            answer["upload_param"].as_str(),
+            &filekey,
+        ) {
+            Ok(u) => u,
+            Err(_) => {
+                return Err(ProviderError::rejected(
+                    "WeChat gave no upload address for the file",
+                ));
+            }
         };
         let mut last = None;
         let mut download = None;
@@ -317,8 +324,7 @@ impl<'a> Target<'a> {
                 .rt
                 .api
                 .cdn_upload(
-                    param,
-                    &filekey,
+                    url.clone(),
                     padded,
                     encrypt_stream(key, stream),
                     self.rt.cfg.transfer_timeout,

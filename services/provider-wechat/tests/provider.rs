@@ -10,7 +10,7 @@ use common::*;
 use serde_json::json;
 use switchyard_core::model::AuthStatus;
 use switchyard_core::provider::AuthStep;
-use switchyard_fake_wechat::{Failure, FakeWechat, Item};
+use switchyard_fake_wechat::{Failure, FakeWechat, Item, MediaUrls};
 use switchyard_provider_wechat::{FLOW_QR, WechatConfig};
 use switchyard_protocol::ConnectionStatus;
 
@@ -272,6 +272,51 @@ async fn a_bot_assigned_to_another_allowed_host_is_polled_there() {
     assert!(captured_logs().contains("host is neither the API host nor under an allowed host"));
 }
 
+/// Issue 22 point 5: media iLink addresses only by `full_url` / `upload_full_url` is
+/// downloaded and uploaded there (an image-only message is not dropped as empty), and a
+/// voice note's audio is fetched beside its transcript.
+#[tokio::test]
+async fn media_with_only_full_urls_and_voice_audio_arrive_and_go_out() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(300));
+    fake.set_media_urls(MediaUrls::FullUrl);
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), true).await;
+    let bot = pod.login(&fake, CH).await;
+    let me = bot.user_id.clone();
+    fake.push(&bot.token, &me, &[Item::Image(b"ONLY-AN-IMAGE".to_vec())]);
+    fake.push(
+        &bot.token,
+        &me,
+        &[Item::VoiceNote {
+            text: Some("明天开会".into()),
+            audio: b"#!SILK_V3 spoken words".to_vec(),
+        }],
+    );
+    fake.push(
+        &bot.token,
+        &me,
+        &[Item::File {
+            name: "a.txt".into(),
+            bytes: b"file body".to_vec(),
+        }],
+    );
+    let got = inbound_n(&cluster, 3).await;
+    let m = |i: usize| &got[i].1;
+    assert_eq!(m(0).text, None);
+    assert_eq!(cluster.file(&m(0).files[0].file_ref).bytes, b"ONLY-AN-IMAGE");
+    assert_eq!(m(1).text.as_deref(), Some("[Voice message] 明天开会"));
+    let voice = cluster.file(&m(1).files[0].file_ref);
+    assert_eq!(voice.bytes, b"#!SILK_V3 spoken words");
+    assert_eq!(voice.mime_type.as_deref(), Some("audio/silk"));
+    assert_eq!(cluster.file(&m(2).files[0].file_ref).bytes, b"file body");
+    // Out: getuploadurl answers only upload_full_url.
+    cluster.add_upload(CH, "file_up_9", "pic.png", "image/png", b"PNG-OUT");
+    pod.deliver(CH, "msg_fu", None, &["file_up_9"]).await.unwrap();
+    let sent = fake.sent(&bot.token);
+    assert_eq!(sent.last().unwrap().media[0], b"PNG-OUT");
+}
+
 #[tokio::test]
 async fn expired_qr_is_refreshed_three_times_then_the_flow_fails() {
     let fake = FakeWechat::start().await;
@@ -365,7 +410,10 @@ async fn inbound_every_item_type_and_replies_with_the_context_token() {
     assert_eq!(m(1).files[0].file_type, "image");
     assert_eq!(cluster.file(&m(1).files[0].file_ref).bytes, b"PNG-BYTES-1");
     assert_eq!(m(2).text.as_deref(), Some("[Voice message] 帮我查一下日程"));
-    assert!(m(2).files.is_empty());
+    assert_eq!(
+        cluster.file(&m(2).files[0].file_ref).bytes,
+        switchyard_fake_wechat::VOICE_SILK
+    );
     assert!(m(3).text.as_deref().unwrap().contains("no transcript"));
     assert_eq!(m(4).files[0].filename.as_deref(), Some("report.pdf"));
     assert_eq!(
