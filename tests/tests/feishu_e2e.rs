@@ -236,9 +236,10 @@ async fn feishu_qr_creates_an_app_that_then_receives_messages() {
     })
     .await;
     let reg = fs.registrations()[0].clone();
-    assert_eq!(qr, reg.verification_uri_complete);
+    assert!(qr.starts_with(&reg.verification_uri_complete), "{qr}");
+    // The user opens the QR link: the app comes with what the link's addons ask for.
     let (app_id, secret) = fs
-        .approve_registration(&reg.device_code, Brand::Feishu)
+        .scan_registration(&qr, Brand::Feishu)
         .expect("app created");
     let ack = eventually(WAIT, "authenticated", || async {
         let s = status(&conn, &ch, &session).await;
@@ -253,12 +254,15 @@ async fn feishu_qr_creates_an_app_that_then_receives_messages() {
         (fs.connections(&app_id) == 1).then_some(())
     })
     .await;
+    fs.add_user(USER, "Ada Lovelace");
     let pushed = fs.push_text(&app_id, &p2p(), "hello from a QR app");
     let msg = conn
         .next_push_of("chat.message", WAIT)
         .await
         .expect("inbound chat.message");
     assert_eq!(msg.str_at("/message_id"), Some(pushed.message_id.as_str()));
+    // The app asked for the contact permission: the sender is named on the wire.
+    assert_eq!(msg.str_at("/sender_name"), Some("Ada Lovelace"), "{msg:?}");
     assert!(!format!("{msg:?}").contains(&secret));
 }
 

@@ -460,15 +460,38 @@ impl crate::FakeFeishu {
         filename: &str,
         bytes: &[u8],
     ) -> Pushed {
+        if msg_type == "media" {
+            return self.push_video(app_id, chat, filename, bytes, b"\xFF\xD8 video cover");
+        }
         let key = self.shared.rand_key("file_v3_");
         self.shared
             .add_resource(app_id, &key, "file", Some(filename), bytes);
         let content = match msg_type {
             "audio" => json!({ "file_key": key, "duration": 1000 }),
-            "media" => json!({ "file_key": key, "file_name": filename, "duration": 1000 }),
             _ => json!({ "file_key": key, "file_name": filename }),
         };
         self.push_message(app_id, chat, msg_type, content, vec![key.clone()])
+    }
+
+    /// Pushes a video (`media`) message: `{file_key, image_key, file_name, duration}`, the
+    /// `image_key` being its cover image (larksuite/openclaw-lark 2026.5.20
+    /// `src/messaging/converters/video.ts`), downloadable with `type=image`.
+    pub fn push_video(
+        &self,
+        app_id: &str,
+        chat: &Chat,
+        filename: &str,
+        bytes: &[u8],
+        cover: &[u8],
+    ) -> Pushed {
+        let key = self.shared.rand_key("file_v3_");
+        self.shared
+            .add_resource(app_id, &key, "file", Some(filename), bytes);
+        let cover_key = self.shared.rand_key("img_v3_");
+        self.shared
+            .add_resource(app_id, &cover_key, "image", None, cover);
+        let content = json!({ "file_key": key, "image_key": cover_key, "file_name": filename, "duration": 1000 });
+        self.push_message(app_id, chat, "media", content, vec![key.clone(), cover_key])
     }
 
     /// Pushes a sticker message.

@@ -32,7 +32,7 @@ mod events;
 pub mod frame;
 mod registration;
 
-pub use crate::registration::{Brand, Registration, RegistrationState};
+pub use crate::registration::{Brand, Link, Registration, RegistrationState};
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;

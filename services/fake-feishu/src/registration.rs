@@ -3,12 +3,25 @@
 //!
 //! - `action=init`: answered `{}`-like (nothing the client needs).
 //! - `action=begin` (`archetype`, `auth_method`, `request_user_info`): `device_code`,
-//!   `user_code`, `verification_uri`, `verification_uri_complete`, `interval` and `expire_in`
+//!   `user_code`, `verification_uri`, `verification_uri_complete`, `interval` and `expires_in`
 //!   (seconds).
 //! - `action=poll` with `device_code`: HTTP 400 `{"error", "error_description"}` with
 //!   `authorization_pending`, `slow_down` (polled sooner than the interval, which then grows
 //!   by 5 s, or forced by a test), `access_denied`, `expired_token`; or, once approved, 200
 //!   with `client_id`, `client_secret` and `user_info {open_id, tenant_brand}`.
+//!
+//! Sources: larksuite/node-sdk 1.73.0 `scene/registration/index.ts` and `types.ts` (the
+//! begin answer's `expires_in`, the polling rules, the QR link's `from=sdk`, `tp=sdk`,
+//! `source`, `createOnly` and `addons`), `scene/registration/addons.ts` (the `addons`
+//! encoding: JSON, gzip, URL-safe base64 without padding); larksuite/cli
+//! `internal/auth/app_registration.go` (`request_user_info=open_id tenant_brand`,
+//! `expires_in`).
+//!
+//! The user opens the QR link ([`crate::FakeFeishu::scan_registration`]): the created app
+//! has the bot capability (archetype `PersonalAgent`) plus what the link's `addons` declare
+//! (tenant scopes, tenant events). The platform's default template is not published, so the
+//! fake's grants nothing beyond the bot: a link without `addons` makes an app that can
+//! neither read nor send messages nor receive `im.message.receive_v1`.
 //!
 //! A fake is the accounts host of one brand ([`crate::FakeFeishu::set_accounts_brand`]). A
 //! user of the other brand approving here makes the polls answer `authorization_pending`
@@ -67,6 +80,7 @@ pub enum RegistrationState {
 #[derive(Debug, Clone)]
 pub struct Registration {
     pub device_code: String,
+    pub user_code: String,
     pub verification_uri_complete: String,
     pub state: RegistrationState,
     pub interval_secs: u64,
@@ -75,6 +89,57 @@ pub struct Registration {
     pub polls: Vec<i64>,
     /// Polls to answer `slow_down` whatever their timing.
     pub force_slow_down: u32,
+    /// The query of the link the user opened (`addons` decoded to JSON), once scanned.
+    pub link: Option<Link>,
+}
+
+/// What the QR link the user opened asked for.
+#[derive(Debug, Clone, Default)]
+pub struct Link {
+    /// Every query parameter but `addons`, as given.
+    pub params: Vec<(String, String)>,
+    /// `addons` decoded (gzip, URL-safe base64), or None when absent or undecodable.
+    pub addons: Option<Value>,
+}
+
+impl Link {
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Tenant scopes and tenant events the addons declare.
+    fn grants(&self) -> (Vec<String>, Vec<String>) {
+        let list = |ptr: &str| -> Vec<String> {
+            self.addons
+                .as_ref()
+                .and_then(|a| a.pointer(ptr))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        };
+        (list("/scopes/tenant"), list("/events/items/tenant"))
+    }
+}
+
+/// `addons` as node-sdk's `encodeAddons` makes it: URL-safe base64 (no padding) of gzip of JSON.
+fn decode_addons(s: &str) -> Option<Value> {
+    use base64::Engine;
+    use std::io::Read;
+    let gz = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s.trim_end_matches('='))
+        .ok()?;
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .take(64 * 1024)
+        .read_to_end(&mut json)
+        .ok()?;
+    serde_json::from_slice(&json).ok()
 }
 
 #[derive(Deserialize)]
@@ -142,12 +207,14 @@ fn begin(s: &Shared, f: &RegistrationForm) -> (Response, i64) {
     let (interval, expire_in) = (g.registration_interval_secs, g.registration_expire_in_secs);
     g.registrations.push(Registration {
         device_code: device_code.clone(),
+        user_code: user_code.clone(),
         verification_uri_complete: complete.clone(),
         state: RegistrationState::Pending,
         interval_secs: interval,
         expires_at_ms: now_ms() + expire_in as i64 * 1000,
         polls: Vec::new(),
         force_slow_down: 0,
+        link: None,
     });
     drop(g);
     (
@@ -157,7 +224,7 @@ fn begin(s: &Shared, f: &RegistrationForm) -> (Response, i64) {
             "verification_uri": uri,
             "verification_uri_complete": complete,
             "interval": interval,
-            "expire_in": expire_in,
+            "expires_in": expire_in,
         }))
         .into_response(),
         0,
@@ -231,12 +298,14 @@ impl Shared {
             let interval = g.registration_interval_secs;
             g.registrations.push(Registration {
                 device_code: device_code.to_owned(),
+                user_code: String::new(),
                 verification_uri_complete: String::new(),
                 state: RegistrationState::Pending,
                 interval_secs: interval,
                 expires_at_ms: now_ms() + expire_in * 1000,
                 polls: Vec::new(),
                 force_slow_down: 0,
+                link: None,
             });
         }
         drop(g);
@@ -251,6 +320,19 @@ impl Shared {
                 })
                 .collect();
             self.add_app(&app_id, &app_secret, "xAgent Assistant");
+            // The bot capability always; scopes and events only as the link's addons ask.
+            let link = self
+                .lock()
+                .registrations
+                .iter()
+                .find(|r| r.device_code == device_code)
+                .and_then(|r| r.link.clone())
+                .unwrap_or_default();
+            let (scopes, events) = link.grants();
+            if let Some(a) = self.lock().apps.get_mut(&app_id) {
+                a.scopes = scopes.into_iter().collect();
+                a.events = events.into_iter().collect();
+            }
             let open_id = format!("ou_user_{:08x}", rand::random::<u32>());
             (
                 RegistrationState::Approved {
@@ -304,7 +386,9 @@ impl crate::FakeFeishu {
     }
 
     /// The user scanned and approved with a tenant of `brand`. On this brand's host the app
-    /// is created (with its bot) and its `(app_id, app_secret)` returned; on the other
+    /// is created (with its bot, and the scopes and events of the link it was opened with:
+    /// none unless [`Self::scan_registration`] recorded one) and its `(app_id, app_secret)`
+    /// returned; on the other
     /// brand's host the polls name the brand and the client must poll there, where the same
     /// call (with a registration begun elsewhere) creates the app.
     pub fn approve_registration(
@@ -313,6 +397,33 @@ impl crate::FakeFeishu {
         brand: Brand,
     ) -> Option<(String, String)> {
         self.shared.approve_registration(device_code, brand)
+    }
+
+    /// The user opened `url` (the QR link) and approved with a tenant of `brand`: the link's
+    /// parameters are recorded on its registration (found by `user_code`) and the app is
+    /// created with what its `addons` ask for, as [`Self::approve_registration`] does.
+    /// None when the link names no registration here.
+    pub fn scan_registration(&self, url: &str, brand: Brand) -> Option<(String, String)> {
+        let parsed = url::Url::parse(url).ok()?;
+        let mut link = Link::default();
+        let mut user_code = String::new();
+        for (k, v) in parsed.query_pairs() {
+            match k.as_ref() {
+                "addons" => link.addons = decode_addons(&v),
+                "user_code" => user_code = v.into_owned(),
+                _ => link.params.push((k.into_owned(), v.into_owned())),
+            }
+        }
+        let device_code = {
+            let mut g = self.shared.lock();
+            let r = g
+                .registrations
+                .iter_mut()
+                .find(|r| !user_code.is_empty() && r.user_code == user_code)?;
+            r.link = Some(link);
+            r.device_code.clone()
+        };
+        self.shared.approve_registration(&device_code, brand)
     }
 
     /// The user refused on the phone: polls answer `access_denied`.

@@ -16,7 +16,7 @@ use crate::creds::Domain;
 const ENDPOINT: &str = "/oauth/v1/app/registration";
 /// Feishu's SDKs use these when `begin` leaves them out.
 const DEFAULT_INTERVAL_S: u64 = 5;
-const DEFAULT_EXPIRE_IN_S: u64 = 600;
+const DEFAULT_EXPIRES_IN_S: u64 = 600;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AccountsError {
@@ -58,7 +58,7 @@ pub(crate) struct Begun {
     /// The URL to show as the QR code.
     pub url: String,
     pub interval_s: u64,
-    pub expire_in_s: u64,
+    pub expires_in_s: u64,
 }
 
 /// One `poll`.
@@ -93,7 +93,8 @@ struct Answer {
     device_code: String,
     verification_uri_complete: String,
     interval: i64,
-    expire_in: i64,
+    /// The code's lifetime in seconds (node-sdk's `BeginResponse.expires_in`).
+    expires_in: i64,
     client_id: String,
     client_secret: String,
     user_info: Option<UserInfo>,
@@ -233,9 +234,9 @@ impl Accounts {
         let positive = |v: i64, d: u64| if v > 0 { v as u64 } else { d };
         Ok(Begun {
             device_code: a.device_code,
-            url: a.verification_uri_complete,
+            url: qr_link(&a.verification_uri_complete),
             interval_s: positive(a.interval, DEFAULT_INTERVAL_S),
-            expire_in_s: positive(a.expire_in, DEFAULT_EXPIRE_IN_S),
+            expires_in_s: positive(a.expires_in, DEFAULT_EXPIRES_IN_S),
         })
     }
 
@@ -275,9 +276,90 @@ impl Accounts {
     }
 }
 
+/// What the created app needs, declared in the link's `addons`: the message scopes (read
+/// direct and @-mention messages, send as the bot, message resources), the sender names
+/// (`contact:user.base:readonly`) and the `im.message.receive_v1` event.
+const ADDON_SCOPES: &[&str] = &[
+    "im:message.p2p_msg:readonly",
+    "im:message.group_at_msg:readonly",
+    "im:message:send_as_bot",
+    "im:resource",
+    "contact:user.base:readonly",
+];
+const ADDON_EVENTS: &[&str] = &["im.message.receive_v1"];
+
+/// `addons` as larksuite/node-sdk's `encodeAddons` makes it: JSON, gzip, URL-safe base64
+/// without padding.
+fn encode_addons() -> Option<String> {
+    use base64::Engine;
+    use std::io::Write;
+    let json = serde_json::json!({
+        "scopes": {"tenant": ADDON_SCOPES},
+        "events": {"items": {"tenant": ADDON_EVENTS}},
+    });
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(json.to_string().as_bytes()).ok()?;
+    let bytes = gz.finish().ok()?;
+    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// The QR link: Feishu's `verification_uri_complete` with the parameters node-sdk's
+/// `registerApp` adds (`from=sdk`, `tp=sdk`, `source`, `createOnly=true`, `addons`), so the
+/// page creates a new app (never rebinds an existing one) with the bot, the permissions and
+/// the event subscription the connector needs. `source` names Switchyard, not node-sdk.
+pub(crate) fn qr_link(verification_uri_complete: &str) -> String {
+    let Ok(mut url) = url::Url::parse(verification_uri_complete) else {
+        return verification_uri_complete.to_owned();
+    };
+    {
+        let mut q = url.query_pairs_mut();
+        q.append_pair("from", "sdk")
+            .append_pair("source", "switchyard")
+            .append_pair("tp", "sdk")
+            .append_pair("createOnly", "true");
+        if let Some(addons) = encode_addons() {
+            q.append_pair("addons", &addons);
+        }
+    }
+    url.into()
+}
+
 fn refused(a: &Answer) -> AccountsError {
     AccountsError::Refused {
         error: bounded(&a.error, &[]),
         description: bounded(&a.error_description, &[]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+    use std::io::Read;
+
+    #[test]
+    fn the_qr_link_carries_the_sdk_parameters_and_addons() {
+        let link = qr_link("https://accounts.feishu.cn/page/launcher?user_code=UC-1");
+        let url = url::Url::parse(&link).unwrap();
+        let q: std::collections::HashMap<String, String> = url.query_pairs().into_owned().collect();
+        assert_eq!(q["user_code"], "UC-1");
+        assert_eq!((q["from"].as_str(), q["tp"].as_str()), ("sdk", "sdk"));
+        assert_eq!(q["createOnly"], "true");
+        let gz = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&q["addons"])
+            .unwrap();
+        let mut json = String::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_string(&mut json)
+            .unwrap();
+        let v: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["events"]["items"]["tenant"][0], "im.message.receive_v1");
+        assert!(
+            v["scopes"]["tenant"]
+                .as_array()
+                .unwrap()
+                .contains(&"im:message:send_as_bot".into())
+        );
+        assert_eq!(qr_link("not a url"), "not a url");
     }
 }

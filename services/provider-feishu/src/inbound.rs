@@ -264,6 +264,13 @@ fn normalise(m: &Message) -> (Option<String>, Vec<Attachment>) {
                 filename: name,
                 mime: Some("video/mp4"),
             });
+            // The video's cover image (`image_key`), downloaded as an image resource.
+            files.push(Attachment {
+                key: s("image_key"),
+                kind: "image",
+                filename: format!("video_cover_{id}.png"),
+                mime: None,
+            });
             None
         }
         "sticker" => {
@@ -502,6 +509,13 @@ mod tests {
         let (t, f) = normalise(&msg("audio", json!({"file_key": "file_1", "duration": 3})));
         assert!(t.is_none());
         assert_eq!(f[0].mime, Some("audio/opus"));
+        let (t, f) = normalise(&msg(
+            "media",
+            json!({"file_key": "file_v", "image_key": "img_c", "file_name": "a.mp4"}),
+        ));
+        assert!(t.is_none());
+        let kinds: Vec<_> = f.iter().map(|a| (a.key.as_str(), a.kind)).collect();
+        assert_eq!(kinds, [("file_v", "file"), ("img_c", "image")]);
         let (t, f) = normalise(&msg(
             "file",
             json!({"file_key": "file_2", "file_name": "a.pdf"}),

@@ -138,7 +138,7 @@ async fn begin(rt: &Runtime, session_expires_at: i64) -> Result<QrState, Account
         device_code: b.device_code,
         qr_url: b.url,
         interval_s: b.interval_s,
-        qr_expires_at: now + b.expire_in_s as i64 * 1000,
+        qr_expires_at: now + b.expires_in_s as i64 * 1000,
         // The first poll may come at once (the SDKs poll right after showing the QR).
         next_poll_at: 0,
         ..Default::default()

@@ -297,7 +297,7 @@ async fn group_rich_text_and_media_are_normalised() {
         "{texts:?}"
     );
     let files: Vec<_> = got.iter().flat_map(|(_, m)| m.files.clone()).collect();
-    assert_eq!(files.len(), 5, "{files:?}");
+    assert_eq!(files.len(), 6, "the video comes with its cover: {files:?}");
     let bytes: Vec<Vec<u8>> = files
         .iter()
         .map(|f| cluster.file(&f.file_ref).bytes)
@@ -313,6 +313,34 @@ async fn group_rich_text_and_media_are_normalised() {
             .iter()
             .any(|f| f.mime_type.as_deref() == Some("audio/opus"))
     );
+}
+
+/// A video message carries its cover image (`image_key`) beside the video.
+#[tokio::test]
+async fn a_video_message_carries_its_cover_image() {
+    let fs = fake().await;
+    let cluster = Cluster::new();
+    let _pod = bound_running_pod(&fs, &cluster, "a").await;
+    eventually(WAIT, "long connection", || async {
+        (fs.connections(APP) == 1).then_some(())
+    })
+    .await;
+    let pushed = fs.push_video(APP, &p2p(), "clip.mp4", b"MP4-BYTES", b"COVER-BYTES");
+    let got = inbound_n(&cluster, 1).await;
+    assert_eq!(got[0].1.message_id, pushed.message_id);
+    let files = &got[0].1.files;
+    assert_eq!(files.len(), 2, "{files:?}");
+    let video = files
+        .iter()
+        .find(|f| f.mime_type.as_deref() == Some("video/mp4"))
+        .expect("the video");
+    assert_eq!(cluster.file(&video.file_ref).bytes, b"MP4-BYTES");
+    assert_eq!(video.filename.as_deref(), Some("clip.mp4"));
+    let cover = files
+        .iter()
+        .find(|f| f.file_type == "image")
+        .expect("the cover image");
+    assert_eq!(cluster.file(&cover.file_ref).bytes, b"COVER-BYTES");
 }
 
 #[tokio::test]

@@ -45,9 +45,13 @@ async fn qr_creates_a_feishu_app_and_binds_it_like_the_form() {
     let s = pod.qr_shown("auth_qr_1").await;
     let reg = fake.registrations()[0].clone();
     assert_eq!(fake.registration_inits(), 1, "init comes before begin");
-    assert_eq!(
-        s.qr_code_text.as_deref(),
-        Some(reg.verification_uri_complete.as_str())
+    assert!(
+        s.qr_code_text
+            .as_deref()
+            .unwrap()
+            .starts_with(&format!("{}&", reg.verification_uri_complete)),
+        "Feishu's link with the SDK's parameters: {:?}",
+        s.qr_code_text
     );
     assert!(
         s.qr_code_image
@@ -153,9 +157,11 @@ async fn an_expired_code_asks_for_a_refresh_which_brings_a_new_qr() {
     assert_eq!(s.status, AuthStatus::Pending);
     assert_eq!(fake.registrations().len(), 2, "a new registration");
     assert_ne!(s.qr_code_text, first.qr_code_text);
-    assert_eq!(
-        s.qr_code_text.as_deref(),
-        Some(fake.registrations()[1].verification_uri_complete.as_str())
+    assert!(
+        s.qr_code_text
+            .as_deref()
+            .unwrap()
+            .starts_with(&fake.registrations()[1].verification_uri_complete)
     );
     // Past the lifetime Feishu gave the code, no poll is needed to know.
     let polls = fake.registrations()[1].polls.len();
@@ -199,4 +205,88 @@ async fn slow_down_lengthens_the_interval_and_is_honoured() {
     // slow_down again, which the provider takes in its stride.
     assert_eq!(s.status, AuthStatus::Pending);
     assert_eq!(s.poll_interval_ms, 12_000);
+}
+
+/// The QR link carries what node-sdk's `registerApp` adds (`from`, `tp`, `source`,
+/// `createOnly`, `addons`): the app the user creates with it has the bot, the message
+/// permissions, the contact permission and the `im.message.receive_v1` subscription, so it
+/// receives and answers messages with no visit to the developer console.
+#[tokio::test]
+async fn the_qr_link_creates_an_app_that_receives_and_answers_messages() {
+    let fake = fake().await;
+    fake.set_registration_timing(1, 600);
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake.base_url()), true).await;
+    pod.qr_start(CH, "auth_qr_link").await;
+    let s = pod.qr_shown("auth_qr_link").await;
+    let link = s.qr_code_text.clone().unwrap();
+    // The user opens the link shown as the QR code and approves.
+    let (app_id, _) = fake
+        .scan_registration(&link, Brand::Feishu)
+        .expect("the link names the registration");
+    let reg = fake.registrations()[0].clone();
+    let l = reg.link.clone().unwrap();
+    assert_eq!(
+        (l.param("from"), l.param("tp"), l.param("createOnly")),
+        (Some("sdk"), Some("sdk"), Some("true"))
+    );
+    let (scopes, events) = fake.app_config(&app_id).unwrap();
+    assert!(
+        events.contains(switchyard_fake_feishu::MESSAGE_EVENT),
+        "{events:?}"
+    );
+    for scope in switchyard_fake_feishu::MESSAGE_SCOPES
+        .iter()
+        .chain([&switchyard_fake_feishu::CONTACT_SCOPE])
+    {
+        assert!(scopes.contains(*scope), "{scope} in {scopes:?}");
+    }
+    edit_state(&cluster, "auth_qr_link", |st| st["next_poll_at"] = json!(0));
+    let s = pod.qr_status("auth_qr_link", false).await;
+    assert_eq!(s.status, AuthStatus::Authenticated, "{s:?}");
+    pod.provider.refresh().await.unwrap();
+    eventually(WAIT, "long connection", || async {
+        (fake.connections(&app_id) == 1).then_some(())
+    })
+    .await;
+    fake.add_user("ou_creator", "Grace Hopper");
+    let pushed = fake.push_text(
+        &app_id,
+        &switchyard_fake_feishu::Chat::P2p {
+            user_open_id: "ou_creator".into(),
+        },
+        "hello new app",
+    );
+    let got = inbound_n(&cluster, 1).await;
+    assert_eq!(got[0].1.message_id, pushed.message_id);
+    assert_eq!(got[0].1.sender_name.as_deref(), Some("Grace Hopper"));
+    pod.deliver(CH, "msg_answer", Some("hello Grace"), &[])
+        .await
+        .unwrap();
+    assert_eq!(fake.sent_messages(&pushed.chat_id).len(), 1);
+}
+
+/// The code's lifetime is Feishu's `expires_in` (node-sdk's name): past it the flow asks
+/// for a refresh without waiting for the next poll.
+#[tokio::test]
+async fn the_code_lifetime_is_read_from_expires_in() {
+    let fake = fake().await;
+    fake.set_registration_timing(30, 1);
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake.base_url()), false).await;
+    pod.qr_start(CH, "auth_qr_x").await;
+    pod.qr_shown("auth_qr_x").await;
+    let st = cluster.session("auth_qr_x").state;
+    let lifetime = st["qr_expires_at"].as_i64().unwrap() - st["started_at"].as_i64().unwrap();
+    assert!((900..=1500).contains(&lifetime), "{lifetime} ms");
+    let s = eventually(WAIT, "expired", || async {
+        let s = pod.qr_status("auth_qr_x", false).await;
+        (s.status != AuthStatus::Pending).then_some(s)
+    })
+    .await;
+    assert_eq!(s.status, AuthStatus::QrRefreshRequired);
+    assert!(
+        fake.registrations()[0].polls.len() <= 1,
+        "expiry known without polling"
+    );
 }
