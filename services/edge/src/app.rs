@@ -83,6 +83,7 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<
     wx.poll_lease_ttl = cfg.wechat.poll_lease_ttl.0;
     wx.lease_retry = cfg.wechat.lease_retry.0;
     wx.allowed_base_hosts = cfg.wechat.allowed_base_hosts.clone();
+    wx.session_pause = cfg.wechat.session_pause.0;
     let mut fs = switchyard_provider_feishu::FeishuConfig::new(
         build_info(),
         &cfg.feishu.api_base,

@@ -255,6 +255,10 @@ async fn get_updates(s: &Shared, token: &str, p: &Params) -> Result<Value, ApiEr
         if bot.webhook.is_some() {
             return Err(ApiErr::new(409, WEBHOOK_CONFLICT));
         }
+        // Not given: the previous setting stays.
+        if let Some(list) = p.list("allowed_updates") {
+            bot.allowed_updates = list;
+        }
         if offset > 0 {
             bot.queue.retain(|u| update_id(u) >= offset);
         } else if offset < 0 {
@@ -332,6 +336,9 @@ fn set_webhook(s: &Arc<Shared>, token: &str, p: &Params) -> Result<Response, Api
     }
     if let Some(old) = bot.webhook.take() {
         old.task.abort();
+    }
+    if let Some(list) = p.list("allowed_updates") {
+        bot.allowed_updates = list;
     }
     let task = tokio::spawn(crate::webhook::deliver(s.clone(), token.to_owned()));
     bot.webhook = Some(crate::Webhook {

@@ -11,6 +11,13 @@
 //!   as Telegram does). `setWebhook` switches the bot to push delivery: every update is POSTed
 //!   to the URL with `X-Telegram-Bot-Api-Secret-Token` until the receiver answers 2xx, and
 //!   `getUpdates` answers 409 meanwhile.
+//! - `allowed_updates` (`getUpdates`, `setWebhook`) is kept per bot; updates of other types
+//!   are not created for it, and an empty or never given list means every type but
+//!   `chat_member`, `message_reaction` and `message_reaction_count` (Bot API docs,
+//!   <https://core.telegram.org/bots/api#getupdates>). User edits come as `edited_message`
+//!   (`edited_channel_post` in channels) with `edit_date` set, also when nothing the bot sees
+//!   changed (<https://core.telegram.org/bots/api#update>). A channel's posts come as
+//!   `channel_post`.
 //! - A basic group can be upgraded to a supergroup ([`FakeTelegram::migrate_group`]): the bot
 //!   gets the service messages with `migrate_from_chat_id` (new chat) and `migrate_to_chat_id`
 //!   (old chat), and every method naming the old id then answers 400 "Bad Request: group chat
@@ -130,6 +137,31 @@ struct Bot {
     poll_generation: u64,
     poll_conflicts: u64,
     webhook: Option<Webhook>,
+    /// The update types the bot asked for (`allowed_updates`); empty: Telegram's default.
+    allowed_updates: Vec<String>,
+}
+
+/// What an empty or never given `allowed_updates` receives: every type but these (Bot API,
+/// `getUpdates`: "all update types except chat_member, message_reaction, and
+/// message_reaction_count").
+const NOT_BY_DEFAULT: [&str; 3] = ["chat_member", "message_reaction", "message_reaction_count"];
+
+impl Bot {
+    /// Whether an update of this type is created for the bot at all: Telegram filters when it
+    /// creates an update, so a change of `allowed_updates` does not touch queued ones.
+    fn wants(&self, update: &Value) -> bool {
+        let Some(kind) = update
+            .as_object()
+            .and_then(|o| o.keys().find(|k| *k != "update_id"))
+        else {
+            return true;
+        };
+        if self.allowed_updates.is_empty() {
+            !NOT_BY_DEFAULT.contains(&kind.as_str())
+        } else {
+            self.allowed_updates.iter().any(|a| a == kind)
+        }
+    }
 }
 
 struct Chat {
@@ -421,6 +453,12 @@ impl FakeTelegram {
         )
     }
 
+    /// A user edits the message `message_id` of the chat (see `Shared::push_edit`); the
+    /// update is created only when the bot asked for `edited_message` (or gave no list).
+    pub fn push_edit(&self, token: &str, chat_id: i64, message_id: i64, fields: Value) -> Pushed {
+        self.shared.push_edit(token, chat_id, message_id, fields)
+    }
+
     /// A text message replying to an earlier message of the chat (quoted as Telegram does).
     pub fn push_reply(
         &self,
@@ -606,6 +644,7 @@ impl Shared {
                 poll_generation: 0,
                 poll_conflicts: 0,
                 webhook: None,
+                allowed_updates: Vec::new(),
             },
         );
         id
@@ -695,7 +734,57 @@ impl Shared {
             message
         };
         let message_id = message["message_id"].as_i64().unwrap_or(0);
-        let update_id = self.push_update(token, json!({ "message": message }));
+        let kind = if message["chat"]["type"] == "channel" {
+            "channel_post"
+        } else {
+            "message"
+        };
+        let update_id = self.push_update(token, json!({ kind: message }));
+        Pushed {
+            update_id,
+            message_id,
+        }
+    }
+
+    /// A user edits an earlier message of the chat: `fields` replace its content, `edit_date`
+    /// is set, and the bot gets the new version as an `edited_message` (`edited_channel_post`
+    /// in a channel) update, if it asked for that type. An empty `fields` is the Bot API's
+    /// "changes to message fields that are either unavailable or not actively used by your
+    /// bot": nothing visible changed, an update comes all the same. Zero for a message that
+    /// is unknown or a bot's own (bots get no updates about their messages).
+    pub(crate) fn push_edit(
+        &self,
+        token: &str,
+        chat_id: i64,
+        message_id: i64,
+        fields: Value,
+    ) -> Pushed {
+        let none = Pushed {
+            update_id: 0,
+            message_id: 0,
+        };
+        let (message, kind) = {
+            let mut inner = self.lock();
+            let Some(chat) = inner.chats.get_mut(&chat_id) else {
+                return none;
+            };
+            let kind = if chat.kind == "channel" {
+                "edited_channel_post"
+            } else {
+                "edited_message"
+            };
+            let Some((message, None)) = chat.messages.get_mut(&message_id) else {
+                return none;
+            };
+            if let (Some(m), Some(f)) = (message.as_object_mut(), fields.as_object()) {
+                for (k, v) in f {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
+            message["edit_date"] = json!(now_secs());
+            (message.clone(), kind)
+        };
+        let update_id = self.push_update(token, json!({ kind: message }));
         Pushed {
             update_id,
             message_id,
@@ -707,11 +796,14 @@ impl Shared {
         let Some(bot) = inner.bots.get_mut(token) else {
             return 0;
         };
-        let id = bot.next_update_id;
-        bot.next_update_id += 1;
         if !update.is_object() {
             update = json!({});
         }
+        if !bot.wants(&update) {
+            return 0;
+        }
+        let id = bot.next_update_id;
+        bot.next_update_id += 1;
         update["update_id"] = json!(id);
         bot.queue.push_back(update);
         bot.notify.notify_waiters();

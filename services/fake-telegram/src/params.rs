@@ -56,6 +56,19 @@ impl Params {
         }
     }
 
+    /// A list of strings given as a JSON array or as its JSON text (form encodings); None when
+    /// absent or not such a list.
+    pub fn list(&self, name: &str) -> Option<Vec<String>> {
+        let v = match self.values.get(name)? {
+            Value::String(s) => serde_json::from_str(s).ok()?,
+            v => v.clone(),
+        };
+        v.as_array()?
+            .iter()
+            .map(|i| i.as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// `reply_to_message_id`, or the newer `reply_parameters.message_id`.
     pub fn reply_to(&self) -> Option<i64> {
         self.i64("reply_to_message_id").or_else(|| {

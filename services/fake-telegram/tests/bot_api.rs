@@ -380,3 +380,61 @@ async fn a_group_upgraded_to_a_supergroup_moves_its_chat_id() {
     assert_eq!(tg.push_text(TOKEN, -4001, "late").update_id, 0);
     assert_eq!(tg.migrate_group(TOKEN, -1004001, -1005001).0.update_id, 0);
 }
+
+#[tokio::test]
+async fn edits_come_as_edited_message_only_to_bots_that_ask_for_them() {
+    let (tg, http) = setup().await;
+    let original = tg.push_text(TOKEN, 10, "helo");
+    // Asking for messages only: an edit creates no update at all.
+    let (_, v) = call(
+        &http,
+        &tg,
+        "getUpdates",
+        json!({"allowed_updates": ["message"]}),
+    )
+    .await;
+    let first = v["result"][0]["update_id"].as_i64().unwrap();
+    assert_eq!(
+        tg.push_edit(TOKEN, 10, original.message_id, json!({"text": "hello"}))
+            .update_id,
+        0
+    );
+    // The default list (empty) includes edits; the stored message took the new text.
+    call(
+        &http,
+        &tg,
+        "getUpdates",
+        json!({"offset": first + 1, "allowed_updates": []}),
+    )
+    .await;
+    let edit = tg.push_edit(TOKEN, 10, original.message_id, json!({"text": "hello!"}));
+    assert!(edit.update_id > first);
+    let (_, v) = call(&http, &tg, "getUpdates", json!({"offset": first + 1})).await;
+    let u = &v["result"][0];
+    assert_eq!(u["update_id"], json!(edit.update_id));
+    assert!(u.get("message").is_none());
+    let m = &u["edited_message"];
+    assert_eq!(
+        (m["message_id"].clone(), m["text"].clone()),
+        (json!(original.message_id), json!("hello!"))
+    );
+    assert!(m["edit_date"].as_i64().unwrap() >= m["date"].as_i64().unwrap());
+    // A bot's own message or an unknown one: no update.
+    let (_, v) = call(
+        &http,
+        &tg,
+        "sendMessage",
+        json!({"chat_id": 10, "text": "mine"}),
+    )
+    .await;
+    let mine = v["result"]["message_id"].as_i64().unwrap();
+    assert_eq!(
+        tg.push_edit(TOKEN, 10, mine, json!({"text": "x"}))
+            .update_id,
+        0
+    );
+    assert_eq!(
+        tg.push_edit(TOKEN, 10, 999, json!({"text": "x"})).update_id,
+        0
+    );
+}

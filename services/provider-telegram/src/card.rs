@@ -175,6 +175,16 @@ Every message in the bound chat arrives as a `chat.message` event.
 - `files` hold photos (the largest size), documents, voice notes, audio, video and stickers,
   already downloaded; read them from their `download_url` when the task needs their content.
   A file Telegram does not let bots download (over 20 MB) is named in the text instead.
+- When someone edits a message, the new version arrives as another `chat.message`. It is
+  never a fresh request: its text starts with a line
+  `[Edited message <chat_id>:<message_id>: this replaces its earlier version]` naming the
+  message it replaces, followed by the whole new text. Its `message_id` is
+  `"<chat_id>:<message_id>:edit:<n>"` (new for each edit); `{reply}` accepts it and the id in
+  the first line alike, both answer the edited message. Files are attached again only when
+  they changed (the line then says nothing about them; otherwise it adds "its files are
+  unchanged"). Edits that change nothing you can see (Telegram reports some) are not
+  delivered. Treat an edit as a correction: if you already answered the earlier version,
+  say what changes, if anything; do not answer the message twice as if it were new.
 
 ## Answering
 
@@ -278,5 +288,9 @@ mod tests {
         ] {
             assert!(s.contains(t), "{t}");
         }
+        // The edit marker the inbound text carries is the one the Skill documents.
+        assert!(s.contains(
+            "[Edited message <chat_id>:<message_id>: this replaces its earlier version]"
+        ));
     }
 }

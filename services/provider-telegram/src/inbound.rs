@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
+use switchyard_core::crypto::sha256_hex;
 use switchyard_core::provider::{InboundMessage, InboundOutcome, ServicesError};
 use switchyard_protocol::im::FileItem;
 use tokio::time::Instant;
@@ -32,6 +33,22 @@ struct Update {
     update_id: i64,
     message: Option<Message>,
     channel_post: Option<Message>,
+    edited_message: Option<Message>,
+    edited_channel_post: Option<Message>,
+}
+
+impl Update {
+    /// The message the update carries, and whether it is the new version of an edited one.
+    fn into_message(self) -> Option<(Message, bool)> {
+        match (
+            self.message.or(self.channel_post),
+            self.edited_message.or(self.edited_channel_post),
+        ) {
+            (Some(m), _) => Some((m, false)),
+            (None, Some(m)) => Some((m, true)),
+            (None, None) => None,
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -78,6 +95,7 @@ struct User {
 #[serde(default)]
 struct PhotoSize {
     file_id: String,
+    file_unique_id: String,
     width: u64,
     height: u64,
     file_size: Option<u64>,
@@ -87,6 +105,7 @@ struct PhotoSize {
 #[serde(default)]
 struct FileObj {
     file_id: String,
+    file_unique_id: String,
     file_name: Option<String>,
     mime_type: Option<String>,
     file_size: Option<u64>,
@@ -96,6 +115,7 @@ struct FileObj {
 #[serde(default)]
 struct Sticker {
     file_id: String,
+    file_unique_id: String,
     emoji: Option<String>,
     is_animated: bool,
     is_video: bool,
@@ -111,9 +131,53 @@ struct TgFile {
 /// A file of a message, before download.
 struct Attachment {
     file_id: String,
+    /// The same for every copy of the file (`file_id` may differ between updates).
+    unique_id: String,
     filename: String,
     mime: String,
     size: Option<u64>,
+}
+
+fn unique(file_unique_id: &str, file_id: &str) -> String {
+    if file_unique_id.is_empty() {
+        file_id.to_owned()
+    } else {
+        file_unique_id.to_owned()
+    }
+}
+
+/// How long the version of an inbound message is remembered, to tell a real edit from an
+/// `edited_message` that changes nothing the agent sees (the Bot API sends those too).
+const VERSION_TTL: Duration = Duration::from_secs(48 * 3600);
+
+/// A message's version as the agent sees it: a hash of its text (or caption) and one of its
+/// files, `"<text>:<files>"`.
+fn version(m: &Message, files: &[Attachment]) -> String {
+    let text = m.text.as_deref().or(m.caption.as_deref()).unwrap_or("");
+    let ids: Vec<&str> = files.iter().map(|a| a.unique_id.as_str()).collect();
+    format!(
+        "{}:{}",
+        &sha256_hex(text.as_bytes())[..16],
+        &sha256_hex(ids.join("\n").as_bytes())[..16]
+    )
+}
+
+fn version_key(bot: &Bot, m: &Message) -> String {
+    format!("tg:ver:{}:{}:{}", bot.key, m.chat.id, m.message_id)
+}
+
+/// The first line of an edit's text: which message it replaces, in the id form the reply tool
+/// takes.
+fn edit_line(m: &Message, files_unchanged: bool) -> String {
+    let files = if files_unchanged {
+        "; its files are unchanged"
+    } else {
+        ""
+    };
+    format!(
+        "[Edited message {}:{}: this replaces its earlier version{files}]",
+        m.chat.id, m.message_id
+    )
 }
 
 fn attachments(m: &Message) -> Vec<Attachment> {
@@ -127,6 +191,7 @@ fn attachments(m: &Message) -> Vec<Attachment> {
     {
         out.push(Attachment {
             file_id: p.file_id.clone(),
+            unique_id: unique(&p.file_unique_id, &p.file_id),
             filename: format!("photo_{id}.jpg"),
             mime: "image/jpeg".into(),
             size: p.file_size,
@@ -134,6 +199,7 @@ fn attachments(m: &Message) -> Vec<Attachment> {
     }
     let named = |f: &FileObj, default_name: String, default_mime: &str| Attachment {
         file_id: f.file_id.clone(),
+        unique_id: unique(&f.file_unique_id, &f.file_id),
         filename: f
             .file_name
             .clone()
@@ -180,6 +246,7 @@ fn attachments(m: &Message) -> Vec<Attachment> {
         };
         out.push(Attachment {
             file_id: s.file_id.clone(),
+            unique_id: unique(&s.file_unique_id, &s.file_id),
             filename: format!("sticker_{id}.{ext}"),
             mime: mime.into(),
             size: s.file_size,
@@ -434,10 +501,17 @@ async fn migrated(
 pub(crate) fn inspect_update(raw: &[u8]) -> Option<(usize, usize)> {
     let raw: Value = serde_json::from_slice(raw).ok()?;
     let update: Update = serde_json::from_value(raw).ok()?;
-    let m = update.message.or(update.channel_post)?;
+    let (m, edited) = update.into_message()?;
     let files = attachments(&m);
-    let _ = (sender_name(&m), kind_of(&m));
-    let text = compose_text(&m, &[]);
+    let _ = (sender_name(&m), kind_of(&m), version(&m, &files));
+    let mut text = compose_text(&m, &[]);
+    if edited {
+        text = Some(format!(
+            "{}\n{}",
+            edit_line(&m, false),
+            text.unwrap_or_default()
+        ));
+    }
     Some((files.len(), text.map_or(0, |t| t.len())))
 }
 
@@ -454,7 +528,8 @@ pub(crate) async fn handle_update(
             return counted("invalid", Handled::Done);
         }
     };
-    let Some(m) = update.message.or(update.channel_post) else {
+    let update_id = update.update_id;
+    let Some((m, edited)) = update.into_message() else {
         return counted("ignored", Handled::Done);
     };
     if let Some(to) = m.migrate_to_chat_id {
@@ -468,10 +543,29 @@ pub(crate) async fn handle_update(
         return counted("unbound_chat", Handled::Done);
     };
     let channel_id = route.channel_id.as_str();
-    let files_wanted = attachments(&m);
+    let mut files_wanted = attachments(&m);
+    let ver = version(&m, &files_wanted);
+    let ver_key = version_key(bot, &m);
+    let mut files_unchanged = false;
+    if edited {
+        let before = host.ephemeral().get(&ver_key).await.ok().flatten();
+        let before = before.as_deref().map(String::from_utf8_lossy);
+        if before.as_deref() == Some(ver.as_str()) {
+            return counted("unchanged", Handled::Done);
+        }
+        // Only the text changed: the files the agent has are not fetched again.
+        if !files_wanted.is_empty()
+            && before.is_some_and(|b| {
+                b.split_once(':').map(|(_, f)| f) == ver.split_once(':').map(|(_, f)| f)
+            })
+        {
+            files_wanted.clear();
+            files_unchanged = true;
+        }
+    }
     // A repeated update with files (webhook retry, poll after a crash) skips the downloads;
     // the core's message_id de-dup catches every other repeat.
-    let seen_key = format!("tg:upd:{}:{}", bot.key, update.update_id);
+    let seen_key = format!("tg:upd:{}:{}", bot.key, update_id);
     if !files_wanted.is_empty() && matches!(host.ephemeral().get(&seen_key).await, Ok(Some(_))) {
         return counted("duplicate", Handled::Done);
     }
@@ -486,26 +580,53 @@ pub(crate) async fn handle_update(
             Fetch::ChannelGone => return counted("unbound_chat", Handled::Done),
         }
     }
-    let text = compose_text(&m, &notes);
+    let mut text = compose_text(&m, &notes);
+    let message_id = if edited {
+        // Never a fresh message: the first line names the one it replaces, and the id is new
+        // per edit (the core would drop a second message under the original's id).
+        let line = edit_line(&m, files_unchanged);
+        text = Some(match text {
+            Some(t) => format!("{line}\n{t}"),
+            None if files.is_empty() => format!("{line}\n(it has no text now)"),
+            None => line,
+        });
+        format!("{}:{}:edit:{update_id}", m.chat.id, m.message_id)
+    } else {
+        format!("{}:{}", m.chat.id, m.message_id)
+    };
     if text.is_none() && files.is_empty() {
         // Service messages (joins, pins, polls, locations) carry nothing to show.
         return counted("ignored", Handled::Done);
     }
-    store(host, bot, channel_id, &m, text, files, &seen_key).await
+    let handled = store(
+        host, bot, channel_id, &m, message_id, text, files, &seen_key,
+    )
+    .await;
+    if handled == Handled::Done
+        && let Err(e) = host
+            .ephemeral()
+            .put(&ver_key, ver.into_bytes(), VERSION_TTL)
+            .await
+    {
+        tracing::debug!(error = %e, "telegram message version not kept; a later edit is delivered whole");
+    }
+    handled
 }
 
+#[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 async fn store(
     host: &dyn ProviderServices,
     bot: &Bot,
     channel_id: &str,
     m: &Message,
+    message_id: String,
     text: Option<String>,
     files: Vec<FileItem>,
     seen_key: &str,
 ) -> Handled {
     let had_files = !files.is_empty();
     let msg = InboundMessage {
-        message_id: format!("{}:{}", m.chat.id, m.message_id),
+        message_id,
         text,
         sender_id: m
             .from
@@ -579,6 +700,24 @@ mod tests {
         assert_eq!(compose_text(&sticker, &[]).unwrap(), "[sticker 👍]");
         let service = msg(json!({"message_id": 1, "chat": {"id": 1}, "new_chat_members": []}));
         assert_eq!(compose_text(&service, &[]), None);
+    }
+
+    #[test]
+    fn edits_are_marked_and_versions_tell_text_from_files() {
+        let m = msg(json!({"message_id": 5, "chat": {"id": -100}, "text": "hi"}));
+        assert_eq!(
+            edit_line(&m, false),
+            "[Edited message -100:5: this replaces its earlier version]"
+        );
+        let update: Update = serde_json::from_value(
+            json!({"update_id": 9, "edited_message": {"message_id": 5, "chat": {"id": -100}, "text": "hi!"}}),
+        )
+        .unwrap();
+        let (edited, is_edit) = update.into_message().unwrap();
+        assert!(is_edit);
+        let (a, b) = (version(&m, &[]), version(&edited, &[]));
+        assert_ne!(a, b);
+        assert_eq!(a.split_once(':').unwrap().1, b.split_once(':').unwrap().1);
     }
 
     #[test]

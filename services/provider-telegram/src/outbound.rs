@@ -586,7 +586,14 @@ fn message_id_arg(
     };
     let id = match args.get(name) {
         Some(Value::Number(n)) => n.as_i64().ok_or_else(bad)?,
-        Some(Value::String(s)) => match s.trim().rsplit_once(':') {
+        // The id of an edit (`<chat_id>:<message_id>:edit:<n>`) names the edited message.
+        Some(Value::String(s)) => match s
+            .trim()
+            .split_once(":edit:")
+            .filter(|(_, n)| n.parse::<u64>().is_ok())
+            .map_or(s.trim(), |(head, _)| head)
+            .rsplit_once(':')
+        {
             Some((chat, id)) => {
                 let chat = chat.parse::<i64>().ok();
                 if chat.is_some() && chat == former {

@@ -26,7 +26,13 @@ use crate::creds::{Credentials, token_fingerprint, webhook_secret};
 use crate::inbound::{Handled, handle_update};
 use crate::{Mode, PREFIX, Runtime, credentials};
 
-const ALLOWED_UPDATES: [&str; 2] = ["message", "channel_post"];
+/// Edits are asked for: the Skill promises them as marked edits (see `inbound`).
+const ALLOWED_UPDATES: [&str; 4] = [
+    "message",
+    "edited_message",
+    "channel_post",
+    "edited_channel_post",
+];
 
 struct Poller {
     token_fp: String,
@@ -162,7 +168,12 @@ fn webhook_url(host: &dyn ProviderServices, bot: &Bot) -> String {
 /// Registers the bot's webhook unless this URL and token are already registered.
 async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
     let url = webhook_url(host, bot);
-    let fp = sha256_hex(format!("{url}\n{}", bot.token_fp).as_bytes())[..32].to_owned();
+    // The update types are part of the registration: a webhook registered for fewer types
+    // (before edits were asked for) is registered again.
+    let fp =
+        sha256_hex(format!("{url}\n{}\n{}", bot.token_fp, ALLOWED_UPDATES.join(",")).as_bytes())
+            [..32]
+            .to_owned();
     if rt
         .hooked
         .lock()

@@ -409,6 +409,9 @@ pub struct WechatConfig {
     /// Hosts (and their subdomains) iLink may send a login or a bot to besides `api_base`'s
     /// host: a `scaned_but_redirect`'s `redirect_host`, a confirmation's `baseurl`.
     pub allowed_base_hosts: Vec<String>,
+    /// How long a bot rests after iLink answered errcode -14 ("session timeout") before it is
+    /// polled again with the same token; the channel shows `degraded` meanwhile.
+    pub session_pause: Dur,
 }
 
 impl Default for WechatConfig {
@@ -419,6 +422,7 @@ impl Default for WechatConfig {
             poll_lease_ttl: Dur(Duration::from_secs(15)),
             lease_retry: Dur(Duration::from_secs(2)),
             allowed_base_hosts: vec!["weixin.qq.com".into()],
+            session_pause: Dur(Duration::from_secs(3600)),
         }
     }
 }
