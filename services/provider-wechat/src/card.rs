@@ -161,8 +161,9 @@ Every WeChat message arrives as a `chat.message` event.
 
 - A retryable failure (WeChat unreachable, send limit) can be retried as is: the same call
   never sends twice.
-- `target_unauthorized` means the WeChat login expired; the channel becomes `expired` and the
-  user must scan a new QR code.
+- When WeChat pauses the bot's session (errcode -14) the channel shows `degraded` and its
+  display name says until when (about an hour); sends fail as retryable meanwhile and work
+  again afterwards with the same login, nothing to scan.
 - `target_delivery_failed` means WeChat refused; retrying will not help.
 
 ## Channels

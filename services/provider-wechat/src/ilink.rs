@@ -11,8 +11,9 @@ use switchyard_core::crypto::Secret;
 use switchyard_core::provider::{ProviderError, ProviderErrorKind};
 use switchyard_protocol::ErrorCode;
 
-/// iLink's "stale token" answer (`ret` or `errcode`).
-pub(crate) const STALE: i64 = -14;
+/// iLink's "session timeout" answer (`ret` or `errcode`; session-guard.ts
+/// `SESSION_EXPIRED_ERRCODE`): the bot is paused, its token stays good.
+pub(crate) const SESSION_TIMEOUT: i64 = -14;
 const APP_ID: &str = "bot";
 const CLIENT_VERSION: &str = "132102";
 const MAX_ANSWER: usize = 1 << 20;
@@ -27,8 +28,8 @@ pub(crate) enum NetKind {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ApiError {
-    /// `ret`/`errcode` -14: the bot token is no longer valid.
-    Stale,
+    /// `ret`/`errcode` -14: iLink paused the bot's session; the same token works again later.
+    SessionTimeout,
     /// Another non-zero `ret`/`errcode`, with iLink's message (bounded).
     Ret {
         code: i64,
@@ -51,7 +52,7 @@ impl ApiError {
 
     pub fn summary(&self) -> String {
         match self {
-            Self::Stale => "ret -14 (stale token)".into(),
+            Self::SessionTimeout => "ret -14 (session timeout)".into(),
             Self::Ret { code, message } => format!("ret {code}: {message}"),
             Self::Http { status } => format!("http {status}"),
             Self::Network(k) => format!("network {k:?}").to_ascii_lowercase(),
@@ -60,10 +61,8 @@ impl ApiError {
 
     pub fn to_provider(&self) -> ProviderError {
         match self {
-            Self::Stale => ProviderError::new(
-                ProviderErrorKind::Rejected,
-                "target_unauthorized",
-                "the WeChat login expired; scan a new QR code to bind the channel again",
+            Self::SessionTimeout => ProviderError::transient(
+                "WeChat paused this bot's session (errcode -14); it resumes by itself, retry later",
             ),
             Self::Network(NetKind::Connect) => {
                 ProviderError::transient("WeChat could not be reached; retry later")
@@ -178,8 +177,8 @@ impl Api {
             let v: Option<Value> = serde_json::from_slice(&body).ok();
             let code = |k: &str| v.as_ref().and_then(|v| v.get(k)).and_then(Value::as_i64);
             let (ret, errcode) = (code("ret"), code("errcode"));
-            if ret == Some(STALE) || errcode == Some(STALE) {
-                return Err(ApiError::Stale);
+            if ret == Some(SESSION_TIMEOUT) || errcode == Some(SESSION_TIMEOUT) {
+                return Err(ApiError::SessionTimeout);
             }
             if !(200..300).contains(&status) {
                 return Err(ApiError::Http { status });
@@ -198,7 +197,7 @@ impl Api {
         .await;
         let label = match &out {
             Ok(_) => "ok".to_owned(),
-            Err(ApiError::Stale) => "stale".into(),
+            Err(ApiError::SessionTimeout) => "session_timeout".into(),
             Err(ApiError::Ret { code, .. }) => format!("ret_{code}"),
             Err(ApiError::Http { status }) => format!("http_{status}"),
             Err(ApiError::Network(_)) => "network".into(),
@@ -580,7 +579,7 @@ mod tests {
         );
         let t = Secret::new("tok-123");
         assert_eq!(scrub("bad tok-123 here", Some(&t)), "bad *** here");
-        assert!(ApiError::Stale.to_provider().code == "target_unauthorized");
+        assert!(ApiError::SessionTimeout.to_provider().retryable());
         assert!(ApiError::Http { status: 502 }.to_provider().retryable());
         assert!(
             !ApiError::Ret {

@@ -24,8 +24,8 @@ pub(crate) enum Handled {
     Retry,
     /// The channel is gone: reload the bots.
     Gone,
-    /// iLink refused the token while fetching media.
-    Stale,
+    /// iLink paused the bot's session (-14) while fetching media.
+    Paused,
 }
 
 /// The id a message is de-duplicated by: iLink's `message_id`, else its `seq`, else its
@@ -222,7 +222,7 @@ enum Fetch {
     Stored(FileItem),
     Skipped(String),
     Retry,
-    Stale,
+    Paused,
     Gone,
 }
 
@@ -249,7 +249,7 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderServices, channel_id: &str, m: &
         .await
     {
         Ok(b) => b,
-        Err(ApiError::Stale) => return Fetch::Stale,
+        Err(ApiError::SessionTimeout) => return Fetch::Paused,
         Err(e) if e.is_transient() => {
             tracing::info!(error = %e.summary(), "wechat media download failed; the batch is fetched again");
             return Fetch::Retry;
@@ -357,7 +357,7 @@ pub(crate) async fn handle_message(
                 counted("retry");
                 return (Handled::Retry, changed);
             }
-            Fetch::Stale => return (Handled::Stale, changed),
+            Fetch::Paused => return (Handled::Paused, changed),
             Fetch::Gone => return (Handled::Gone, changed),
         }
     }

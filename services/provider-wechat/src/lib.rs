@@ -84,6 +84,9 @@ pub struct WechatConfig {
     /// Hosts (and their subdomains) iLink may send this client to besides the API host: a
     /// `scaned_but_redirect`'s `redirect_host`, a confirmation's `baseurl`.
     pub allowed_base_hosts: Vec<String>,
+    /// How long a bot rests after iLink answered errcode -14 ("session timeout") before it
+    /// is polled again with the same token (session-guard.ts: one hour).
+    pub session_pause: Duration,
 }
 
 impl WechatConfig {
@@ -107,6 +110,7 @@ impl WechatConfig {
             typing_every: Duration::from_secs(5),
             qr_refreshes: 3,
             allowed_base_hosts: vec!["weixin.qq.com".to_owned()],
+            session_pause: Duration::from_secs(3600),
         }
     }
 }

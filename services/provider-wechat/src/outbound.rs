@@ -25,7 +25,7 @@ use crate::card::{TOOL_SEND, TOOL_SEND_MEDIA};
 use crate::creds::{Credentials, Peers, peers_key};
 use crate::ilink::ApiError;
 use crate::media::{encrypt_stream, md5_of, padded_len};
-use crate::poller::{Bot, on_stale};
+use crate::poller::{Bot, pause_bot, paused_until, until_text};
 use crate::{Runtime, credentials};
 
 const PROGRESS_TTL: Duration = Duration::from_secs(6 * 3600);
@@ -141,8 +141,8 @@ impl<'a> Target<'a> {
     }
 
     async fn fail(&self, e: ApiError) -> ProviderError {
-        if e == ApiError::Stale {
-            on_stale(self.rt, self.host, &self.bot()).await;
+        if e == ApiError::SessionTimeout {
+            pause_bot(self.rt, self.host, &self.bot()).await;
         } else {
             tracing::info!(connector_channel_id = self.channel_id, error = %e.summary(), "wechat send failed");
         }
@@ -377,6 +377,14 @@ impl<'a> Target<'a> {
         peer: &str,
         ctx: &str,
     ) -> Result<Vec<String>, ProviderError> {
+        // A paused bot sends nothing until iLink's pause is over (session-guard.ts
+        // `assertSessionActive`).
+        if let Some(until) = paused_until(self.host, &self.creds.key()).await {
+            return Err(ProviderError::transient(format!(
+                "WeChat paused this bot's session (errcode -14) until {}; retry after that",
+                until_text(until)
+            )));
+        }
         self.cancel_typing().await;
         let eph = self.host.ephemeral();
         let pkey = format!(

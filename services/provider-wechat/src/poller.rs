@@ -7,6 +7,13 @@
 //! while it still holds the lease of the same generation (iLink's cursor is per batch: a
 //! batch with a message that could not be stored is fetched again; what was stored is
 //! de-duplicated by message id).
+//!
+//! errcode -14 ("session timeout") pauses a bot for `session_pause` (session-guard.ts and
+//! monitor.ts: one hour, then the same token again): the pause is kept in the provider store
+//! so a pod that takes the lease over keeps it, the channel shows `degraded` with the resume
+//! time in its display name meanwhile, and sends are refused as retryable. No iLink answer
+//! ends a binding (the official client drops an account only when a new login replaces it);
+//! a logout does.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +26,9 @@ use switchyard_protocol::ConnectionStatus;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::creds::{Credentials, Peers, peers_key};
+use switchyard_core::ids::now_ms;
+
+use crate::creds::{Credentials, Peers, binding_key, peers_key};
 use crate::ilink::ApiError;
 use crate::inbound::{Handled, handle_message};
 use crate::{Runtime, credentials};
@@ -39,16 +48,16 @@ struct Poller {
     task: JoinHandle<()>,
 }
 
-fn stale_key(token_fp: &str) -> String {
-    format!("stale:{token_fp}")
+fn pause_key(bot_key: &str) -> String {
+    format!("pause:{bot_key}")
 }
 
 pub(crate) fn cursor_key(bot_key: &str) -> String {
     format!("cursor:{bot_key}")
 }
 
-/// The bound bots not marked stale, one channel each (the oldest binding keeps a bot that is
-/// bound twice across tenants).
+/// The bound bots, one channel each (the oldest binding keeps a bot that is bound twice
+/// across tenants).
 async fn load(host: &dyn ProviderServices) -> Result<Vec<Bot>, ()> {
     let bindings = host.bound_channels().await.map_err(|e| {
         tracing::warn!(error = %e, "bound wechat bots not reloaded");
@@ -60,11 +69,6 @@ async fn load(host: &dyn ProviderServices) -> Result<Vec<Bot>, ()> {
             continue;
         };
         let fp = c.token_fp();
-        match host.kv_get(&stale_key(&fp)).await {
-            Ok(Some(v)) if v == "1" => continue,
-            Ok(_) => {}
-            Err(_) => return Err(()),
-        }
         let key = c.key();
         bots.entry(key.clone()).or_insert(Bot {
             key,
@@ -162,22 +166,86 @@ async fn notify(rt: &Runtime, bot: &Bot, start: bool) {
     }
 }
 
-/// iLink says the token is stale: the channel shows `expired`, no pod polls the bot again,
-/// and the peers' reply tokens are forgotten.
-pub(crate) async fn on_stale(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
-    tracing::warn!(bot_key = %bot.key, "wechat reported the bot token stale; the channel is marked expired");
-    metrics::counter!("switchyard_wechat_tokens_stale_total").increment(1);
-    if let Err(e) = host.kv_put(&stale_key(&bot.token_fp), "1").await {
-        tracing::warn!(error = %e, "stale mark not stored");
+/// `HH:MM UTC` of a time in ms.
+pub(crate) fn until_text(until_ms: i64) -> String {
+    let day_s = (until_ms / 1000).rem_euclid(86_400);
+    format!("{:02}:{:02} UTC", day_s / 3600, day_s % 3600 / 60)
+}
+
+/// Until when (ms) iLink's pause of this bot lasts, when it is paused now.
+pub(crate) async fn paused_until(host: &dyn ProviderServices, bot_key: &str) -> Option<i64> {
+    host.kv_get(&pause_key(bot_key))
+        .await
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|u| *u > now_ms())
+}
+
+/// Shows the pause (or, with None, its end) in the channel's display name, while the
+/// channel still holds this bot's token.
+async fn show_pause(host: &dyn ProviderServices, bot: &Bot, until: Option<i64>) {
+    let Ok(Some(b)) = host.binding(&bot.channel_id).await else {
+        return;
+    };
+    let Some(c) = Credentials::from_stored(&b.credentials) else {
+        return;
+    };
+    if c.token_fp() != bot.token_fp {
+        return;
     }
-    let _ = host.kv_put(&peers_key(&bot.key), "").await;
+    let mut view = c.view();
+    if let Some(u) = until {
+        let t = until_text(u);
+        view.display_name = format!(
+            "{} (会话超时，暂停至 {t} / WeChat session timed out, paused until {t})",
+            view.display_name
+        );
+    }
     if let Err(e) = host
-        .set_target_status(&bot.channel_id, ConnectionStatus::Expired)
+        .rebind(&bot.channel_id, &b.credentials, &view, Some(&binding_key(&c.bot_id)))
         .await
     {
-        tracing::warn!(connector_channel_id = %bot.channel_id, error = %e, "channel not marked expired");
+        tracing::info!(connector_channel_id = %bot.channel_id, error = %e, "wechat pause not shown in the display name");
     }
-    rt.kick.notify_one();
+}
+
+/// iLink answered errcode -14: the bot rests for `session_pause` (cluster-wide), the channel
+/// shows `degraded` with the resume time. Returns the end of the pause (ms).
+pub(crate) async fn pause_bot(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) -> i64 {
+    let until = now_ms() + rt.cfg.session_pause.as_millis() as i64;
+    tracing::warn!(
+        bot_key = %bot.key,
+        pause_secs = rt.cfg.session_pause.as_secs(),
+        "wechat paused the bot's session (errcode -14); it is polled again with the same token after the pause"
+    );
+    metrics::counter!("switchyard_wechat_session_pauses_total").increment(1);
+    if let Err(e) = host.kv_put(&pause_key(&bot.key), &until.to_string()).await {
+        tracing::warn!(error = %e, "wechat pause not stored");
+    }
+    if let Err(e) = host
+        .set_target_status(&bot.channel_id, ConnectionStatus::Degraded)
+        .await
+    {
+        tracing::warn!(connector_channel_id = %bot.channel_id, error = %e, "channel not marked degraded");
+    }
+    show_pause(host, bot, Some(until)).await;
+    until
+}
+
+/// The first good answer after a pause: the channel is connected again.
+async fn resume_bot(host: &dyn ProviderServices, bot: &Bot) {
+    tracing::info!(bot_key = %bot.key, "wechat bot resumed after its session pause");
+    if let Err(e) = host.kv_put(&pause_key(&bot.key), "").await {
+        tracing::warn!(error = %e, "wechat pause end not stored");
+    }
+    if let Err(e) = host
+        .set_target_status(&bot.channel_id, ConnectionStatus::Connected)
+        .await
+    {
+        tracing::warn!(connector_channel_id = %bot.channel_id, error = %e, "channel not marked connected");
+    }
+    show_pause(host, bot, None).await;
 }
 
 async fn poll_bot(
@@ -195,6 +263,10 @@ async fn poll_bot(
     let mut peers = Peers::default();
     let mut failures = 0u32;
     let mut hold = rt.cfg.long_poll_timeout;
+    // End of iLink's pause of this bot (ms), and whether the channel shows it.
+    let mut paused_to = 0i64;
+    let mut paused = false;
+    let renew_every = (rt.cfg.poll_lease_ttl / 3).max(Duration::from_millis(100));
     loop {
         if stop.is_cancelled() {
             break;
@@ -206,10 +278,16 @@ async fn poll_bot(
                     let read = async {
                         let c = host.kv_get(&cursor_k).await?;
                         let p = host.kv_get(&peers_k).await?;
-                        Ok::<_, switchyard_core::BackendError>((c, p))
+                        let z = host.kv_get(&pause_key(&bot.key)).await?;
+                        Ok::<_, switchyard_core::BackendError>((c, p, z))
                     };
                     match read.await {
-                        Ok((c, p)) => {
+                        Ok((c, p, z)) => {
+                            // A pause another pod began (or this one before a restart).
+                            if let Some(u) = z.and_then(|z| z.parse::<i64>().ok()) {
+                                paused_to = u;
+                                paused = true;
+                            }
                             cursor = c.unwrap_or_default();
                             peers = p
                                 .map(|p| Peers::open(&p, &bot.creds.token))
@@ -246,6 +324,16 @@ async fn poll_bot(
                 continue;
             }
         }
+        // Paused: rest in steps, renewing the lease at the top of the loop, so another pod
+        // does not poll the bot meanwhile.
+        let left = paused_to - now_ms();
+        if left > 0 {
+            let step = Duration::from_millis(left as u64).min(renew_every);
+            if !pause(&stop, step).await {
+                break;
+            }
+            continue;
+        }
         // The lease is renewed while the long poll waits, so its TTL can be shorter than a
         // poll and a dead holder is replaced quickly.
         let call = rt.api.bot(
@@ -257,7 +345,6 @@ async fn poll_bot(
             Some(hold + Duration::from_secs(10)),
         );
         tokio::pin!(call);
-        let renew_every = (rt.cfg.poll_lease_ttl / 3).max(Duration::from_millis(100));
         let mut renew =
             tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
         let mut renewed_at = tokio::time::Instant::now();
@@ -292,11 +379,16 @@ async fn poll_bot(
         let resp = match polled {
             Ok(v) => {
                 failures = 0;
+                if paused {
+                    resume_bot(host.as_ref(), &bot).await;
+                    paused = false;
+                }
                 v
             }
-            Err(ApiError::Stale) => {
-                on_stale(&rt, host.as_ref(), &bot).await;
-                break;
+            Err(ApiError::SessionTimeout) => {
+                paused_to = pause_bot(&rt, host.as_ref(), &bot).await;
+                paused = true;
+                continue;
             }
             Err(e) => {
                 failures += 1;
@@ -349,9 +441,9 @@ async fn poll_bot(
         }
         match outcome {
             Handled::Done => {}
-            Handled::Stale => {
-                on_stale(&rt, host.as_ref(), &bot).await;
-                break;
+            Handled::Paused => {
+                paused_to = pause_bot(&rt, host.as_ref(), &bot).await;
+                paused = true;
             }
             Handled::Gone => {
                 rt.kick.notify_one();

@@ -20,8 +20,8 @@ pub fn describe_metrics() {
         "sends refused because the send limit would hold them past their deadline"
     );
     describe_counter!(
-        "switchyard_wechat_tokens_stale_total",
-        "bot tokens iLink reported expired: their channels need a new QR login"
+        "switchyard_wechat_session_pauses_total",
+        "bots paused because iLink answered errcode -14 (session timeout)"
     );
     describe_gauge!(
         "switchyard_wechat_bots",
@@ -36,6 +36,6 @@ pub fn describe_metrics() {
     }
     counter!("switchyard_wechat_sent_total").absolute(0);
     counter!("switchyard_wechat_send_limited_total").absolute(0);
-    counter!("switchyard_wechat_tokens_stale_total").absolute(0);
+    counter!("switchyard_wechat_session_pauses_total").absolute(0);
     gauge!("switchyard_wechat_bots").increment(0.0);
 }

@@ -617,35 +617,54 @@ async fn media_out_is_encrypted_for_the_cdn_and_typing_ends_before_the_reply() {
     );
 }
 
+/// Issue 22 point 6: errcode -14 pauses the bot (no polls, sends refused as retryable, the
+/// channel `degraded` with the resume time), then it goes on with the same token; it never
+/// becomes `expired`.
 #[tokio::test]
-async fn stale_token_marks_the_channel_expired_and_stops_polling() {
+async fn a_session_timeout_pauses_the_bot_and_resumes_with_the_same_token() {
     let fake = FakeWechat::start().await;
     fake.set_long_poll(Duration::from_millis(300));
     let cluster = Cluster::new();
-    let pod = Pod::start(cluster.clone(), "a", config(&fake), true).await;
+    let mut cfg = config(&fake);
+    cfg.session_pause = Duration::from_millis(2500);
+    let pod = Pod::start(cluster.clone(), "a", cfg, true).await;
     let bot = pod.login(&fake, CH).await;
     fake.push_text(&bot.token, "hello");
     inbound_n(&cluster, 1).await;
-    fake.expire_token(&bot.token);
-    eventually(WAIT, "expired status", || async {
+    fake.pause_session(&bot.token);
+    eventually(WAIT, "degraded status", || async {
         cluster
             .statuses()
-            .contains(&(CH.to_owned(), ConnectionStatus::Expired))
+            .contains(&(CH.to_owned(), ConnectionStatus::Degraded))
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shown = cluster.rebinds.lock().unwrap().last().cloned().unwrap();
+    assert!(shown.1.display_name.contains("paused until"), "{shown:?}");
+    // Resting: no poll, and a send is refused as retryable with the reason.
     let polls = fake.call_count("getupdates");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(fake.call_count("getupdates"), polls, "no poll after -14");
     let e = pod
         .deliver(CH, "msg_x", Some("hello?"), &[])
         .await
         .unwrap_err();
-    assert_eq!(
-        e.code, "recipient_unreachable",
-        "the reply tokens were forgotten"
-    );
+    assert!(e.retryable() && e.message.contains("-14"), "{e:?}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(fake.call_count("getupdates"), polls, "no poll while paused");
+    // iLink resumes the session: the same token polls again after the pause.
+    fake.resume_session(&bot.token);
+    fake.push_text(&bot.token, "after the pause");
+    let got = inbound_n(&cluster, 2).await;
+    assert_eq!(got[1].1.text.as_deref(), Some("after the pause"));
+    eventually(WAIT, "connected again", || async {
+        (cluster.statuses_of(CH).last() == Some(&ConnectionStatus::Connected)).then_some(())
+    })
+    .await;
+    assert!(!cluster.statuses_of(CH).contains(&ConnectionStatus::Expired));
+    assert_eq!(cluster.binding(CH).credentials["bot_token"], bot.token);
+    let shown = cluster.rebinds.lock().unwrap().last().cloned().unwrap();
+    assert!(!shown.1.display_name.contains("paused"), "{shown:?}");
+    pod.deliver(CH, "msg_y", Some("back"), &[]).await.unwrap();
+    assert_eq!(fake.sent(&bot.token).last().unwrap().text(), Some("back"));
 }
 
 #[tokio::test]
