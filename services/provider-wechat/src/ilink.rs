@@ -15,7 +15,27 @@ use switchyard_protocol::ErrorCode;
 /// `SESSION_EXPIRED_ERRCODE`): the bot is paused, its token stays good.
 pub(crate) const SESSION_TIMEOUT: i64 = -14;
 const APP_ID: &str = "bot";
-const CLIENT_VERSION: &str = "132102";
+/// The official client version whose protocol this provider speaks (Tencent/openclaw-weixin
+/// v2.4.3). `base_info.channel_version` names it, `iLink-App-ClientVersion` encodes it: both
+/// come from this one value, as api.ts derives both from its package version.
+pub(crate) const CHANNEL_VERSION: &str = "2.4.3";
+
+/// `iLink-App-ClientVersion`: `0x00MMNNPP` as a decimal number (api.ts `buildClientVersion`).
+pub(crate) fn client_version(version: &str) -> u32 {
+    let mut parts = version
+        .split('.')
+        .map(|p| p.trim().parse::<u32>().unwrap_or(0) & 0xff);
+    let (major, minor, patch) = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    (major << 16) | (minor << 8) | patch
+}
+
+fn client_version_header() -> String {
+    client_version(CHANNEL_VERSION).to_string()
+}
 const MAX_ANSWER: usize = 1 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +176,7 @@ impl Api {
     }
 
     fn base_info() -> Value {
-        json!({"channel_version": "1.0.6", "bot_agent": concat!("switchyard/", env!("CARGO_PKG_VERSION"))})
+        json!({"channel_version": CHANNEL_VERSION, "bot_agent": concat!("switchyard/", env!("CARGO_PKG_VERSION"))})
     }
 
     async fn finish(
@@ -222,7 +242,7 @@ impl Api {
             .post(format!("{}/ilink/bot/{path}", base.trim_end_matches('/')))
             .timeout(timeout.unwrap_or(self.timeout))
             .header("iLink-App-Id", APP_ID)
-            .header("iLink-App-ClientVersion", CLIENT_VERSION)
+            .header("iLink-App-ClientVersion", client_version_header())
             .header("AuthorizationType", "ilink_bot_token")
             .header("Authorization", format!("Bearer {}", token.expose()))
             .header("X-WECHAT-UIN", uin())
@@ -245,7 +265,7 @@ impl Api {
             ))
             .timeout(self.timeout)
             .header("iLink-App-Id", APP_ID)
-            .header("iLink-App-ClientVersion", CLIENT_VERSION)
+            .header("iLink-App-ClientVersion", client_version_header())
             .header("AuthorizationType", "ilink_bot_token")
             .header("X-WECHAT-UIN", uin())
             .json(&json!({"local_token_list": [], "base_info": Self::base_info()}))
@@ -286,7 +306,7 @@ impl Api {
             .get(url)
             .timeout(timeout)
             .header("iLink-App-Id", APP_ID)
-            .header("iLink-App-ClientVersion", CLIENT_VERSION)
+            .header("iLink-App-ClientVersion", client_version_header())
             .send()
             .await;
         Self::finish("get_qrcode_status", None, sent).await
@@ -525,6 +545,17 @@ pub(crate) fn accepted_base(api_base: &str, allowed: &[String], offered: Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_header_encodes_the_channel_version() {
+        // api.ts's own example.
+        assert_eq!(client_version("1.0.11"), 65547);
+        assert_eq!(client_version("2.4.3"), 0x0002_0403);
+        assert_eq!(
+            client_version_header(),
+            client_version(Api::base_info()["channel_version"].as_str().unwrap()).to_string()
+        );
+    }
 
     #[test]
     fn redirects_go_only_to_allowed_hosts() {

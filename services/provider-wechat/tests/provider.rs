@@ -317,6 +317,45 @@ async fn media_with_only_full_urls_and_voice_audio_arrive_and_go_out() {
     assert_eq!(sent.last().unwrap().media[0], b"PNG-OUT");
 }
 
+/// `iLink-App-ClientVersion` as api.ts encodes a version: `0x00MMNNPP` in decimal.
+fn encoded(version: &str) -> String {
+    let p: Vec<u32> = version.split('.').map(|x| x.parse().unwrap()).collect();
+    ((p[0] << 16) | (p[1] << 8) | p[2]).to_string()
+}
+
+/// Issue 22 point 7: every call's `iLink-App-ClientVersion` header encodes the
+/// `base_info.channel_version` its bodies name.
+#[tokio::test]
+async fn every_call_names_one_client_version() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(300));
+    let cluster = Cluster::new();
+    let pod = Pod::start(cluster.clone(), "a", config(&fake), true).await;
+    let bot = pod.login(&fake, CH).await;
+    fake.push_text(&bot.token, "hi");
+    inbound_n(&cluster, 1).await;
+    eventually(WAIT, "reply token", || async {
+        let kv = cluster.kv.lock().unwrap();
+        kv.keys().any(|k| k.starts_with("peers:")).then_some(())
+    })
+    .await;
+    pod.deliver(CH, "msg_v", Some("hello"), &[]).await.unwrap();
+    let seen = fake.client_versions();
+    let named: Vec<&str> = seen
+        .iter()
+        .filter_map(|v| v.channel_version.as_deref())
+        .collect();
+    assert!(named.len() >= 3, "{seen:?}");
+    let version = named[0];
+    assert!(named.iter().all(|v| *v == version), "{seen:?}");
+    for v in &seen {
+        assert_eq!(v.header.as_deref(), Some(encoded(version).as_str()), "{v:?}");
+    }
+    for ep in ["get_bot_qrcode", "get_qrcode_status", "getupdates", "sendmessage"] {
+        assert!(seen.iter().any(|v| v.endpoint == ep), "{ep}: {seen:?}");
+    }
+}
+
 #[tokio::test]
 async fn expired_qr_is_refreshed_three_times_then_the_flow_fails() {
     let fake = FakeWechat::start().await;
