@@ -45,6 +45,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             "/_fake/registrations/{device_code}/{what}",
             post(registration_knob),
         )
+        .route("/_fake/scan", post(scan))
         .with_state(shared)
 }
 
@@ -123,6 +124,24 @@ async fn registrations(State(s): State<Arc<Shared>>) -> Json<Value> {
         })
         .collect();
     Json(json!(all))
+}
+
+#[derive(Deserialize)]
+struct Scan {
+    /// The QR link as the client showed it.
+    url: String,
+    #[serde(default)]
+    brand: Option<String>,
+}
+
+/// The user opens the QR link and approves: the app gets what the link's `addons` ask for.
+async fn scan(State(s): State<Arc<Shared>>, Json(b): Json<Scan>) -> Json<Value> {
+    let brand = match b.brand.as_deref() {
+        Some("lark") => Brand::Lark,
+        _ => Brand::Feishu,
+    };
+    let created = s.scan_registration(&b.url, brand);
+    Json(json!({ "ok": created.is_some(), "app_id": created.map(|(id, _)| id) }))
 }
 
 /// `approve` (`?brand=lark` for a Lark user), `deny`, `expire`, `slow_down`.

@@ -349,6 +349,29 @@ impl Shared {
         created
     }
 
+    pub(crate) fn scan_registration(&self, url: &str, brand: Brand) -> Option<(String, String)> {
+        let parsed = url::Url::parse(url).ok()?;
+        let mut link = Link::default();
+        let mut user_code = String::new();
+        for (k, v) in parsed.query_pairs() {
+            match k.as_ref() {
+                "addons" => link.addons = decode_addons(&v),
+                "user_code" => user_code = v.into_owned(),
+                _ => link.params.push((k.into_owned(), v.into_owned())),
+            }
+        }
+        let device_code = {
+            let mut g = self.lock();
+            let r = g
+                .registrations
+                .iter_mut()
+                .find(|r| !user_code.is_empty() && r.user_code == user_code)?;
+            r.link = Some(link);
+            r.device_code.clone()
+        };
+        self.approve_registration(&device_code, brand)
+    }
+
     pub(crate) fn set_registration(&self, device_code: &str, f: impl FnOnce(&mut Registration)) {
         if let Some(r) = self
             .lock()
@@ -404,26 +427,7 @@ impl crate::FakeFeishu {
     /// created with what its `addons` ask for, as [`Self::approve_registration`] does.
     /// None when the link names no registration here.
     pub fn scan_registration(&self, url: &str, brand: Brand) -> Option<(String, String)> {
-        let parsed = url::Url::parse(url).ok()?;
-        let mut link = Link::default();
-        let mut user_code = String::new();
-        for (k, v) in parsed.query_pairs() {
-            match k.as_ref() {
-                "addons" => link.addons = decode_addons(&v),
-                "user_code" => user_code = v.into_owned(),
-                _ => link.params.push((k.into_owned(), v.into_owned())),
-            }
-        }
-        let device_code = {
-            let mut g = self.shared.lock();
-            let r = g
-                .registrations
-                .iter_mut()
-                .find(|r| !user_code.is_empty() && r.user_code == user_code)?;
-            r.link = Some(link);
-            r.device_code.clone()
-        };
-        self.shared.approve_registration(&device_code, brand)
+        self.shared.scan_registration(url, brand)
     }
 
     /// The user refused on the phone: polls answer `access_denied`.
