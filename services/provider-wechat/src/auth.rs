@@ -240,7 +240,7 @@ pub(crate) async fn poll(
         }
     };
     let status = v["status"].as_str().unwrap_or("wait");
-    Ok(match status {
+    let step = match status {
         "wait" => None,
         // With a number: iLink accepted it (login-qr.ts), later polls go without it.
         "scaned" if !st.verify_code.is_empty() => {
@@ -345,7 +345,34 @@ pub(crate) async fn poll(
             ))
         }
         _ => None,
-    })
+    };
+    // The status poll is long: the session may have been canceled (or replaced by a new
+    // auth.start) while it waited. A late confirmation then binds nothing, and the failure
+    // replaces what the session showed, its QR included.
+    if step.is_some() && !still_open(rt, poll.auth_session_id).await {
+        tracing::info!("wechat login answered after its session ended; nothing is bound");
+        if st.asked {
+            keep_for_code(rt, poll.channel_id, None).await;
+        }
+        return Ok(Some(failed(
+            "auth_canceled",
+            "the login was canceled or replaced before WeChat answered; nothing was bound",
+        )));
+    }
+    Ok(step)
+}
+
+/// Whether the auth session still waits for this flow (not canceled, replaced or expired).
+/// When the store cannot say, the step goes on as before.
+async fn still_open(rt: &Runtime, auth_session_id: &str) -> bool {
+    let Ok(host) = rt.host() else { return true };
+    match host.auth_state(auth_session_id).await {
+        Ok(found) => found.is_some(),
+        Err(e) => {
+            tracing::warn!(error = %e, "wechat auth session not readable after the status poll");
+            true
+        }
+    }
 }
 
 fn confirmed(rt: &Runtime, v: &Value) -> AuthStep {

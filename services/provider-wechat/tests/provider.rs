@@ -356,6 +356,39 @@ async fn every_call_names_one_client_version() {
     }
 }
 
+/// Issue 22 point 8: the user cancels while `auth.status` waits on iLink's long poll, then
+/// the phone confirms: nothing is bound and the session ends failed.
+#[tokio::test]
+async fn a_confirmation_after_cancel_binds_nothing() {
+    let fake = FakeWechat::start().await;
+    let cluster = Cluster::new();
+    let mut cfg = config(&fake);
+    cfg.qr_status_timeout = Duration::from_secs(5);
+    fake.set_qr_hold(Duration::from_secs(3));
+    let pod = Pod::start(cluster.clone(), "a", cfg, false).await;
+    pod.auth_start(CH, "auth_c").await;
+    let code = qr_of(&fake, &cluster, "auth_c").await;
+    let (s, ()) = tokio::join!(pod.auth_status("auth_c", false), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // auth.cancel as the core does it: the session is closed.
+        cluster
+            .sessions
+            .lock()
+            .unwrap()
+            .get_mut("auth_c")
+            .unwrap()
+            .status = AuthStatus::Canceled;
+        fake.scan(&code);
+        fake.confirm(&code);
+    });
+    assert!(
+        cluster.bindings.lock().unwrap().iter().all(|b| b.channel_id != CH),
+        "a late confirmation bound the channel"
+    );
+    assert_eq!(s.status, AuthStatus::Failed, "{s:?}");
+    assert_eq!(s.failure_code.as_deref(), Some("auth_canceled"));
+}
+
 #[tokio::test]
 async fn expired_qr_is_refreshed_three_times_then_the_flow_fails() {
     let fake = FakeWechat::start().await;
