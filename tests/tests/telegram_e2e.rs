@@ -193,6 +193,132 @@ async fn telegram_bind_inbound_outbound_and_no_token_anywhere() {
     assert_not_logged(TOKEN.split_once(':').unwrap().1);
 }
 
+/// Issue 22, point 13: a bound group that Telegram upgrades to a supergroup keeps its channel
+/// through the real store: the Descriptor is pushed naming both chats, the supergroup's first
+/// message arrives on the same channel, and answers go to the new chat id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telegram_group_upgraded_to_a_supergroup_keeps_its_channel() {
+    const OLD: i64 = -4_200_009_876;
+    const NEW: i64 = -1_004_200_001_234;
+    let tg = FakeTelegram::start().await;
+    tg.add_bot(TOKEN, "e2e_switchyard_bot");
+    tg.add_chat(OLD, "group", "Ops");
+    let pod = pod_for(&tg).await;
+    let sim = telegram_sim(&pod);
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
+    let (ch, _) = open(&conn, None).await;
+    let ack = bind(&conn, &ch, TOKEN, json!(OLD)).await;
+    assert_eq!(ack.str_at("/status"), Some("authenticated"), "{ack:?}");
+    conn.next_push_of("connection.descriptor.push", WAIT)
+        .await
+        .expect("descriptor push after binding");
+    let before = tg.push_text(TOKEN, OLD, "before");
+    let msg = conn
+        .next_push_of("chat.message", WAIT)
+        .await
+        .expect("before");
+    assert_eq!(
+        msg.str_at("/message_id"),
+        Some(format!("{OLD}:{}", before.message_id).as_str())
+    );
+    conn.ack_chat_message(&msg, AckStatus::Accepted, None, None)
+        .await
+        .expect("ack");
+
+    tg.migrate_group(TOKEN, OLD, NEW);
+    let after = tg.push_text(TOKEN, NEW, "after");
+    let push = conn
+        .next_push_of("connection.descriptor.push", WAIT)
+        .await
+        .expect("descriptor push after the upgrade");
+    assert_eq!(
+        push.str_at("/connection_descriptor/target/account_hint"),
+        Some("group …1234 (upgraded to a supergroup from group …9876)"),
+        "{push:?}"
+    );
+    assert_eq!(
+        push.str_at("/connection_descriptor/connection/status"),
+        Some("connected")
+    );
+    let msg = conn
+        .next_push_of("chat.message", WAIT)
+        .await
+        .expect("after");
+    assert_eq!(msg.connector_channel_id.as_deref(), Some(ch.as_str()));
+    assert_eq!(
+        msg.str_at("/message_id"),
+        Some(format!("{NEW}:{}", after.message_id).as_str())
+    );
+    conn.ack_chat_message(&msg, AckStatus::Accepted, None, None)
+        .await
+        .expect("ack");
+    let ack = conn
+        .send_chat_message(&ch, "msg_after", Some("welcome to the supergroup"), vec![])
+        .await
+        .expect("chat.message");
+    assert_eq!(ack.str_at("/status"), Some("accepted"), "{ack:?}");
+    let sent = tg.sent_messages(NEW);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].text.as_deref(), Some("welcome to the supergroup"));
+    assert!(tg.sent_messages(OLD).is_empty());
+    // The binding key moved too: the supergroup is the moved channel's, so a second channel
+    // of the tenant cannot bind it.
+    let (ch2, _) = open(&conn, None).await;
+    let dup = bind(&conn, &ch2, TOKEN, json!(NEW)).await;
+    assert_eq!(dup.str_at("/status"), Some("failed"), "{dup:?}");
+    assert_schema_clean(&sim);
+    assert_not_logged(TOKEN);
+}
+
+/// Issue 22, point 14: a user's edit reaches xAgent as a new `chat.message` marked as the edit
+/// of the original, never as a fresh message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telegram_edits_arrive_as_marked_edits() {
+    let tg = FakeTelegram::start().await;
+    tg.add_bot(TOKEN, "e2e_switchyard_bot");
+    tg.add_chat(CHAT, "private", "Ada");
+    let pod = pod_for(&tg).await;
+    let sim = telegram_sim(&pod);
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
+    let (ch, _) = open(&conn, None).await;
+    let ack = bind(&conn, &ch, TOKEN, json!(CHAT)).await;
+    assert_eq!(ack.str_at("/status"), Some("authenticated"), "{ack:?}");
+    let original = tg.push_text(TOKEN, CHAT, "book a table for 4");
+    let msg = conn
+        .next_push_of("chat.message", WAIT)
+        .await
+        .expect("original");
+    conn.ack_chat_message(&msg, AckStatus::Accepted, None, None)
+        .await
+        .expect("ack");
+    let edit = tg.push_edit(
+        TOKEN,
+        CHAT,
+        original.message_id,
+        json!({"text": "book a table for 5"}),
+    );
+    assert!(edit.update_id > 0, "the pod asked Telegram for edits");
+    let msg = conn.next_push_of("chat.message", WAIT).await.expect("edit");
+    assert_eq!(
+        msg.str_at("/message_id"),
+        Some(format!("{CHAT}:{}:edit:{}", original.message_id, edit.update_id).as_str())
+    );
+    assert_eq!(
+        msg.str_at("/text"),
+        Some(
+            format!(
+                "[Edited message {CHAT}:{}: this replaces its earlier version]\nbook a table for 5",
+                original.message_id
+            )
+            .as_str()
+        )
+    );
+    conn.ack_chat_message(&msg, AckStatus::Accepted, None, None)
+        .await
+        .expect("ack");
+    assert_schema_clean(&sim);
+}
+
 /// Inbound throughput of one pod: updates queued at the fake Bot API -> stored -> delivered as
 /// `chat.message` -> acked by the simulator. Run with
 /// `cargo test -p switchyard-e2e --test telegram_e2e -- --ignored --nocapture`
