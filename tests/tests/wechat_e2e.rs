@@ -1,7 +1,9 @@
 //! `im.wechat` end to end: the real pod (`switchyard::run`) with `SWITCHYARD_WECHAT__API_BASE`
 //! and `SWITCHYARD_WECHAT__CDN_BASE` pointing at the fake iLink server, driven by the xAgent
 //! simulator: QR login, inbound of every item type with decrypted bytes, outbound text and
-//! media with the CDN ciphertext checked, typing, a stale token, and a restart.
+//! media with the CDN ciphertext checked, typing, a session pause (errcode -14) and its end, a
+//! login that needs the phone's number and moves to another data centre, a cancel, and a
+//! restart.
 
 use std::time::{Duration, Instant};
 
@@ -13,11 +15,15 @@ use switchyard_xagent_sim::{ActivityStatus, Deliveries};
 const CARD: &str = "im.wechat";
 const FLOW: &str = "wechat_qr_login";
 
+/// A pod on the fake; the fake holds a `wait` QR status for half a second (iLink holds it
+/// up to the official client's 35 s), a -14 pause lasts two seconds.
 async fn pod_for(fake: &FakeWechat) -> Pod {
+    fake.set_qr_hold(Duration::from_millis(500));
     let (api, cdn) = (fake.base_url(), fake.cdn_base());
     Pod::start(PodOptions::default().with(move |c| {
         c.wechat.api_base = api;
         c.wechat.cdn_base = cdn;
+        c.wechat.session_pause = switchyard::config::Dur(Duration::from_secs(2));
     }))
     .await
 }
@@ -84,7 +90,7 @@ async fn next_chat(conn: &Conn) -> Envelope {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wechat_qr_login_messages_media_typing_and_stale_token() {
+async fn wechat_qr_login_messages_media_typing_and_session_pause() {
     let fake = FakeWechat::start().await;
     fake.set_long_poll(Duration::from_millis(500));
     let pod = pod_for(&fake).await;
@@ -154,6 +160,15 @@ async fn wechat_qr_login_messages_media_typing_and_stale_token() {
     assert_eq!((st, &bytes[..]), (200, &image[..]));
     let m = next_chat(&conn).await;
     assert_eq!(m.str_at("/text"), Some("[Voice message] 明天开会"));
+    assert!(
+        m.str_at("/files/0/filename")
+            .is_some_and(|n| n.ends_with(".silk")),
+        "{m:?}"
+    );
+    assert_eq!(
+        &sim.download(&download(&m)).await.unwrap().2[..],
+        switchyard_fake_wechat::VOICE_SILK
+    );
     let m = next_chat(&conn).await;
     assert_eq!(m.str_at("/files/0/filename"), Some("report.pdf"));
     assert_eq!(&sim.download(&download(&m)).await.unwrap().2[..], &pdf[..]);
@@ -250,22 +265,40 @@ async fn wechat_qr_login_messages_media_typing_and_stale_token() {
     assert_eq!(res.str_at("/result/status"), Some("sent"), "{res:?}");
     assert_eq!(fake.sent(&bot.token).len(), 6);
 
-    // The token goes stale: the Descriptor says expired and replies are refused.
-    fake.expire_token(&bot.token);
-    let push = conn
-        .next_push_of("connection.descriptor.push", Duration::from_secs(20))
-        .await
-        .expect("expired descriptor push");
-    assert_eq!(
-        push.str_at("/connection_descriptor/connection/status"),
-        Some("expired"),
-        "{push:?}"
+    // iLink pauses the session (-14): the Descriptor says degraded and until when, then the
+    // same login goes on.
+    fake.pause_session(&bot.token);
+    let paused = eventually(WAIT, "degraded", || async {
+        let p = conn
+            .next_push_of("connection.descriptor.push", Duration::from_secs(5))
+            .await?;
+        (p.str_at("/connection_descriptor/connection/status") == Some("degraded")).then_some(p)
+    })
+    .await;
+    assert!(
+        paused
+            .str_at("/connection_descriptor/target/display_name")
+            .is_some_and(|n| n.contains("paused until")),
+        "{paused:?}"
     );
-    let ack = conn
-        .send_chat_message(&ch, "msg_reply_3", Some("anyone?"), vec![])
-        .await
-        .expect("chat.message");
-    assert_eq!(ack.str_at("/status"), Some("rejected"), "{ack:?}");
+    fake.resume_session(&bot.token);
+    let back = eventually(WAIT, "connected again", || async {
+        let p = conn
+            .next_push_of("connection.descriptor.push", Duration::from_secs(5))
+            .await?;
+        (p.str_at("/connection_descriptor/connection/status") == Some("connected")).then_some(p)
+    })
+    .await;
+    assert!(
+        !back
+            .str_at("/connection_descriptor/target/display_name")
+            .unwrap_or_default()
+            .contains("paused"),
+        "{back:?}"
+    );
+    fake.push_text(&bot.token, "after the pause");
+    let m = next_chat(&conn).await;
+    assert_eq!(m.str_at("/text"), Some("after the pause"));
 
     assert_schema_clean(&sim);
     let mut secrets: Vec<&str> = vec![bot.token.as_str(), pod.api_key()];
@@ -277,6 +310,90 @@ async fn wechat_qr_login_messages_media_typing_and_stale_token() {
     }
     let key_hex = hex_key(&obj.key);
     assert_not_logged(&key_hex);
+}
+
+/// Issue 22 points 1 to 3 and 8 through the real pod: the QR is asked for with a POST, a
+/// login moved to another data centre that asks for the phone's number completes through a
+/// second `auth.start` with `verify_code`; a canceled login binds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wechat_login_with_the_phone_number_in_another_data_centre_and_a_cancel() {
+    let fake = FakeWechat::start().await;
+    fake.set_long_poll(Duration::from_millis(500));
+    let pod = pod_for(&fake).await;
+    let sim = wechat_sim(&pod);
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
+    let (ch, _) = open(&conn, None).await;
+    let start = conn
+        .auth_start(&ch, FLOW, json!({}))
+        .await
+        .expect("auth.start")
+        .expect_kind("auth.start.ack")
+        .expect("auth.start.ack");
+    let session = start.str_at("/auth_session_id").expect("session").to_owned();
+    eventually(WAIT, "QR code", || async {
+        let s = status(&conn, &ch, &session).await;
+        s.str_at("/qr_code_text").is_some().then_some(())
+    })
+    .await;
+    assert_eq!(fake.qr_requests()[0]["local_token_list"], json!([]));
+    let code = fake.qr_codes().last().cloned().expect("qr");
+    fake.redirect_qr(&code);
+    let number = fake.require_verify_code(&code);
+    fake.scan(&code);
+    let asked = eventually(WAIT, "asked for the number", || async {
+        let s = status(&conn, &ch, &session).await;
+        s.str_at("/message")
+            .is_some_and(|m| m.contains("verify_code"))
+            .then_some(s)
+    })
+    .await;
+    assert_eq!(asked.str_at("/status"), Some("scanned"), "{asked:?}");
+    let again = conn
+        .auth_start(&ch, FLOW, json!({"verify_code": number}))
+        .await
+        .expect("auth.start")
+        .expect_kind("auth.start.ack")
+        .expect("auth.start.ack");
+    assert_eq!(again.str_at("/status"), Some("scanned"), "{again:?}");
+    let session = again.str_at("/auth_session_id").expect("session").to_owned();
+    let s = status(&conn, &ch, &session).await;
+    assert_eq!(s.str_at("/status"), Some("scanned"), "{s:?}");
+    fake.confirm(&code).expect("confirmed");
+    let done = status(&conn, &ch, &session).await;
+    assert_eq!(done.str_at("/status"), Some("authenticated"), "{done:?}");
+    assert!(
+        fake.calls()
+            .iter()
+            .any(|c| c.endpoint == "get_qrcode_status" && c.outcome == "ok_idc2")
+    );
+
+    // A canceled login: the phone confirms afterwards, nothing is bound.
+    let (ch2, _) = open(&conn, None).await;
+    let start = conn
+        .auth_start(&ch2, FLOW, json!({}))
+        .await
+        .expect("auth.start")
+        .expect_kind("auth.start.ack")
+        .expect("auth.start.ack");
+    let session = start.str_at("/auth_session_id").expect("session").to_owned();
+    eventually(WAIT, "QR code", || async {
+        let s = status(&conn, &ch2, &session).await;
+        s.str_at("/qr_code_text").is_some().then_some(())
+    })
+    .await;
+    let code = fake.qr_codes().last().cloned().expect("qr");
+    conn.auth_cancel(&ch2, &session).await.expect("auth.cancel");
+    fake.scan(&code);
+    fake.confirm(&code).expect("confirmed");
+    let s = status(&conn, &ch2, &session).await;
+    assert_eq!(s.str_at("/status"), Some("failed"), "{s:?}");
+    let plain = conn
+        .auth_status(&ch2, "", false)
+        .await
+        .expect("auth.status")
+        .expect_kind("auth.status.ack")
+        .expect("auth.status.ack");
+    assert_eq!(plain.str_at("/status"), Some("unauthenticated"), "{plain:?}");
 }
 
 fn hex_key(k: &[u8; 16]) -> String {

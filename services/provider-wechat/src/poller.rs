@@ -223,13 +223,14 @@ pub(crate) async fn pause_bot(rt: &Runtime, host: &dyn ProviderServices, bot: &B
     if let Err(e) = host.kv_put(&pause_key(&bot.key), &until.to_string()).await {
         tracing::warn!(error = %e, "wechat pause not stored");
     }
+    // The name first: a rebind keeps the status it reads, the status move comes last.
+    show_pause(host, bot, Some(until)).await;
     if let Err(e) = host
         .set_target_status(&bot.channel_id, ConnectionStatus::Degraded)
         .await
     {
         tracing::warn!(connector_channel_id = %bot.channel_id, error = %e, "channel not marked degraded");
     }
-    show_pause(host, bot, Some(until)).await;
     until
 }
 
@@ -239,13 +240,13 @@ async fn resume_bot(host: &dyn ProviderServices, bot: &Bot) {
     if let Err(e) = host.kv_put(&pause_key(&bot.key), "").await {
         tracing::warn!(error = %e, "wechat pause end not stored");
     }
+    show_pause(host, bot, None).await;
     if let Err(e) = host
         .set_target_status(&bot.channel_id, ConnectionStatus::Connected)
         .await
     {
         tracing::warn!(connector_channel_id = %bot.channel_id, error = %e, "channel not marked connected");
     }
-    show_pause(host, bot, None).await;
 }
 
 async fn poll_bot(
