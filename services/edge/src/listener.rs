@@ -1,41 +1,19 @@
-//! The public listener's accept loop. axum's `serve` has no header-read timeout and no
-//! connection cap, so slow or idle clients could hold any number of tasks and descriptors:
-//! here every connection gets a header-read timeout (which also bounds an idle keep-alive
-//! connection), the number of connections still speaking HTTP is capped, and one over the
-//! cap is answered `503` with `Connection: close` instead of being left to hang. Connections
-//! upgraded to WebSockets leave this bound (their sessions have their own limits and drain).
+//! The pods' plain HTTP listeners (public, internal, admin) on the accept loop every
+//! listener shares, the mTLS one included (`switchyard_hosts_tls::listen`): every connection
+//! gets a header-read timeout (which also bounds an idle keep-alive connection), the number
+//! of connections still speaking HTTP is capped, and one over the cap is answered `503`
+//! with `Connection: close` instead of being left to hang. Connections upgraded to
+//! WebSockets leave this bound (their sessions have their own limits and drain).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncWriteExt as _;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt as _;
 
-/// Back-off after `accept` fails (typically out of file descriptors) so the loop does not spin.
-const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
-/// How long a refused connection gets to read its 503 before it is closed.
-const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
-
-#[derive(Debug, Clone, Copy)]
-pub struct ListenerLimits {
-    /// Connections speaking HTTP (not yet upgraded) at once; more are refused with 503.
-    pub max_connections: usize,
-    /// Time for a request's headers to arrive, and for an idle keep-alive connection to
-    /// start its next request.
-    pub header_read_timeout: Duration,
-    /// After the drain starts, how long requests in flight may take before connections are cut.
-    pub drain_timeout: Duration,
-}
+/// The bounds of one listener (connection cap, header timeout, drain).
+pub use switchyard_hosts_tls::listen::Limits as ListenerLimits;
 
 /// The answer to a connection over the cap: a complete response, so the client reads a
 /// reason rather than a reset. Its body is a `ClientError`'s, written out because it is sent
@@ -47,103 +25,20 @@ connection: close\r\n\
 content-length: 89\r\n\r\n\
 {\"error\":{\"code\":\"overloaded\",\"message\":\"too many open connections; retry in a moment\"}}\n";
 
-/// Serves `router` on `listener` until `shutdown` is cancelled (then stops accepting, lets
-/// requests in flight finish within the drain timeout and closes idle connections).
-/// Every request carries `ConnectInfo<SocketAddr>`.
+/// Serves `router` over plain HTTP on `listener` until `shutdown` is cancelled (then stops
+/// accepting, lets requests in flight finish within the drain timeout and closes idle
+/// connections). Every request carries `ConnectInfo<SocketAddr>`. The public, internal and
+/// admin listeners all run here.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ListenerLimits,
     shutdown: CancellationToken,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let mut connections = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            () = shutdown.cancelled() => break,
-            // Reap finished connections so the set does not grow with the listener's age.
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            accepted = listener.accept() => accepted,
-        };
-        let (tcp, remote) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
-                continue;
-            }
-        };
-        // Small frames (acks, progress, tool answers) go out at once instead of waiting for
-        // the peer's delayed ACK (Nagle): ~40 ms off every request/answer pair.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted socket");
-        }
-        match permits.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let router = router.clone();
-                let stop = shutdown.clone();
-                connections.spawn(async move {
-                    connection(tcp, remote, router, limits, stop).await;
-                    drop(permit);
-                });
-            }
-            Err(_) => {
-                metrics::counter!("switchyard_limits_hit_total", "limit" => "connections")
-                    .increment(1);
-                connections.spawn(refuse(tcp));
-            }
-        }
-    }
-    drop(listener);
-    let drained = tokio::time::timeout(limits.drain_timeout, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            connections = connections.len(),
-            "connections still busy after the drain timeout; closing them"
-        );
-        connections.shutdown().await;
-    }
-}
-
-async fn refuse(mut tcp: TcpStream) {
-    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
-        tcp.write_all(OVER_CAP_RESPONSE).await?;
-        tcp.shutdown().await
-    })
-    .await;
-}
-
-async fn connection(
-    tcp: TcpStream,
-    remote: SocketAddr,
-    router: Router,
-    limits: ListenerLimits,
-    shutdown: CancellationToken,
-) {
-    let service = router.map_request(move |mut req: axum::http::Request<Incoming>| {
-        req.extensions_mut().insert(ConnectInfo(remote));
-        req
-    });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
-        .with_upgrades();
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        () = shutdown.cancelled() => {
-            // Finish the request in flight (if any), then close.
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
+    let plain = switchyard_hosts_tls::listen::Plain {
+        refusal: OVER_CAP_RESPONSE,
     };
-    if let Err(e) = result {
-        tracing::debug!(%remote, error = %e, "connection ended with an error");
-    }
+    switchyard_hosts_tls::listen::serve(listener, plain, router, limits, shutdown).await;
 }
 
 /// Largest part of a refused request's body read and discarded so its client sees the answer.

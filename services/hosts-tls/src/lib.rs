@@ -1,6 +1,7 @@
 //! Agent host identity (docs/agent-hosts.md, "Identity"): the deployment's host CA and the
 //! client certificates it issues ([`pki`]), the certificate-bound bearer token ([`jwt`]), the
-//! pod's mTLS listener ([`server`]) and the host agent's TLS client configuration
+//! pod's mTLS listener ([`server`]), the accept loop every pod listener shares ([`listen`]:
+//! connection cap, header timeout, drain) and the host agent's TLS client configuration
 //! ([`client`]).
 //!
 //! All TLS runs on rustls with the ring provider, chosen explicitly per configuration: no
@@ -14,6 +15,8 @@
 pub mod client;
 #[cfg(feature = "server")]
 pub mod jwt;
+#[cfg(feature = "server")]
+pub mod listen;
 pub mod pki;
 #[cfg(feature = "server")]
 pub mod server;

@@ -9,18 +9,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt as _;
 
+use crate::listen::{Limits, Transport};
 use crate::pki::PkiError;
 use crate::tls::{parse_certs, parse_key, provider};
 
@@ -30,8 +25,6 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time allowed for a request's headers to arrive (slow clients hold a task otherwise).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Back-off after `accept` fails (typically out of file descriptors) so the loop does not spin.
-const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The client certificate (end-entity, DER) of the TLS connection a request came in on;
 /// `None` when the client sent none. Present as a request extension on every request served
@@ -68,13 +61,77 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` is cancelled.
+/// The mTLS listener's defaults when no bounds are given ([`serve`]).
+pub const DEFAULT_LIMITS: Limits = Limits {
+    max_connections: 10_000,
+    header_read_timeout: HEADER_READ_TIMEOUT,
+    drain_timeout: DRAIN_TIMEOUT,
+};
+
+/// The TLS half of the mTLS listener: the handshake (bounded by [`HANDSHAKE_TIMEOUT`]; a
+/// failure is logged at debug and counted, never fatal to the loop) and the connection's
+/// client certificate, handed to every request as [`PeerCertificate`]. A socket over the
+/// connection cap is closed before any handshake work.
+#[derive(Clone)]
+pub struct Tls {
+    acceptor: TlsAcceptor,
+}
+
+impl Tls {
+    pub fn new(config: Arc<ServerConfig>) -> Self {
+        Self {
+            acceptor: TlsAcceptor::from(config),
+        }
+    }
+}
+
+impl Transport for Tls {
+    type Stream = tokio_rustls::server::TlsStream<TcpStream>;
+
+    async fn open(
+        &self,
+        tcp: TcpStream,
+        remote: SocketAddr,
+    ) -> Option<(Self::Stream, axum::http::Extensions)> {
+        let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                tracing::debug!(%remote, error = %e, "hosts tls handshake failed");
+                metrics::counter!("switchyard_hosts_tls_handshake_failures_total", "reason" => "error")
+                    .increment(1);
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!(%remote, "hosts tls handshake timed out");
+                metrics::counter!("switchyard_hosts_tls_handshake_failures_total", "reason" => "timeout")
+                    .increment(1);
+                return None;
+            }
+        };
+        let peer = PeerCertificate(
+            tls.get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .map(|c| c.as_ref().to_vec()),
+        );
+        let mut ext = axum::http::Extensions::new();
+        ext.insert(peer);
+        Some((tls, ext))
+    }
+
+    async fn refuse(&self, tcp: TcpStream) {
+        // Nothing can be said before a handshake; closing at once is the clearest refusal.
+        drop(tcp);
+    }
+}
+
+/// Serves `router` over TLS on `listener` until `shutdown` is cancelled, with
+/// [`DEFAULT_LIMITS`]; the pod passes its own bounds to [`serve_with`].
 ///
-/// Each connection runs in its own task: the TLS handshake (bounded by
-/// [`HANDSHAKE_TIMEOUT`]; a failure is logged at debug and counted, never fatal to the loop),
-/// then HTTP/1.1 with upgrades, every request carrying [`PeerCertificate`] and
-/// `ConnectInfo<SocketAddr>`. On shutdown the loop stops accepting, connections finish their
-/// request in flight and close, and those still busy after [`DRAIN_TIMEOUT`] are cut.
+/// Every request carries [`PeerCertificate`] and `ConnectInfo<SocketAddr>`. On shutdown the
+/// loop stops accepting, connections finish their request in flight and close, and those
+/// still busy after the drain timeout are cut.
 ///
 /// Upgraded connections (WebSockets) leave hyper once upgraded and live in the tasks axum
 /// spawns for them: draining them is the application's job, through its own token.
@@ -84,102 +141,17 @@ pub async fn serve(
     router: axum::Router,
     shutdown: CancellationToken,
 ) {
-    let acceptor = TlsAcceptor::from(config);
-    let mut connections = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            () = shutdown.cancelled() => break,
-            // Reap finished connections so the set does not grow with the listener's age.
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            accepted = listener.accept() => accepted,
-        };
-        let (tcp, remote) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "hosts tls accept failed");
-                tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
-                continue;
-            }
-        };
-        // Protocol messages are small: send them at once, not after the peer's delayed ACK.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set on a hosts connection");
-        }
-        connections.spawn(connection(
-            acceptor.clone(),
-            tcp,
-            remote,
-            router.clone(),
-            shutdown.clone(),
-        ));
-    }
-    drop(listener);
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            connections = connections.len(),
-            "hosts tls connections still busy after the drain timeout; closing them"
-        );
-        connections.shutdown().await;
-    }
+    serve_with(listener, config, router, DEFAULT_LIMITS, shutdown).await;
 }
 
-async fn connection(
-    acceptor: TlsAcceptor,
-    tcp: TcpStream,
-    remote: SocketAddr,
+/// [`serve`] with the listener's bounds (connection cap, header timeout, drain): the same
+/// accept loop as the pod's other listeners ([`crate::listen`]).
+pub async fn serve_with(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
     router: axum::Router,
+    limits: Limits,
     shutdown: CancellationToken,
 ) {
-    let handshake = tokio::select! {
-        () = shutdown.cancelled() => return,
-        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)) => r,
-    };
-    let tls = match handshake {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            tracing::debug!(%remote, error = %e, "hosts tls handshake failed");
-            metrics::counter!("switchyard_hosts_tls_handshake_failures_total", "reason" => "error")
-                .increment(1);
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(%remote, "hosts tls handshake timed out");
-            metrics::counter!("switchyard_hosts_tls_handshake_failures_total", "reason" => "timeout")
-                .increment(1);
-            return;
-        }
-    };
-    let peer = PeerCertificate(
-        tls.get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|certs| certs.first())
-            .map(|c| c.as_ref().to_vec()),
-    );
-    let service = router.map_request(move |mut req: axum::http::Request<Incoming>| {
-        req.extensions_mut().insert(peer.clone());
-        req.extensions_mut().insert(ConnectInfo(remote));
-        req
-    });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(service))
-        .with_upgrades();
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        () = shutdown.cancelled() => {
-            // Finish the request in flight (if any), then close.
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(%remote, error = %e, "hosts tls connection ended with an error");
-    }
+    crate::listen::serve(listener, Tls::new(config), router, limits, shutdown).await;
 }
