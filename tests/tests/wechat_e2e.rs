@@ -329,7 +329,10 @@ async fn wechat_login_with_the_phone_number_in_another_data_centre_and_a_cancel(
         .expect("auth.start")
         .expect_kind("auth.start.ack")
         .expect("auth.start.ack");
-    let session = start.str_at("/auth_session_id").expect("session").to_owned();
+    let session = start
+        .str_at("/auth_session_id")
+        .expect("session")
+        .to_owned();
     eventually(WAIT, "QR code", || async {
         let s = status(&conn, &ch, &session).await;
         s.str_at("/qr_code_text").is_some().then_some(())
@@ -355,7 +358,10 @@ async fn wechat_login_with_the_phone_number_in_another_data_centre_and_a_cancel(
         .expect_kind("auth.start.ack")
         .expect("auth.start.ack");
     assert_eq!(again.str_at("/status"), Some("scanned"), "{again:?}");
-    let session = again.str_at("/auth_session_id").expect("session").to_owned();
+    let session = again
+        .str_at("/auth_session_id")
+        .expect("session")
+        .to_owned();
     let s = status(&conn, &ch, &session).await;
     assert_eq!(s.str_at("/status"), Some("scanned"), "{s:?}");
     fake.confirm(&code).expect("confirmed");
@@ -375,7 +381,10 @@ async fn wechat_login_with_the_phone_number_in_another_data_centre_and_a_cancel(
         .expect("auth.start")
         .expect_kind("auth.start.ack")
         .expect("auth.start.ack");
-    let session = start.str_at("/auth_session_id").expect("session").to_owned();
+    let session = start
+        .str_at("/auth_session_id")
+        .expect("session")
+        .to_owned();
     eventually(WAIT, "QR code", || async {
         let s = status(&conn, &ch2, &session).await;
         s.str_at("/qr_code_text").is_some().then_some(())
@@ -393,7 +402,11 @@ async fn wechat_login_with_the_phone_number_in_another_data_centre_and_a_cancel(
         .expect("auth.status")
         .expect_kind("auth.status.ack")
         .expect("auth.status.ack");
-    assert_eq!(plain.str_at("/status"), Some("unauthenticated"), "{plain:?}");
+    assert_eq!(
+        plain.str_at("/status"),
+        Some("unauthenticated"),
+        "{plain:?}"
+    );
 }
 
 fn hex_key(k: &[u8; 16]) -> String {

@@ -192,7 +192,9 @@ async fn get_bot_qrcode(
         log(&s, EP, None, "http_400");
         return (
             StatusCode::BAD_REQUEST,
-            axum::Json(json!({"ret": -1, "errmsg": "body must hold local_token_list (at most 10 tokens)"})),
+            axum::Json(
+                json!({"ret": -1, "errmsg": "body must hold local_token_list (at most 10 tokens)"}),
+            ),
         )
             .into_response();
     };

@@ -162,12 +162,19 @@ pub(crate) async fn resume_with_code(
         ));
     }
     let host = rt.host()?;
-    let kept = host.secret_get(&verify_key(channel_id)).await.map_err(|e| {
-        tracing::warn!(error = %e, "wechat login waiting for a number unreadable");
-        ProviderError::transient("storage is unavailable; retry later")
-    })?;
+    let kept = host
+        .secret_get(&verify_key(channel_id))
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "wechat login waiting for a number unreadable");
+            ProviderError::transient("storage is unavailable; retry later")
+        })?;
     let st = kept
-        .filter(|k| k["at"].as_i64().is_some_and(|at| now_ms() - at < SESSION_TTL_MS))
+        .filter(|k| {
+            k["at"]
+                .as_i64()
+                .is_some_and(|at| now_ms() - at < SESSION_TTL_MS)
+        })
         .and_then(|k| serde_json::from_value::<QrState>(k["state"].clone()).ok())
         .filter(|st| st.phase == "ready" && !st.qrcode.is_empty());
     let Some(st) = st else {

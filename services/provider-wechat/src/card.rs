@@ -2,8 +2,8 @@
 
 use serde_json::{Value, json};
 use switchyard_protocol::card::{
-    AuthField, AuthFlow, AuthFlowType, BuildInfo, Card, CardTool, ConnectorInfo, Security, Supports,
-    TargetDecl, skill_name, with_connector_channel_id,
+    AuthField, AuthFlow, AuthFlowType, BuildInfo, Card, CardTool, ConnectorInfo, Security,
+    Supports, TargetDecl, skill_name, with_connector_channel_id,
 };
 use switchyard_protocol::profile::{IM_V1, IM_V2};
 use switchyard_protocol::{CARD_SCHEMA, PROTOCOL_VERSION};

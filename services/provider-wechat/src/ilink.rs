@@ -358,10 +358,12 @@ impl Api {
         if let Some(u) = self.full_cdn_url(full_url) {
             return Ok(u);
         }
-        let param = upload_param.filter(|p| !p.is_empty()).ok_or(ApiError::Ret {
-            code: -1,
-            message: "WeChat gave no upload address for the file".into(),
-        })?;
+        let param = upload_param
+            .filter(|p| !p.is_empty())
+            .ok_or(ApiError::Ret {
+                code: -1,
+                message: "WeChat gave no upload address for the file".into(),
+            })?;
         let mut url = url::Url::parse(&format!("{}/upload", self.cdn_base))
             .map_err(|_| ApiError::Network(NetKind::Other))?;
         url.query_pairs_mut()
@@ -605,7 +607,11 @@ mod tests {
         assert_eq!(acc(Some("not a url")), api);
         assert_eq!(acc(None), api);
         assert_eq!(
-            accepted_base("http://127.0.0.1:9", &[], Some("http://127.0.0.1:10/ilink-x")),
+            accepted_base(
+                "http://127.0.0.1:9",
+                &[],
+                Some("http://127.0.0.1:10/ilink-x")
+            ),
             "http://127.0.0.1:10/ilink-x"
         );
         let t = Secret::new("tok-123");

@@ -203,7 +203,12 @@ async fn show_pause(host: &dyn ProviderServices, bot: &Bot, until: Option<i64>) 
         );
     }
     if let Err(e) = host
-        .rebind(&bot.channel_id, &b.credentials, &view, Some(&binding_key(&c.bot_id)))
+        .rebind(
+            &bot.channel_id,
+            &b.credentials,
+            &view,
+            Some(&binding_key(&c.bot_id)),
+        )
         .await
     {
         tracing::info!(connector_channel_id = %bot.channel_id, error = %e, "wechat pause not shown in the display name");

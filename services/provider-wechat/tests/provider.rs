@@ -11,8 +11,8 @@ use serde_json::json;
 use switchyard_core::model::AuthStatus;
 use switchyard_core::provider::AuthStep;
 use switchyard_fake_wechat::{Failure, FakeWechat, Item, MediaUrls};
-use switchyard_provider_wechat::{FLOW_QR, WechatConfig};
 use switchyard_protocol::ConnectionStatus;
+use switchyard_provider_wechat::{FLOW_QR, WechatConfig};
 
 const CH: &str = "cch_wx_1";
 
@@ -109,7 +109,11 @@ async fn the_qr_code_is_asked_for_with_a_post_and_its_status_is_a_held_long_poll
     let t = Instant::now();
     let s = pod.auth_status("auth_p", false).await;
     assert_eq!(s.status, AuthStatus::Pending);
-    assert!(t.elapsed() >= Duration::from_millis(900), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
     // A scan during the hold is answered at once.
     let code = fake.qr_codes()[0].clone();
     let t = Instant::now();
@@ -118,7 +122,11 @@ async fn the_qr_code_is_asked_for_with_a_post_and_its_status_is_a_held_long_poll
         fake.scan(&code);
     });
     assert_eq!(s.status, AuthStatus::Scanned);
-    assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 /// Issue 22 point 2: `scaned_but_redirect` moves the status poll to `redirect_host`, where
@@ -159,7 +167,11 @@ async fn a_login_redirected_to_another_data_centre_completes() {
 /// Waits for the QR of a session; returns the fake's QR code.
 async fn qr_of(fake: &FakeWechat, cluster: &Cluster, session: &str) -> String {
     eventually(WAIT, "QR", || async {
-        cluster.session(session).qr_code_text.is_some().then_some(())
+        cluster
+            .session(session)
+            .qr_code_text
+            .is_some()
+            .then_some(())
     })
     .await;
     fake.qr_codes().last().cloned().expect("qr")
@@ -185,12 +197,25 @@ async fn a_login_that_needs_the_phone_number_asks_for_it_and_continues_with_it()
         s.message
     );
     let flow = pod.flow(FLOW_QR);
-    assert!(flow.fields.iter().any(|f| f.name == "verify_code" && !f.required));
+    assert!(
+        flow.fields
+            .iter()
+            .any(|f| f.name == "verify_code" && !f.required)
+    );
     // A wrong number is said to be wrong; the login goes on.
     let step = pod
         .session_start(FLOW_QR, CH, "auth_v2", json!({"verify_code": "000000x"}))
         .await;
-    assert!(matches!(step, AuthStep::Pending { status: AuthStatus::Scanned, .. }), "{step:?}");
+    assert!(
+        matches!(
+            step,
+            AuthStep::Pending {
+                status: AuthStatus::Scanned,
+                ..
+            }
+        ),
+        "{step:?}"
+    );
     let s = pod.auth_status("auth_v2", false).await;
     assert!(s.message.contains("did not match"), "{}", s.message);
     // The right number: iLink accepts it, the phone confirms, the channel is bound.
@@ -236,7 +261,11 @@ async fn a_blocked_verify_code_fails_the_login_with_a_clear_message() {
     }
     let s = last.unwrap();
     assert_eq!(s.status, AuthStatus::Failed, "{s:?}");
-    assert!(s.message.contains("too many wrong numbers"), "{}", s.message);
+    assert!(
+        s.message.contains("too many wrong numbers"),
+        "{}",
+        s.message
+    );
 }
 
 /// Issue 22 point 4: a confirmation's `baseurl` on an allowed host (or the API host on
@@ -304,7 +333,10 @@ async fn media_with_only_full_urls_and_voice_audio_arrive_and_go_out() {
     let got = inbound_n(&cluster, 3).await;
     let m = |i: usize| &got[i].1;
     assert_eq!(m(0).text, None);
-    assert_eq!(cluster.file(&m(0).files[0].file_ref).bytes, b"ONLY-AN-IMAGE");
+    assert_eq!(
+        cluster.file(&m(0).files[0].file_ref).bytes,
+        b"ONLY-AN-IMAGE"
+    );
     assert_eq!(m(1).text.as_deref(), Some("[Voice message] 明天开会"));
     let voice = cluster.file(&m(1).files[0].file_ref);
     assert_eq!(voice.bytes, b"#!SILK_V3 spoken words");
@@ -312,7 +344,9 @@ async fn media_with_only_full_urls_and_voice_audio_arrive_and_go_out() {
     assert_eq!(cluster.file(&m(2).files[0].file_ref).bytes, b"file body");
     // Out: getuploadurl answers only upload_full_url.
     cluster.add_upload(CH, "file_up_9", "pic.png", "image/png", b"PNG-OUT");
-    pod.deliver(CH, "msg_fu", None, &["file_up_9"]).await.unwrap();
+    pod.deliver(CH, "msg_fu", None, &["file_up_9"])
+        .await
+        .unwrap();
     let sent = fake.sent(&bot.token);
     assert_eq!(sent.last().unwrap().media[0], b"PNG-OUT");
 }
@@ -349,9 +383,18 @@ async fn every_call_names_one_client_version() {
     let version = named[0];
     assert!(named.iter().all(|v| *v == version), "{seen:?}");
     for v in &seen {
-        assert_eq!(v.header.as_deref(), Some(encoded(version).as_str()), "{v:?}");
+        assert_eq!(
+            v.header.as_deref(),
+            Some(encoded(version).as_str()),
+            "{v:?}"
+        );
     }
-    for ep in ["get_bot_qrcode", "get_qrcode_status", "getupdates", "sendmessage"] {
+    for ep in [
+        "get_bot_qrcode",
+        "get_qrcode_status",
+        "getupdates",
+        "sendmessage",
+    ] {
         assert!(seen.iter().any(|v| v.endpoint == ep), "{ep}: {seen:?}");
     }
 }
@@ -382,7 +425,12 @@ async fn a_confirmation_after_cancel_binds_nothing() {
         fake.confirm(&code);
     });
     assert!(
-        cluster.bindings.lock().unwrap().iter().all(|b| b.channel_id != CH),
+        cluster
+            .bindings
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|b| b.channel_id != CH),
         "a late confirmation bound the channel"
     );
     assert_eq!(s.status, AuthStatus::Failed, "{s:?}");
