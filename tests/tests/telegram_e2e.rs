@@ -270,6 +270,57 @@ async fn telegram_group_upgraded_to_a_supergroup_keeps_its_channel() {
     assert_not_logged(TOKEN);
 }
 
+/// Issue 22, point 13, when the supergroup is already bound to another channel of the tenant:
+/// the core refuses the move (the binding key is taken), so the old group's channel stays where
+/// it was and its sends are refused rather than posted into the other channel's chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telegram_upgrade_into_a_supergroup_bound_elsewhere_moves_nothing() {
+    const OLD: i64 = -4_200_009_877;
+    const NEW: i64 = -1_004_200_001_235;
+    let tg = FakeTelegram::start().await;
+    tg.add_bot(TOKEN, "e2e_switchyard_bot");
+    tg.add_chat(OLD, "group", "Ops");
+    tg.add_chat(NEW, "supergroup", "Ops");
+    let pod = pod_for(&tg).await;
+    let sim = telegram_sim(&pod);
+    let (conn, _) = hello_card(&sim, CARD, None, &[IM_V2]).await;
+    let (old_ch, _) = open(&conn, None).await;
+    let (new_ch, _) = open(&conn, None).await;
+    for (ch, chat) in [(&old_ch, OLD), (&new_ch, NEW)] {
+        let ack = bind(&conn, ch, TOKEN, json!(chat)).await;
+        assert_eq!(ack.str_at("/status"), Some("authenticated"), "{ack:?}");
+    }
+    tg.migrate_group(TOKEN, OLD, NEW);
+    let after = tg.push_text(TOKEN, NEW, "after");
+    let msg = conn
+        .next_push_of("chat.message", WAIT)
+        .await
+        .expect("after");
+    assert_eq!(msg.connector_channel_id.as_deref(), Some(new_ch.as_str()));
+    assert_eq!(
+        msg.str_at("/message_id"),
+        Some(format!("{NEW}:{}", after.message_id).as_str())
+    );
+    conn.ack_chat_message(&msg, AckStatus::Accepted, None, None)
+        .await
+        .expect("ack");
+    let ack = conn
+        .send_chat_message(&old_ch, "msg_old", Some("to the old group"), vec![])
+        .await
+        .expect("chat.message");
+    assert_eq!(ack.str_at("/status"), Some("rejected"), "{ack:?}");
+    assert_eq!(
+        ack.str_at("/code"),
+        Some("target_delivery_failed"),
+        "{ack:?}"
+    );
+    assert!(
+        tg.sent_messages(NEW).is_empty(),
+        "nothing in the other channel's chat"
+    );
+    assert_schema_clean(&sim);
+}
+
 /// Issue 22, point 14: a user's edit reaches xAgent as a new `chat.message` marked as the edit
 /// of the original, never as a fresh message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

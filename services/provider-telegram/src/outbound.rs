@@ -331,24 +331,45 @@ impl Target<'_> {
         format!("{}:{message_id}", self.chat())
     }
 
-    /// Whether `e` says the chat moved (its group became a supergroup). Then the binding
-    /// follows (durably, for every channel of the old group), and this send goes on to the new
-    /// chat: Telegram did nothing with the refused call, so repeating it sends nothing twice.
-    async fn follow(&self, e: &ApiError) -> bool {
+    /// Whether this call should go again to the chat `e` names: `e` says the group became a
+    /// supergroup, the channel's binding followed it (durably, with every channel of the old
+    /// group), and Telegram did nothing with the refused call, so repeating it sends nothing
+    /// twice. Not when the supergroup is bound to another channel of the tenant (this channel
+    /// keeps the old group, and the refusal stands). Retryable when the move was not stored.
+    async fn follow(&self, e: &ApiError) -> Result<bool, ProviderError> {
         let Some(to) = e.migrated_to().filter(|to| *to != self.chat()) else {
-            return false;
+            return Ok(false);
         };
-        let from = self.chat.swap(to, Ordering::Relaxed);
-        if let Err(err) = self
+        let from = self.chat();
+        let stored = self
             .rt
             .on_migrated(self.host, self.creds.bot_id, from, to)
-            .await
-        {
-            // This send still goes to the supergroup; the next one meets the same answer and
-            // stores the move then.
-            tracing::warn!(connector_channel_id = self.channel_id, error = %err, "telegram chat migration not stored");
+            .await;
+        let now = match stored {
+            Ok(()) => self
+                .host
+                .binding(self.channel_id)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match now {
+            Ok(b) => {
+                let moved = b
+                    .and_then(|b| Credentials::from_stored(&b.credentials))
+                    .is_some_and(|c| c.chat_id == to);
+                if moved {
+                    self.chat.store(to, Ordering::Relaxed);
+                }
+                Ok(moved)
+            }
+            Err(err) => {
+                tracing::warn!(connector_channel_id = self.channel_id, error = %err, "telegram chat migration not stored");
+                Err(ProviderError::transient(
+                    "the Telegram group became a supergroup and the move could not be stored yet; retry later",
+                ))
+            }
         }
-        true
     }
 
     async fn fail(&self, e: ApiError) -> ProviderError {
@@ -382,7 +403,7 @@ impl Target<'_> {
             .await
             {
                 Ok(m) => return Ok(m.message_id),
-                Err(e) if self.follow(&e).await => {}
+                Err(e) if self.follow(&e).await? => {}
                 Err(e) => return Err(self.fail(e).await),
             }
         }
@@ -403,7 +424,7 @@ impl Target<'_> {
             Err(e) if e.is_not_modified() => Ok(Edit::Done),
             Err(e) if e.is_edit_target_gone() => Ok(Edit::Gone),
             // The message stayed in the old group; the supergroup numbers its own messages.
-            Err(e) if self.follow(&e).await => Ok(Edit::Gone),
+            Err(e) if self.follow(&e).await? => Ok(Edit::Gone),
             Err(e) => Err(self.fail(e).await),
         }
     }
@@ -494,7 +515,7 @@ impl Target<'_> {
             .await
             {
                 Ok(m) => return Ok(m.message_id),
-                Err(e) if self.follow(&e).await => {}
+                Err(e) if self.follow(&e).await? => {}
                 Err(e) => return Err(self.fail(e).await),
             }
         }
@@ -762,7 +783,7 @@ pub(crate) async fn activity(
             .await
         {
             Ok(_) => return Ok(()),
-            Err(e) if t.follow(&e).await => {}
+            Err(e) if t.follow(&e).await? => {}
             Err(e) => return Err(t.fail(e).await),
         }
     }

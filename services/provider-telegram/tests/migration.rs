@@ -153,3 +153,39 @@ async fn binding_the_old_id_of_an_upgraded_group_binds_the_supergroup() {
     pod.bind("cch_g", TOKEN, json!(OLD)).await;
     assert_eq!(bound_chat(pod.cluster(), "cch_g"), NEW);
 }
+
+#[tokio::test]
+async fn a_move_that_cannot_be_stored_is_retryable_and_sends_nothing() {
+    let tg = fake().await;
+    tg.add_chat(OLD, "group", "Ops");
+    let cluster = Cluster::new();
+    let pod = Pod::start(
+        cluster.clone(),
+        "pod-a",
+        config(&tg.base_url(), Mode::Polling),
+        false,
+    )
+    .await;
+    pod.bind("cch_g", TOKEN, json!(OLD)).await;
+    tg.migrate_group(TOKEN, OLD, NEW);
+    // Storage down: the move is not stored, so the send is not made and may be retried.
+    pod.host
+        .dead
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = pod
+        .deliver("cch_g", "msg_1", Some("hello"), &[])
+        .await
+        .unwrap_err();
+    assert!(err.retryable(), "{err:?}");
+    assert!(tg.sent_messages(NEW).is_empty());
+    assert_eq!(bound_chat(&cluster, "cch_g"), OLD);
+    // Storage back: the retry stores the move and sends once.
+    pod.host
+        .dead
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    pod.deliver("cch_g", "msg_1", Some("hello"), &[])
+        .await
+        .unwrap();
+    assert_eq!(tg.sent_messages(NEW).len(), 1);
+    check_moved(&cluster);
+}

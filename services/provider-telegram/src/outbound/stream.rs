@@ -115,7 +115,7 @@ pub(crate) async fn delta(
                 }
                 Err(e) if e.is_not_modified() || e.retry_after().is_some() => Ok(()),
                 // The shown message stayed in the old group; the final message goes anew.
-                Err(e) if t.follow(&e).await => Ok(()),
+                Err(e) if t.follow(&e).await? => Ok(()),
                 Err(e) => Err(t.fail(e).await),
             }
         }
