@@ -18,6 +18,9 @@ struct Args {
     /// How long an empty getupdates is held, in milliseconds.
     #[arg(long, default_value_t = 35_000)]
     long_poll_ms: u64,
+    /// How long a `wait` answer of get_qrcode_status is held, in milliseconds.
+    #[arg(long, default_value_t = 35_000)]
+    qr_hold_ms: u64,
 }
 
 #[tokio::main]
@@ -28,6 +31,7 @@ async fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let fake = FakeWechat::start_on(args.listen).await?;
     fake.set_long_poll(Duration::from_millis(args.long_poll_ms));
+    fake.set_qr_hold(Duration::from_millis(args.qr_hold_ms));
     println!(
         "fake wechat listening on {} (cdn {})",
         fake.base_url(),
