@@ -31,11 +31,13 @@ use crate::http::{ConnState, connector_router};
 use crate::session::SessionLimits;
 
 mod backends;
+mod identity;
 
 pub use backends::{
     Backends, SCHEMA_WINDOW, backends, keys, open_bus, open_ephemeral, open_files, open_store,
     prepare_schema, schema_fit,
 };
+pub use identity::{IdentitySource, POD_ID_FILE, PodIdentity, pod_identity};
 
 /// Build information injected at compile time (build.rs).
 pub fn build_info() -> BuildInfo {
@@ -47,17 +49,6 @@ pub fn build_info() -> BuildInfo {
     }
 }
 
-pub fn pod_id(cfg: &Config) -> String {
-    cfg.pod_id.clone().unwrap_or_else(|| {
-        let host = std::env::var("HOSTNAME")
-            .ok()
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-            .map(|h| h.trim().to_owned())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "pod".into());
-        format!("{host}-{}", random_secret(3))
-    })
-}
 
 /// The providers this build mounts; `gateway` is what the agent-host connector serves for
 /// hosts next to its own routes.
@@ -287,7 +278,10 @@ pub async fn run(
     let b = backends(&cfg).await?;
     prepare_schema(&cfg, b.store.as_ref()).await?;
     let (signing, encryption) = keys(&cfg)?;
-    let pod = pod_id(&cfg);
+    // Held until `run` returns: the data directory's identity stays this process's.
+    let identity = pod_identity(&cfg);
+    let pod = identity.id.clone();
+    tracing::info!(pod_id = %pod, source = ?identity.source, "pod identity");
     let local: SocketAddr = listener.local_addr()?;
     let public_base_url = cfg
         .public_base_url
@@ -323,6 +317,13 @@ pub async fn run(
             "first pod up: offline grace restarts now for restored connectors"
         );
     }
+    // A process starts with no sockets: rows left under this identity by an earlier
+    // incarnation (killed before it could drain) are stale, and their connectors' offline
+    // time starts now, as the janitor would have done had the identity changed.
+    hub.store
+        .remove_pod(&pod, now)
+        .await
+        .context("clearing an earlier incarnation's sockets")?;
     hub.store
         .pod_heartbeat(&pod, now)
         .await

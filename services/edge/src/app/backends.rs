@@ -166,7 +166,7 @@ pub fn keys(cfg: &Config) -> anyhow::Result<(Vec<Secret>, Vec<Secret>)> {
 }
 
 /// The data dir holds the database, keys and files: this user's only (0700) when created.
-fn create_private_dir(path: &Path) -> std::io::Result<()> {
+pub(super) fn create_private_dir(path: &Path) -> std::io::Result<()> {
     let mut b = std::fs::DirBuilder::new();
     b.recursive(true);
     #[cfg(unix)]
