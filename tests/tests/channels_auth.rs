@@ -465,9 +465,25 @@ async fn auth_status_and_cancel_answers() {
         d.str_at("/connection_descriptor/connection/status"),
         Some("created")
     );
-    // The canceled link no longer works.
+    // The canceled link no longer works, and auth.status no longer shows it.
     let link = start.str_at("/qr_code_text").unwrap().to_owned();
     assert_eq!(reqwest::get(&link).await.unwrap().status(), 404);
+    let s = conn
+        .auth_status(&ch, &sid, false)
+        .await
+        .unwrap()
+        .expect_kind("auth.status.ack")
+        .unwrap();
+    assert_eq!(s.str_at("/status"), Some("failed"), "{s:?}");
+    for shown in [
+        "/qr_code_text",
+        "/qr_code_url",
+        "/verification_uri",
+        "/user_code",
+    ] {
+        assert_eq!(s.at(shown), None, "{shown} after the cancel: {s:?}");
+    }
+    assert_eq!(s.str_at("/message"), Some("authentication canceled"));
 
     // A finished session -> ignored, with the Descriptor; the login survives the cancel.
     let ack = auth_bind(&conn, &ch, endpoint.url(), &secret).await;

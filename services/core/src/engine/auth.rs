@@ -184,7 +184,12 @@ impl Connector {
             }
             Some(mut rec) => {
                 if !rec.status.is_terminal() {
+                    // What the flow showed (a QR code, a link, a code to type) must not be
+                    // shown after a cancel, and its state must not complete a binding late.
                     rec.status = AuthStatus::Canceled;
+                    rec.state = None;
+                    rec.public =
+                        json!({"message": "authentication canceled", "code": "auth_canceled"});
                     self.hub.store.update_auth_session(&rec).await?;
                 }
                 let ch = self.unbind_if_authenticating(ch).await?;
@@ -373,6 +378,10 @@ impl Connector {
         for mut old in self.hub.store.open_auth_sessions(channel_id).await? {
             old.status = AuthStatus::Canceled;
             old.state = None;
+            old.public = json!({
+                "message": "replaced by a newer authentication on this channel",
+                "code": "auth_canceled"
+            });
             self.hub.store.update_auth_session(&old).await?;
         }
         Ok(())
