@@ -3,9 +3,11 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use serde_json::json;
-use switchyard_provider_telegram::Mode;
+use switchyard_provider_telegram::{Mode, TelegramProvider};
 
 /// A basic group and the supergroup Telegram makes of it.
 const OLD: i64 = -4001239876;
@@ -188,4 +190,68 @@ async fn a_move_that_cannot_be_stored_is_retryable_and_sends_nothing() {
         .unwrap();
     assert_eq!(tg.sent_messages(NEW).len(), 1);
     check_moved(&cluster);
+}
+
+/// The supergroup's first message reaches a pod whose view of the bindings is a moment old
+/// (reloaded less than its 2 s throttle ago, before the move another pod stored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_did_not_see_the_move_routes_the_supergroup_at_once() {
+    let tg = fake().await;
+    tg.add_chat(OLD, "group", "Ops");
+    let cluster = Cluster::new();
+    let a = Pod::start(
+        cluster.clone(),
+        "pod-a",
+        config(&tg.base_url(), Mode::Webhook),
+        true,
+    )
+    .await;
+    let mut slow = config(&tg.base_url(), Mode::Webhook);
+    slow.refresh_interval = Duration::from_secs(3600);
+    let b = Pod::start(cluster.clone(), "pod-b", slow, true).await;
+    a.bind("cch_g", TOKEN, json!(OLD)).await;
+    let secret = eventually(WAIT, "webhook registered", || async {
+        tg.webhook(TOKEN).secret_token
+    })
+    .await;
+    let bot_key = TelegramProvider::webhook_path(BOT_ID)
+        .trim_start_matches("/updates/")
+        .to_owned();
+    let post_to_b = |update: serde_json::Value| {
+        let (url, secret) = (
+            format!("{}/telegram/updates/{bot_key}", b.url),
+            secret.clone(),
+        );
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .header("X-Telegram-Bot-Api-Secret-Token", secret)
+                .json(&update)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    // Pod B loads the bindings now (the old group's message; it reloads for an unknown bot at
+    // most every 200 ms, so the first tries may find it unknown).
+    let before = json!({"update_id": 5, "message": {"message_id": 70, "date": 1, "chat": {"id": OLD, "type": "group"}, "text": "before"}});
+    eventually(WAIT, "pod b knows the bot", || async {
+        (post_to_b(before.clone()).await == 200).then_some(())
+    })
+    .await;
+    // The upgrade's service messages reach pod A (the webhook's URL), which moves the channel.
+    tg.migrate_group(TOKEN, OLD, NEW);
+    eventually(WAIT, "moved", || async {
+        (!cluster.rebinds.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    let status = post_to_b(json!({"update_id": 9, "message": {"message_id": 2, "date": 1, "chat": {"id": NEW, "type": "supergroup"}, "text": "after"}})).await;
+    assert_eq!(status, 200);
+    let ids: Vec<String> = cluster
+        .inbound()
+        .iter()
+        .map(|(_, m)| m.message_id.clone())
+        .collect();
+    assert_eq!(ids, vec![format!("{OLD}:70"), format!("{NEW}:2")]);
 }
