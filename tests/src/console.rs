@@ -12,7 +12,8 @@ use crate::hosts::{HostConn, bind_device_channel, enroll_host, tool};
 use crate::{Conn, Fixture, PodOptions, Sim, eventually};
 
 pub const OPERATOR: &str = "alice@example.com";
-pub const OPERATOR_TOKEN: &str = "op-token-5f1c9a7e2b3d4c6a8e0f";
+/// 32 random bytes, hex (`openssl rand -hex 32`): operator tokens need 128+ bits.
+pub const OPERATOR_TOKEN: &str = "5f1c9a7e2b3d4c6a8e0f7d2b9c4a6e1f3b8d0c5a7e9f2d4b6a8c1e3f5d7b9a0c";
 
 pub struct ConsoleFixture {
     pub fx: Fixture,
@@ -126,7 +127,7 @@ impl ConsoleFixture {
     }
 
     pub fn console_url(&self) -> String {
-        format!("{}/console", self.fx.pod.metrics_url())
+        format!("{}/console", self.fx.pod.admin_url())
     }
 
     /// Every secret this fixture made or the pod holds: none may appear in a page.
@@ -227,6 +228,32 @@ impl ConsoleClient {
             base: base.trim_end_matches('/').to_owned(),
             cookies: Vec::new(),
         }
+    }
+
+    /// A client whose connections come from `local` (any 127.0.0.0/8 address on loopback):
+    /// a second source address for limits kept per source.
+    pub fn from_address(base: &str, local: std::net::IpAddr) -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .local_address(local)
+                .build()
+                .expect("client"),
+            base: base.trim_end_matches('/').to_owned(),
+            cookies: Vec::new(),
+        }
+    }
+
+    /// GET `path` with `Authorization: Bearer {token}` (no cookie).
+    pub async fn get_bearer(&mut self, path: &str, token: &str) -> Answer {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("GET");
+        self.answer(r).await
     }
 
     fn cookie_header(&self) -> String {

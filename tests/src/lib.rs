@@ -129,6 +129,8 @@ impl Default for PodOptions {
         cfg.drain_timeout = secs(10);
         // Each pod gets its own free port for the hosts mTLS listener at launch.
         cfg.hosts_tls_listen = "127.0.0.1:0".into();
+        // And for the admin listener (console, operator API), opened when operators are set.
+        cfg.admin_listen = "127.0.0.1:0".into();
         // The fake chat systems listen on loopback, which tenant URLs may not reach by default.
         cfg.outbound.allow_private = CidrList(vec![
             "127.0.0.0/8".parse().expect("static range"),
@@ -240,12 +242,25 @@ impl Pod {
         self.cfg.listen = self.addr.to_string();
         self.cfg.metrics_listen = self.metrics_addr.to_string();
         self.cfg.public_base_url = Some(format!("http://{}", self.addr));
+        if self.cfg.admin_listen.ends_with(":0") {
+            self.cfg.admin_listen = format!("127.0.0.1:{}", free_port());
+        }
         if self.cfg.hosts_tls_listen.ends_with(":0") {
             self.cfg.hosts_tls_listen = format!("127.0.0.1:{}", free_port());
         }
         self.shutdown = CancellationToken::new();
         let run = switchyard::run(self.cfg.clone(), listener, metrics, self.shutdown.clone());
         self.task = Some(tokio::spawn(run));
+        // The admin listener is bound once the backends are up; with operators configured,
+        // a test may use it as soon as the pod is started.
+        if !self.cfg.operator_tokens.0.is_empty() {
+            let admin = self.cfg.admin_listen.clone();
+            eventually(Duration::from_secs(60), "the admin listener", || {
+                let admin = admin.clone();
+                async move { tokio::net::TcpStream::connect(admin).await.ok().map(drop) }
+            })
+            .await;
+        }
     }
 
     /// `http://127.0.0.1:PORT`
@@ -270,6 +285,11 @@ impl Pod {
 
     pub fn metrics_url(&self) -> String {
         format!("http://{}", self.metrics_addr)
+    }
+
+    /// `http://127.0.0.1:PORT`: the admin listener (console, operator API).
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.cfg.admin_listen)
     }
 
     pub fn api_key(&self) -> &str {
@@ -332,6 +352,15 @@ impl Pod {
     /// Stops, then starts again on the same data dir (the same ports when still free).
     pub async fn restart(&mut self) {
         self.stop().await;
+        let ports = (self.addr.port(), self.metrics_addr.port());
+        self.launch(Some(ports)).await;
+    }
+
+    /// Stops, changes the configuration (a rotated operator token, say), then starts again
+    /// on the same data dir and ports when still free.
+    pub async fn restart_with(&mut self, f: impl FnOnce(&mut Config)) {
+        self.stop().await;
+        f(&mut self.cfg);
         let ports = (self.addr.port(), self.metrics_addr.port());
         self.launch(Some(ports)).await;
     }

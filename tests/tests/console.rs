@@ -1,4 +1,4 @@
-//! The operator console through a real pod's internal listener: sign-in and sessions, CSRF,
+//! The operator console through a real pod's admin listener: sign-in and sessions, CSRF,
 //! every page, keyset pagination, key management, an approval granted with the operator's
 //! name reaching the host and the run finishing, and no secret in any page.
 
@@ -15,7 +15,7 @@ use switchyard_protocol::hosts::HostMessage;
 async fn sign_in_pages_decisions_and_no_secrets() {
     let mut cf = ConsoleFixture::start().await;
     let pod = &cf.fx.pod;
-    let mut c = ConsoleClient::new(&pod.metrics_url());
+    let mut c = ConsoleClient::new(&pod.admin_url());
     let mut pages: Vec<(String, String)> = Vec::new();
 
     // Not on the public listener.
@@ -74,7 +74,7 @@ async fn sign_in_pages_decisions_and_no_secrets() {
     // Behind a TLS proxy the cookie is Secure.
     let via_tls = c
         .http
-        .get(format!("{}/console/login", pod.metrics_url()))
+        .get(format!("{}/console/login", pod.admin_url()))
         .header("x-forwarded-proto", "https")
         .send()
         .await
@@ -191,7 +191,7 @@ async fn sign_in_pages_decisions_and_no_secrets() {
     let run_path = format!("/console/runs/{}", cf.run_id);
     let run_page = eventually(Duration::from_secs(10), "run completed", || {
         let http = c.http.clone();
-        let url = format!("{}{run_path}", pod.metrics_url());
+        let url = format!("{}{run_path}", pod.admin_url());
         let cookie = format!("sy_console={session_value}");
         async move {
             let body = http
@@ -229,7 +229,7 @@ async fn sign_in_pages_decisions_and_no_secrets() {
     let new_key_id = pod_key_id(&store, &pod.tenant.id, &pod.tenant.key_id).await;
     let tp = eventually(Duration::from_secs(10), "last use recorded", || {
         let http = c.http.clone();
-        let url = format!("{}{tenant_path}", pod.metrics_url());
+        let url = format!("{}{tenant_path}", pod.admin_url());
         let cookie = format!("sy_console={session_value}");
         let key_id = pod.tenant.key_id.clone();
         async move {
@@ -274,7 +274,7 @@ async fn sign_in_pages_decisions_and_no_secrets() {
     // A Bearer operator token works without a session (scripts); an API key does not.
     let bearer = c
         .http
-        .get(format!("{}/console/channels", pod.metrics_url()))
+        .get(format!("{}/console/channels", pod.admin_url()))
         .bearer_auth(OPERATOR_TOKEN)
         .send()
         .await
@@ -282,7 +282,7 @@ async fn sign_in_pages_decisions_and_no_secrets() {
     assert_eq!(bearer.status(), 200);
     let bearer = c
         .http
-        .get(format!("{}/console/channels", pod.metrics_url()))
+        .get(format!("{}/console/channels", pod.admin_url()))
         .bearer_auth(pod.api_key())
         .send()
         .await
@@ -302,7 +302,7 @@ async fn sign_in_pages_decisions_and_no_secrets() {
     assert_eq!((r.status, r.location()), (303, Some("/console/login")));
     let stale = c
         .http
-        .get(format!("{}/console", pod.metrics_url()))
+        .get(format!("{}/console", pod.admin_url()))
         .header("cookie", format!("sy_console={session_value}"))
         .send()
         .await
@@ -422,7 +422,7 @@ async fn pages_walk_keyset_cursors() {
     }))
     .await;
     let (_, seeded) = seed_channels(&pod, 120).await;
-    let mut c = ConsoleClient::new(&pod.metrics_url());
+    let mut c = ConsoleClient::new(&pod.admin_url());
     assert_eq!(c.login(OPERATOR_TOKEN).await.status, 303);
     let mut seen = Vec::new();
     let mut path = "/console/channels".to_owned();
@@ -472,7 +472,7 @@ async fn pages_stay_fast_with_100k_channels() {
     let t0 = Instant::now();
     let (_, seeded) = seed_channels(&pod, 100_000).await;
     eprintln!("seeded 100000 channels in {:?}", t0.elapsed());
-    let mut c = ConsoleClient::new(&pod.metrics_url());
+    let mut c = ConsoleClient::new(&pod.admin_url());
     assert_eq!(c.login(OPERATOR_TOKEN).await.status, 303);
     let deep = format!("/console/channels?after={}", seeded[77_777]);
     for (name, path) in [

@@ -832,7 +832,7 @@ echo "finished without being cancelled"
 #[tokio::test]
 async fn risky_actions_wait_for_a_person_and_the_answer_reaches_the_agent() {
     let t0 = Instant::now();
-    let token = "operator-token-e2e-0123456789";
+    let token = "8b1d3f5a7c9e0b2d4f6a8c1e3b5d7f9a0c2e4b6d8f1a3c5e7b9d0f2a4c6e8b1d";
     let opts = PodOptions::default().with(|c| {
         c.operator_tokens =
             serde_json::from_value(json!(format!("alice@example.com={token}"))).expect("tokens");
@@ -860,7 +860,7 @@ echo "answer: $answer"
     })
     .await;
     let http = reqwest::Client::new();
-    let admin = format!("{}/admin/v1/approvals", s.pod.metrics_url());
+    let admin = format!("{}/admin/v1/approvals", s.pod.admin_url());
     let pending_of = |run: String| {
         let http = http.clone();
         let admin = admin.clone();

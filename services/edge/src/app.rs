@@ -346,7 +346,11 @@ pub async fn run(
         cert_valid_days: cfg.hosts.cert_valid_days,
         max_frame_bytes: cfg.limits.max_frame_bytes,
         max_preauth_bytes: usize::try_from(cfg.ingress.max_preauth_bytes).unwrap_or(usize::MAX),
-        operators: Arc::new(cfg.operators()),
+        operators: crate::operators::Operators::new(
+            cfg.operators(),
+            hub.ephemeral.clone(),
+            cfg.operator_auth.limits(),
+        ),
         drain: drain.clone(),
         draining: draining.clone(),
         sessions: sessions.clone(),
@@ -393,7 +397,7 @@ pub async fn run(
     for (card, url) in &base_urls {
         tracing::info!(card = %card, base_url = %url, "connector mounted");
     }
-    tracing::info!(%metrics_addr, "internal listener: /metrics, /livez, /readyz, /admin/v1");
+    tracing::info!(%metrics_addr, "internal listener: /metrics, /livez, /readyz");
     if let Some((tenant, key)) = first_start {
         // Shown exactly once, on the first start of an embedded node: where to point xAgent,
         // with which key (alone on the last line).
@@ -454,26 +458,58 @@ pub async fn run(
         store: hub.store.clone(),
         draining: draining.clone(),
     };
+    // The internal listener: what monitoring and the kubelet need, nothing an operator
+    // token opens.
     let metrics_app = Router::new()
         .route("/metrics", get(metrics_text))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
-        .with_state(probe)
-        // The operator API (/admin/v1) is served on this internal listener only, never on
-        // the public one that ingresses expose.
-        .merge(crate::hosts::operator_router(gateway.clone()));
-    // The operator console (/console), behind the same operator tokens.
-    let metrics_app = metrics_app.merge(crate::console::router(crate::console::ConsoleState {
-        hosts: hosts.clone(),
-        operators: gateway.operators.clone(),
-    }));
+        .with_state(probe);
     let metrics_app = crate::telemetry::observe(metrics_app, "internal", &pod);
+    // The admin listener: the operator API (/admin/v1) and the console (/console), on their
+    // own address, so network access to /metrics is not console access.
+    let admin_app = crate::hosts::operator_router(gateway.clone()).merge(crate::console::router(
+        crate::console::ConsoleState {
+            hosts: hosts.clone(),
+            operators: gateway.operators.clone(),
+        },
+    ));
+    let admin_app = crate::telemetry::observe(admin_app, "admin", &pod);
+    let admin_listener = if gateway.operators.is_empty() || cfg.admin_listen.trim().is_empty() {
+        None
+    } else {
+        let l = TcpListener::bind(cfg.admin_listen.trim())
+            .await
+            .with_context(|| {
+                format!(
+                    "binding the admin listener (admin_listen) on {}",
+                    cfg.admin_listen
+                )
+            })?;
+        tracing::info!(admin_addr = %l.local_addr()?, "admin listener: /console, /admin/v1");
+        Some(l)
+    };
     let stopped = CancellationToken::new();
     let metrics_stop = stopped.clone();
-    let metrics_server = tokio::spawn(async move {
-        axum::serve(metrics_listener, metrics_app)
-            .with_graceful_shutdown(metrics_stop.cancelled_owned())
-            .await
+    // Every listener runs the same accept loop: header timeout and connection cap.
+    let listener_limits = crate::listener::ListenerLimits {
+        max_connections: cfg.limits.max_connections,
+        header_read_timeout: cfg.limits.header_read_timeout.0,
+        drain_timeout: Duration::from_secs(5),
+    };
+    let metrics_server = tokio::spawn(crate::listener::serve(
+        metrics_listener,
+        metrics_app,
+        listener_limits,
+        metrics_stop.clone(),
+    ));
+    let admin_server = admin_listener.map(|l| {
+        tokio::spawn(crate::listener::serve(
+            l,
+            admin_app,
+            listener_limits,
+            metrics_stop,
+        ))
     });
 
     // Background loops log under the pod's span (HTTP requests and sockets carry the pod id
@@ -531,20 +567,16 @@ pub async fn run(
             &pod,
         );
         tracing::info!(%tls_addr, "hosts mTLS listener");
-        Some(tokio::spawn(switchyard_hosts_tls::server::serve(
+        Some(tokio::spawn(switchyard_hosts_tls::server::serve_with(
             tls_listener,
             tls,
             router,
+            listener_limits,
             drain.clone(),
         )))
     };
     tracing::info!(%local, pod = %pod, "switchyard serving");
     let accept_stop = drain.clone();
-    let listener_limits = crate::listener::ListenerLimits {
-        max_connections: cfg.limits.max_connections,
-        header_read_timeout: cfg.limits.header_read_timeout.0,
-        drain_timeout: Duration::from_secs(5),
-    };
     let server = tokio::spawn(async move {
         crate::listener::serve(listener, app, listener_limits, accept_stop).await;
     });
@@ -579,6 +611,9 @@ pub async fn run(
         tracing::warn!(error = %e, "removing pod presence failed; peers reap it after the presence TTL");
     }
     let _ = metrics_server.await;
+    if let Some(a) = admin_server {
+        let _ = a.await;
+    }
     tracing::info!("drain complete");
     Ok(())
 }

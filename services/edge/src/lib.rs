@@ -13,6 +13,7 @@ pub mod host_ws;
 pub mod hosts;
 pub mod http;
 pub mod listener;
+pub mod operators;
 pub mod readiness;
 pub mod sendq;
 pub mod session;

@@ -70,6 +70,8 @@ const LIMITS: [&str; 15] = [
     "connections",
     "ws_keepalive",
     "auth_per_socket",
+    "operator_auth_source",
+    "operator_requests",
 ];
 
 /// `# HELP` for the data plane's series, and the series that alerts use with `rate()`
@@ -143,7 +145,7 @@ fn describe_and_register() {
     for reason in ["pod_backlog", "channel_full"] {
         metrics::counter!("switchyard_ingress_refused_total", "reason" => reason).absolute(0);
     }
-    for limit in LIMITS {
+    for &limit in LIMITS {
         metrics::counter!("switchyard_limits_hit_total", "limit" => limit).absolute(0);
     }
     describe_counter!(

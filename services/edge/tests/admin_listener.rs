@@ -1,5 +1,7 @@
-//! The operator API (`/admin/v1`) is served on the internal listener (metrics_listen) only:
-//! the public listener, which ingresses expose, answers 404 for it.
+//! The console (`/console`) and the operator API (`/admin/v1`) are served on the admin
+//! listener (admin_listen) only: the public listener, which ingresses expose, and the
+//! internal one, which monitoring reaches, answer 404 for them; `/metrics` and the probes
+//! stay on the internal listener.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-const TOKEN: &str = "0123456789abcdef-operator";
+const TOKEN: &str = "e4a1c7f3b9d2e6a0c8f5b1d7e3a9c2f6b0d8e4a1c7f3b9d2e6a0c8f5b1d7e3a9";
 
 /// One HTTP/1.1 GET; returns the status code and the body.
 async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
@@ -40,16 +42,21 @@ async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operator_api_is_served_on_the_internal_listener_only() {
+async fn console_and_operator_api_are_served_on_the_admin_listener_only() {
     let dir = tempfile::tempdir().unwrap();
     let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let internal = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (public_addr, internal_addr) =
         (public.local_addr().unwrap(), internal.local_addr().unwrap());
+    let admin_addr: SocketAddr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
     let cfg = Config {
         data_dir: dir.path().join("data"),
         listen: public_addr.to_string(),
         metrics_listen: internal_addr.to_string(),
+        admin_listen: admin_addr.to_string(),
         hosts_tls_listen: String::new(),
         operator_tokens: SecretList(vec![Secret::new(format!("alice={TOKEN}"))]),
         ..Config::default()
@@ -85,19 +92,22 @@ async fn operator_api_is_served_on_the_internal_listener_only() {
         .0,
         404
     );
-    // Internal listener: served, and still behind the operator token.
-    let (status, body) = get(internal_addr, path, Some(TOKEN)).await;
+    // Internal listener: monitoring's reach opens neither the API nor the console.
+    assert_eq!(get(internal_addr, path, Some(TOKEN)).await.0, 404);
+    assert_eq!(get(internal_addr, "/console/login", None).await.0, 404);
+    // Admin listener: served, and still behind the operator token.
+    let (status, body) = get(admin_addr, path, Some(TOKEN)).await;
     assert_eq!((status, body.trim()), (200, "[]"));
-    assert_eq!(get(internal_addr, path, None).await.0, 401);
+    assert_eq!(get(admin_addr, path, None).await.0, 401);
     assert_eq!(
-        get(internal_addr, path, Some("wrong-token-0123456"))
-            .await
-            .0,
+        get(admin_addr, path, Some("wrong-token-0123456")).await.0,
         401
     );
-    // The metrics and probes are still there.
+    assert_eq!(get(admin_addr, "/console/login", None).await.0, 200);
+    // The metrics and probes are on the internal listener only.
     assert_eq!(get(internal_addr, "/livez", None).await.0, 200);
     assert_eq!(get(internal_addr, "/metrics", None).await.0, 200);
+    assert_eq!(get(admin_addr, "/metrics", None).await.0, 404);
 
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(30), pod)

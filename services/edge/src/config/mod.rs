@@ -20,6 +20,9 @@ pub use values::*;
 pub struct Config {
     pub listen: String,
     pub metrics_listen: String,
+    /// The admin listener: the console (`/console`) and the operator API (`/admin/v1`).
+    /// Opened only when operator tokens are configured; "" = off.
+    pub admin_listen: String,
     pub data_dir: PathBuf,
     pub database_url: Option<String>,
     pub database_schema: Option<String>,
@@ -60,8 +63,10 @@ pub struct Config {
     /// sends in `X-Switchyard-Ingress-Secret`, and/or the ingress's own address ranges.
     pub hosts_ingress_secret: SecretList,
     pub hosts_ingress_sources: CidrList,
-    /// Operators of the approval API, `name=token` comma-separated. Empty = API off.
+    /// Operators of the console and the operator API, `name=token` comma-separated, each
+    /// token 128+ bits of randomness. Empty = both off.
     pub operator_tokens: SecretList,
+    pub operator_auth: OperatorAuthConfig,
     pub hosts: HostsSection,
 }
 
@@ -70,6 +75,7 @@ impl Default for Config {
         Self {
             listen: "127.0.0.1:8080".into(),
             metrics_listen: "127.0.0.1:9090".into(),
+            admin_listen: "127.0.0.1:9091".into(),
             data_dir: PathBuf::from("./data"),
             database_url: None,
             database_schema: None,
@@ -103,6 +109,7 @@ impl Default for Config {
             hosts_ingress_secret: SecretList::default(),
             hosts_ingress_sources: CidrList::default(),
             operator_tokens: SecretList::default(),
+            operator_auth: OperatorAuthConfig::default(),
             hosts: HostsSection::default(),
         }
     }
@@ -114,6 +121,32 @@ pub enum ConfigError {
     Load(#[from] Box<figment::Error>),
     #[error("configuration: {0}")]
     Invalid(String),
+}
+
+/// Least randomness an operator token must carry.
+pub const MIN_OPERATOR_TOKEN_BITS: u32 = 128;
+
+/// Bits of randomness a token can hold at most, judged from its length and alphabet: 4 bits
+/// a character, or 6 for a base64 (or base64url) string with upper- and lowercase letters
+/// and digits, as generated ones have. Anything else is judged as conservatively as hex, and
+/// a token with few distinct characters (`aaaa...`, `abab...`) counts as none. A generated
+/// token (`openssl rand -hex 32`, `openssl rand -base64 32`) passes; words do not.
+pub fn token_bits(token: &str) -> u32 {
+    let body = token.trim_end_matches('=');
+    let mut distinct: Vec<char> = body.chars().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 8 {
+        return 0;
+    }
+    let base64 = body
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '-' | '_'))
+        && body.chars().any(|c| c.is_ascii_uppercase())
+        && body.chars().any(|c| c.is_ascii_lowercase())
+        && body.chars().any(|c| c.is_ascii_digit());
+    let per_char = if base64 { 6 } else { 4 };
+    u32::try_from(body.chars().count() * per_char).unwrap_or(u32::MAX)
 }
 
 /// Where a key's value came from: the file, or the `SWITCHYARD_*` variable.
@@ -271,18 +304,34 @@ impl Config {
         }
         for entry in &self.operator_tokens.0 {
             // Judged as used: trimmed, so a token of spaces (empty once trimmed) is refused.
-            match entry.expose().split_once('=') {
-                Some((name, token))
-                    if !name.trim().is_empty() && token.trim().chars().count() >= 16 => {}
-                _ => {
-                    return Err(ConfigError::Invalid(
-                        "operator_tokens entries are name=token with a token of 16+ characters"
-                            .into(),
-                    ));
-                }
+            let Some((name, token)) = entry.expose().split_once('=') else {
+                return Err(ConfigError::Invalid(
+                    "operator_tokens entries are name=token".into(),
+                ));
+            };
+            let name = name.trim();
+            if name.is_empty() {
+                return Err(ConfigError::Invalid(
+                    "operator_tokens entries are name=token with a name".into(),
+                ));
+            }
+            let bits = token_bits(token.trim());
+            if bits < MIN_OPERATOR_TOKEN_BITS {
+                return Err(ConfigError::Invalid(format!(
+                    "operator_tokens: the token of {name} has about {bits} bits; tokens need {MIN_OPERATOR_TOKEN_BITS}+ bits of randomness: make one with `openssl rand -hex 32` (64 hex characters)"
+                )));
             }
         }
+        if self.operator_auth.failures_per_source == 0
+            || self.operator_auth.failure_window.0.is_zero()
+            || self.operator_auth.requests_per_operator == 0
+        {
+            return Err(ConfigError::Invalid(
+                "operator_auth limits must be above zero".into(),
+            ));
+        }
         if self.ingress.max_concurrent == 0
+            || self.ingress.max_concurrent_per_tenant == 0
             || self.ingress.max_concurrent_per_channel == 0
             || self.ingress.max_json_bytes == 0
             || self.ingress.body_timeout.0.is_zero()
@@ -572,12 +621,44 @@ mod tests {
             c.operator_tokens = SecretList(vec![Secret::new(bad)]);
             assert!(c.validate().is_err(), "{bad:?} was accepted");
         }
-        c.operator_tokens = SecretList(vec![Secret::new(" ops = 0123456789abcdef ")]);
+        let token = "7f3a9c1e5b2d8f4a6c0e9b3d1f7a5c2e";
+        c.operator_tokens = SecretList(vec![Secret::new(format!(" ops = {token} "))]);
         assert!(c.validate().is_ok());
-        assert_eq!(
-            c.operators(),
-            vec![("ops".to_owned(), "0123456789abcdef".to_owned())]
-        );
+        assert_eq!(c.operators(), vec![("ops".to_owned(), token.to_owned())]);
+    }
+
+    /// Finding 4 of issue 23: 16 characters were enough before; a token needs 128 bits of
+    /// randomness now, and the refusal says how to make one.
+    #[test]
+    fn operator_tokens_need_128_bits() {
+        let mut c = Config::default();
+        for weak in [
+            // 16 hex characters (64 bits): accepted before.
+            "0123456789abcdef",
+            // 31 hex characters: 124 bits.
+            "7f3a9c1e5b2d8f4a6c0e9b3d1f7a5c2",
+            // Long but hardly random.
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "abababababababababababababababababababab",
+            // 21 base64 characters: 126 bits.
+            "q8ZkV2xN4pR7tW1yB5mC9",
+            // Words and a counted run: judged as hex, 100 bits.
+            "operator-token-0123456789",
+        ] {
+            c.operator_tokens = SecretList(vec![Secret::new(format!("ops={weak}"))]);
+            let e = c.validate().expect_err(weak).to_string();
+            assert!(e.contains("128") && e.contains("openssl rand"), "{e}");
+            assert!(!e.contains(weak), "the token is not echoed: {e}");
+        }
+        for strong in [
+            // openssl rand -hex 16 / -hex 32 / -base64 32
+            "7f3a9c1e5b2d8f4a6c0e9b3d1f7a5c2e",
+            "9f2c4e81b7a35d60c1e8f4a2b9d07c3e5a61f8d2c4b7e09a3f5d1c8b6e2a4f70",
+            "q8ZkV2xN4pR7tW1yB5mC9dLs3HfJ0gUe6iOa7bYcXn4=",
+        ] {
+            c.operator_tokens = SecretList(vec![Secret::new(format!("ops={strong}"))]);
+            assert!(c.validate().is_ok(), "{strong} refused");
+        }
     }
 
     #[test]

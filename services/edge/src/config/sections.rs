@@ -270,6 +270,39 @@ impl Default for ReadinessConfig {
     }
 }
 
+/// The operator limiter (`[operator_auth]`): sign-in and Bearer tokens on the console and
+/// `/admin/v1` (see `crate::operators`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OperatorAuthConfig {
+    /// Wrong operator tokens from one source address (IPv4, IPv6 /64) within
+    /// `failure_window`; after them, that address is answered 429 until the window ends.
+    pub failures_per_source: u64,
+    pub failure_window: Dur,
+    /// Authenticated requests (sign-ins, Bearer calls, console pages) per operator a minute.
+    pub requests_per_operator: u64,
+}
+
+impl Default for OperatorAuthConfig {
+    fn default() -> Self {
+        Self {
+            failures_per_source: 10,
+            failure_window: Dur(Duration::from_secs(300)),
+            requests_per_operator: 600,
+        }
+    }
+}
+
+impl OperatorAuthConfig {
+    pub fn limits(&self) -> crate::operators::OperatorLimits {
+        crate::operators::OperatorLimits {
+            failures_per_source: self.failures_per_source,
+            failure_window: self.failure_window.0,
+            requests_per_operator: self.requests_per_operator,
+        }
+    }
+}
+
 /// Connector API v1: agent hosts and their gateway (`[hosts]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -2,20 +2,31 @@
 //! Bearer token for scripts), and the checks every page and form runs first.
 
 use super::*;
+use crate::operators::Denied;
 
 // -------------------------------------------------------------------------------------
 // sign-in, sessions, CSRF
 
 /// A signed-in operator. `csrf` is the session's form token; None for a Bearer caller.
+#[derive(Clone)]
 pub(super) struct Operator {
     pub(super) name: String,
     pub(super) csrf: Option<String>,
 }
 
+/// Who is calling a console page, decided by [`guard`] before the page's handler runs:
+/// None = signed out.
+#[derive(Clone)]
+pub(super) struct Caller(pub(super) Option<Operator>);
+
 #[derive(serde::Serialize, Deserialize)]
 pub(super) struct Session {
     pub(super) operator: String,
     pub(super) csrf: String,
+    /// The fingerprint of the token the session was opened with (absent in sessions of
+    /// older builds, which thus end).
+    #[serde(default)]
+    pub(super) token: String,
 }
 
 pub(super) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -57,29 +68,8 @@ pub(super) fn session_key(id: &str) -> String {
     format!("console-session:{}", sha256_hex(id.as_bytes()))
 }
 
-pub(super) fn token_operator(st: &ConsoleState, presented: &str) -> Option<String> {
-    let presented = presented.trim();
-    if presented.is_empty() {
-        return None;
-    }
-    st.operators
-        .iter()
-        .find(|(_, token)| ct_eq(token.as_bytes(), presented.as_bytes()))
-        .map(|(name, _)| name.clone())
-}
-
-/// Who is calling: a Bearer operator token, or a live session cookie.
-pub(super) async fn identify(
-    st: &ConsoleState,
-    headers: &HeaderMap,
-) -> Result<Option<Operator>, BackendError> {
-    if let Some(bearer) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    {
-        return Ok(token_operator(st, bearer).map(|name| Operator { name, csrf: None }));
-    }
+/// The operator of a live session cookie, if its token is still the operator's.
+async fn session(st: &ConsoleState, headers: &HeaderMap) -> Result<Option<Operator>, BackendError> {
     let Some(id) = cookie(headers, SESSION_COOKIE).filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
@@ -89,8 +79,8 @@ pub(super) async fn identify(
     let Ok(s) = serde_json::from_slice::<Session>(&raw) else {
         return Ok(None);
     };
-    // A token removed from the configuration ends its sessions.
-    if !st.operators.iter().any(|(n, _)| *n == s.operator) {
+    // A token removed or replaced in the configuration ends the sessions opened with it.
+    if !st.operators.holds(&s.operator, &s.token) {
         return Ok(None);
     }
     Ok(Some(Operator {
@@ -99,47 +89,72 @@ pub(super) async fn identify(
     }))
 }
 
-/// A page's caller, or the answer to give instead (sign-in page, refusal).
-pub(super) async fn viewer(st: &ConsoleState, headers: &HeaderMap) -> Result<Operator, Response> {
-    if st.operators.is_empty() {
-        return Err(disabled());
+/// A refusal of operator authentication as a console page (with `Retry-After` on 429/503).
+fn denied_page(d: Denied) -> Response {
+    let mut r = error_page(d.status(), None, d.message());
+    if let Some(after) = d.client_error().effective_retry_after() {
+        r.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(after.as_secs().max(1)),
+        );
     }
-    match identify(st, headers).await {
-        Ok(Some(op)) => Ok(op),
-        Ok(None) if headers.contains_key(header::AUTHORIZATION) => Err(error_page(
-            StatusCode::UNAUTHORIZED,
-            None,
-            "an operator token is required",
-        )),
-        Ok(None) => Err(see_other("/console/login")),
-        Err(e) => {
-            tracing::warn!(error = %e, "console session lookup failed");
-            Err(error_page(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                "session state is unavailable; retry",
-            ))
-        }
-    }
+    r
 }
 
-/// The caller of a POST: as [`viewer`], and for a cookie session the form's CSRF token must
-/// be the session's.
-pub(super) async fn actor(
-    st: &ConsoleState,
-    headers: &HeaderMap,
-    csrf: &str,
-) -> Result<Operator, Response> {
-    let op = match viewer(st, headers).await {
-        Ok(op) => op,
-        Err(_) if !headers.contains_key(header::AUTHORIZATION) && !st.operators.is_empty() => {
-            return Err(error_page(
-                StatusCode::FORBIDDEN,
-                None,
-                "sign in first (the session has ended)",
-            ));
+/// Runs before every console page and form (not sign-in): decides the caller from a Bearer
+/// operator token (through the limiter) or a live session cookie, before the request's
+/// query or form is read.
+pub(super) async fn guard(
+    State(st): State<ConsoleState>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if st.operators.is_empty() {
+        return disabled();
+    }
+    let caller = if let Some(b) = crate::operators::bearer(req.headers()) {
+        let source = crate::operators::source(req.extensions());
+        match st.operators.authenticate(source, b).await {
+            Ok((name, _)) => Some(Operator { name, csrf: None }),
+            Err(d) => return denied_page(d),
         }
-        Err(r) => return Err(r),
+    } else {
+        match session(&st, req.headers()).await {
+            Ok(Some(op)) => {
+                if let Err(d) = st.operators.admit(&op.name).await {
+                    return denied_page(d);
+                }
+                Some(op)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "console session lookup failed");
+                return error_page(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    None,
+                    "session state is unavailable; retry",
+                );
+            }
+        }
+    };
+    req.extensions_mut().insert(Caller(caller));
+    next.run(req).await
+}
+
+/// A page's caller, or the sign-in page to go to.
+pub(super) fn viewer(caller: &Caller) -> Result<Operator, Response> {
+    caller.0.clone().ok_or_else(|| see_other("/console/login"))
+}
+
+/// The caller of a POST: signed in, and for a cookie session the form's CSRF token must be
+/// the session's.
+pub(super) fn actor(caller: &Caller, csrf: &str) -> Result<Operator, Response> {
+    let Some(op) = caller.0.clone() else {
+        return Err(error_page(
+            StatusCode::FORBIDDEN,
+            None,
+            "sign in first (the session has ended)",
+        ));
     };
     if let Some(expected) = &op.csrf
         && !ct_eq(expected.as_bytes(), csrf.as_bytes())
@@ -209,6 +224,7 @@ pub(super) struct LoginForm {
 
 pub(super) async fn login(
     State(st): State<ConsoleState>,
+    conn: Option<Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     Form(f): Form<LoginForm>,
 ) -> Response {
@@ -223,37 +239,34 @@ pub(super) async fn login(
             Some("the sign-in form expired; try again"),
         );
     }
-    // Bounds guessing: sign-in attempts per minute, across the deployment.
-    match st
-        .hosts
-        .hub
-        .ephemeral
-        .incr("console-login-attempts", Duration::from_secs(60))
-        .await
-    {
-        Ok(n) if n > LOGIN_ATTEMPTS_PER_MINUTE => {
-            switchyard_core::limits::hit("console_login");
+    // Guessing is bounded per source address; the operator elsewhere is not locked out.
+    let source = conn.map(|c| c.0.0.ip());
+    let (name, token) = match st.operators.authenticate(source, &f.token).await {
+        Ok(found) => found,
+        Err(Denied::Unauthorized) => {
+            tracing::info!("console sign-in refused");
             return login_page(
                 &headers,
-                StatusCode::TOO_MANY_REQUESTS,
-                Some("too many sign-in attempts; wait a minute"),
+                StatusCode::UNAUTHORIZED,
+                Some("that is not an operator token"),
             );
         }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "counting console sign-in attempts failed"),
-    }
-    let Some(name) = token_operator(&st, &f.token) else {
-        tracing::info!("console sign-in refused");
-        return login_page(
-            &headers,
-            StatusCode::UNAUTHORIZED,
-            Some("that is not an operator token"),
-        );
+        Err(d) => {
+            let mut r = login_page(&headers, d.status(), Some(d.message()));
+            if let Some(after) = d.client_error().effective_retry_after() {
+                r.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(after.as_secs().max(1)),
+                );
+            }
+            return r;
+        }
     };
     let id = random_secret(32);
     let session = Session {
         operator: name.clone(),
         csrf: random_secret(16),
+        token,
     };
     let Ok(raw) = serde_json::to_vec(&session) else {
         return error_page(StatusCode::INTERNAL_SERVER_ERROR, None, "internal error");
@@ -294,10 +307,11 @@ pub(super) struct CsrfForm {
 
 pub(super) async fn logout(
     State(st): State<ConsoleState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Form(f): Form<CsrfForm>,
 ) -> Response {
-    if let Err(r) = actor(&st, &headers, &f.csrf).await {
+    if let Err(r) = actor(&caller, &f.csrf) {
         return r;
     }
     if let Some(id) = cookie(&headers, SESSION_COOKIE)

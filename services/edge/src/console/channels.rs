@@ -5,10 +5,10 @@ use super::*;
 
 pub(super) async fn connectors(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -169,10 +169,10 @@ pub(super) const CHANNEL_HEADERS: [&str; 10] = [
 
 pub(super) async fn channels(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -200,10 +200,10 @@ pub(super) async fn channels(
 
 pub(super) async fn bindings(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -237,10 +237,10 @@ pub(super) async fn bindings(
 
 pub(super) async fn failures(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };

@@ -5,10 +5,10 @@ use switchyard_core::client_error::ClientError;
 
 pub(super) async fn hosts_page(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -126,10 +126,10 @@ pub(super) fn run_state(s: switchyard_protocol::hosts::RunState) -> String {
 
 pub(super) async fn runs(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -171,11 +171,11 @@ pub(super) async fn runs(
 
 pub(super) async fn run_page(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -239,10 +239,10 @@ pub(super) async fn run_page(
 
 pub(super) async fn approvals(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -321,12 +321,12 @@ pub(super) struct DecisionForm {
 
 pub(super) async fn decide(
     st: ConsoleState,
-    headers: HeaderMap,
+    caller: Caller,
     id: String,
     grant: bool,
     f: DecisionForm,
 ) -> Response {
-    let who = match actor(&st, &headers, &f.csrf).await {
+    let who = match actor(&caller, &f.csrf) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -348,18 +348,18 @@ pub(super) async fn decide(
 
 pub(super) async fn approval_grant(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Form(f): Form<DecisionForm>,
 ) -> Response {
-    decide(st, headers, id, true, f).await
+    decide(st, caller, id, true, f).await
 }
 
 pub(super) async fn approval_deny(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Form(f): Form<DecisionForm>,
 ) -> Response {
-    decide(st, headers, id, false, f).await
+    decide(st, caller, id, false, f).await
 }

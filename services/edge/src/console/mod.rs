@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Form, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Extension, Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -37,7 +37,7 @@ use html::{
     clip, code, esc, layout, link, mask, next_link, opt_time, post_button, span, table, time,
 };
 
-use auth::{CsrfForm, Operator, actor, login, login_form, logout, viewer};
+use auth::{Caller, CsrfForm, Operator, actor, guard, login, login_form, logout, viewer};
 use channels::{bindings, channels, connectors, failures};
 use hosts::{approval_deny, approval_grant, approvals, hosts_page, run_page, runs};
 use tenants::{key_create, key_revoke, overview, tenant_create, tenant_page, tenants};
@@ -51,21 +51,20 @@ const PAGE: u32 = 50;
 /// The overview counts stop here ("10000+").
 const COUNT_CAP: u64 = 10_000;
 const MAX_FORM_BYTES: usize = 16 * 1024;
-const LOGIN_ATTEMPTS_PER_MINUTE: u64 = 30;
 
 #[derive(Clone)]
 pub struct ConsoleState {
     pub hosts: Arc<Hosts>,
-    /// Operators: (name, token).
-    pub operators: Arc<Vec<(String, String)>>,
+    /// Operators, with their limiter.
+    pub operators: crate::operators::Operators,
 }
 
 /// `/console` routes (mounted on the internal listener only).
 pub fn router(state: ConsoleState) -> Router {
-    Router::new()
+    // Every page and form but sign-in: the caller is decided before the request is read.
+    let pages = Router::new()
         .route("/console", get(overview))
         .route("/console/", get(overview))
-        .route("/console/login", get(login_form).post(login))
         .route("/console/logout", post(logout))
         .route("/console/tenants", get(tenants).post(tenant_create))
         .route("/console/tenants/{id}", get(tenant_page))
@@ -81,6 +80,10 @@ pub fn router(state: ConsoleState) -> Router {
         .route("/console/approvals", get(approvals))
         .route("/console/approvals/{id}/grant", post(approval_grant))
         .route("/console/approvals/{id}/deny", post(approval_deny))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), guard));
+    Router::new()
+        .route("/console/login", get(login_form).post(login))
+        .merge(pages)
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
         .with_state(state)
 }

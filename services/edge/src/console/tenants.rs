@@ -2,8 +2,11 @@
 
 use super::*;
 
-pub(super) async fn overview(State(st): State<ConsoleState>, headers: HeaderMap) -> Response {
-    let who = match viewer(&st, &headers).await {
+pub(super) async fn overview(
+    State(st): State<ConsoleState>,
+    Extension(caller): Extension<Caller>,
+) -> Response {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -49,10 +52,10 @@ pub(super) async fn overview(State(st): State<ConsoleState>, headers: HeaderMap)
 
 pub(super) async fn tenants(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -120,10 +123,10 @@ pub(super) fn key_shown_once(
 
 pub(super) async fn tenant_create(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Form(f): Form<NameForm>,
 ) -> Response {
-    let who = match actor(&st, &headers, &f.csrf).await {
+    let who = match actor(&caller, &f.csrf) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -160,11 +163,11 @@ pub(super) async fn tenant_create(
 
 pub(super) async fn tenant_page(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(c): Query<Cursor>,
 ) -> Response {
-    let who = match viewer(&st, &headers).await {
+    let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -227,11 +230,11 @@ pub(super) async fn tenant_page(
 
 pub(super) async fn key_create(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Form(f): Form<CsrfForm>,
 ) -> Response {
-    let who = match actor(&st, &headers, &f.csrf).await {
+    let who = match actor(&caller, &f.csrf) {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -257,11 +260,11 @@ pub(super) async fn key_create(
 
 pub(super) async fn key_revoke(
     State(st): State<ConsoleState>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Form(f): Form<CsrfForm>,
 ) -> Response {
-    let who = match actor(&st, &headers, &f.csrf).await {
+    let who = match actor(&caller, &f.csrf) {
         Ok(w) => w,
         Err(r) => return r,
     };

@@ -139,8 +139,8 @@ pub struct Gateway {
     pub max_frame_bytes: usize,
     /// Largest body read before its caller is authenticated (enrollment, token, operator).
     pub max_preauth_bytes: usize,
-    /// Operators of the approval API: (name, token).
-    pub operators: Arc<Vec<(String, String)>>,
+    /// Operators of the console and the operator API, with their limiter.
+    pub operators: crate::operators::Operators,
     pub drain: CancellationToken,
     pub draining: Arc<AtomicBool>,
     pub sessions: TaskTracker,
@@ -224,9 +224,12 @@ pub fn router(gw: Gateway, source: CertSource) -> Router {
     }
 }
 
-/// The operator API (internal listener, next to /metrics): approvals decided by people.
+/// The operator API (admin listener, next to the console): approvals decided by people.
+/// The operator token is checked (and guesses counted) before anything of the request is
+/// read.
 pub fn operator_router(gw: Gateway) -> Router {
     let small = gw.max_preauth_bytes;
+    let auth = gw.operators.clone();
     Router::new()
         .route("/admin/v1/approvals", get(approvals_list))
         .route(
@@ -238,5 +241,9 @@ pub fn operator_router(gw: Gateway) -> Router {
             preauth_cap(post(approval_deny), small),
         )
         .route("/admin/v1/hosts", get(hosts_list))
+        .route_layer(axum::middleware::from_fn_with_state(
+            auth,
+            operator::require_operator,
+        ))
         .with_state(gw)
 }

@@ -1,37 +1,29 @@
-//! The operator API (internal listener): approvals decided by people, and the host list.
+//! The operator API (admin listener): approvals decided by people, and the host list.
 
 use super::*;
 
-fn operator(gw: &Gateway, headers: &HeaderMap) -> Result<String, Refusal> {
-    if gw.operators.is_empty() {
-        return Err(Refusal(
-            StatusCode::NOT_FOUND,
-            "operator_api_disabled",
-            "no operator tokens are configured (operator_tokens)",
-        ));
+/// The operator a request of the operator API comes from (set by [`require_operator`]).
+#[derive(Clone)]
+pub(super) struct OperatorName(pub(super) String);
+
+/// Admits a request only with an operator's Bearer token, before its query or body is
+/// looked at, through the operator limiter (per source address and per operator).
+pub(super) async fn require_operator(
+    State(ops): State<crate::operators::Operators>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let presented = crate::operators::bearer(req.headers())
+        .unwrap_or_default()
+        .to_owned();
+    let source = crate::operators::source(req.extensions());
+    match ops.authenticate(source, &presented).await {
+        Ok((name, _)) => {
+            req.extensions_mut().insert(OperatorName(name));
+            next.run(req).await
+        }
+        Err(denied) => denied.client_error().into_response(),
     }
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .unwrap_or_default();
-    if presented.is_empty() {
-        return Err(Refusal(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "an operator token is required",
-        ));
-    }
-    gw.operators
-        .iter()
-        .find(|(_, token)| switchyard_core::crypto::ct_eq(token.as_bytes(), presented.as_bytes()))
-        .map(|(name, _)| name.clone())
-        .ok_or(Refusal(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "an operator token is required",
-        ))
 }
 
 #[derive(Deserialize)]
@@ -59,12 +51,8 @@ fn approval_json(a: &switchyard_core::hoststore::ApprovalRecord) -> serde_json::
 
 pub(super) async fn approvals_list(
     State(gw): State<Gateway>,
-    headers: HeaderMap,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    if let Err(r) = operator(&gw, &headers) {
-        return r.into_response();
-    }
     let status = match q.status.as_deref() {
         None | Some("all") => None,
         Some(s) => match switchyard_core::hoststore::ApprovalStatus::parse(s) {
@@ -92,15 +80,11 @@ struct DecisionBody {
 
 async fn decide(
     gw: Gateway,
-    headers: HeaderMap,
+    by: String,
     id: String,
     grant: bool,
     body: axum::body::Bytes,
 ) -> Response {
-    let by = match operator(&gw, &headers) {
-        Ok(n) => n,
-        Err(r) => return r.into_response(),
-    };
     let body: DecisionBody = if body.is_empty() {
         DecisionBody::default()
     } else {
@@ -128,20 +112,20 @@ async fn decide(
 
 pub(super) async fn approval_grant(
     State(gw): State<Gateway>,
-    headers: HeaderMap,
+    Extension(by): Extension<OperatorName>,
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    decide(gw, headers, id, true, body).await
+    decide(gw, by.0, id, true, body).await
 }
 
 pub(super) async fn approval_deny(
     State(gw): State<Gateway>,
-    headers: HeaderMap,
+    Extension(by): Extension<OperatorName>,
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    decide(gw, headers, id, false, body).await
+    decide(gw, by.0, id, false, body).await
 }
 
 #[derive(Deserialize)]
@@ -149,14 +133,7 @@ pub(super) struct HostsQuery {
     tenant: String,
 }
 
-pub(super) async fn hosts_list(
-    State(gw): State<Gateway>,
-    headers: HeaderMap,
-    Query(q): Query<HostsQuery>,
-) -> Response {
-    if let Err(r) = operator(&gw, &headers) {
-        return r.into_response();
-    }
+pub(super) async fn hosts_list(State(gw): State<Gateway>, Query(q): Query<HostsQuery>) -> Response {
     match gw.hosts.hub.store.list_hosts(&q.tenant).await {
         Ok(list) => axum::Json(
             list.iter()
