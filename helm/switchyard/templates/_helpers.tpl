@@ -28,7 +28,12 @@ Names and labels.
 {{- printf "%s-hosts" (include "switchyard.fullname" . | trunc 57 | trimSuffix "-") }}
 {{- end }}
 
-{{/* The internal listener's Service: metrics, probes, /admin/v1 (room left for "-internal"). */}}
+{{/* The admin listener's Service: console, /admin/v1 (room left for "-admin"). */}}
+{{- define "switchyard.adminServiceName" -}}
+{{- printf "%s-admin" (include "switchyard.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The internal listener's Service: metrics, probes (room left for "-internal"). */}}
 {{- define "switchyard.internalServiceName" -}}
 {{- printf "%s-internal" (include "switchyard.fullname" . | trunc 54 | trimSuffix "-") }}
 {{- end }}
@@ -213,8 +218,8 @@ Fails rendering when a hosts.* value or `operators` is not usable. Part of switc
 {{- if or (lt $port 1) (gt $port 65535) }}
 {{- fail (printf "hosts.tls.port %v must be a port number (1-65535)" $h.tls.port) }}
 {{- end }}
-{{- if or (eq $port (int $v.containerPorts.http)) (eq $port (int $v.containerPorts.metrics)) }}
-{{- fail (printf "hosts.tls.port %d is already containerPorts.http or containerPorts.metrics: the mTLS listener needs a port of its own" $port) }}
+{{- if or (eq $port (int $v.containerPorts.http)) (eq $port (int $v.containerPorts.metrics)) (eq $port (int $v.containerPorts.admin)) }}
+{{- fail (printf "hosts.tls.port %d is already containerPorts.http, .metrics or .admin: the mTLS listener needs a port of its own" $port) }}
 {{- end }}
 {{- if not (has (toString $h.service.type) (list "LoadBalancer" "NodePort" "ClusterIP")) }}
 {{- fail (printf "hosts.service.type %q must be LoadBalancer, NodePort or ClusterIP" (toString $h.service.type)) }}
@@ -243,6 +248,17 @@ Fails rendering when a hosts.* value or `operators` is not usable. Part of switc
 {{- with $h.clientCertHeader }}
 {{- if not (regexMatch "^[A-Za-z0-9!#$%&'*+.^_|~-]+$" .) }}
 {{- fail (printf "hosts.clientCertHeader %q is not an HTTP header name (ingress-nginx uses ssl-client-cert)" .) }}
+{{- end }}
+{{- if not (or $h.ingressProof.secret $h.ingressProof.sources $v.existingSecret) }}
+{{- fail "hosts.clientCertHeader needs hosts.ingressProof: a secret the ingress sends (ingressProof.secret) and/or its address ranges (ingressProof.sources); the pods refuse to start without one" }}
+{{- end }}
+{{- end }}
+{{- with $h.ingressProof.secret }}
+{{- if $v.existingSecret }}
+{{- fail (printf "existingSecret %q is set: leave hosts.ingressProof.secret empty and put SWITCHYARD_HOSTS_INGRESS_SECRET in that Secret" $v.existingSecret) }}
+{{- end }}
+{{- if not (regexMatch "^[^,\\s]{16,}$" .) }}
+{{- fail "hosts.ingressProof.secret needs 16+ characters without ',' or spaces, e.g. from `openssl rand -hex 32`" }}
 {{- end }}
 {{- end }}
 {{- $known := splitList " " (include "switchyard.hostsTimeoutKeys" .) }}
@@ -292,8 +308,10 @@ Fails rendering when a hosts.* value or `operators` is not usable. Part of switc
 {{- if not (regexMatch "^[^=,\\s]+$" $op.name) }}
 {{- fail (printf "operators[%d].name %q must be non-empty, without '=', ',' or spaces" $i $op.name) }}
 {{- end }}
-{{- if not (regexMatch "^[^,\\s]{16,}$" $op.token) }}
-{{- fail (printf "operators[%d] (%s): the token needs 16+ characters without ',' or spaces, e.g. from `openssl rand -hex 24`" $i $op.name) }}
+{{- $hex := regexMatch "^[0-9A-Fa-f]{32,}$" $op.token }}
+{{- $b64 := and (regexMatch "^[A-Za-z0-9+/_-]{22,}={0,2}$" $op.token) (regexMatch "[A-Z]" $op.token) (regexMatch "[a-z]" $op.token) (regexMatch "[0-9]" $op.token) }}
+{{- if not (or $hex $b64) }}
+{{- fail (printf "operators[%d] (%s): the token needs 128+ bits of randomness: 32+ hex characters or 22+ base64 ones, e.g. from `openssl rand -hex 32`" $i $op.name) }}
 {{- end }}
 {{- if has $op.name $seen }}
 {{- fail (printf "operators: the name %q appears twice" $op.name) }}
@@ -386,7 +404,7 @@ Included by every template that starts a Switchyard process.
 {{- if lt (int $v.replicaCount) 1 }}
 {{- fail "replicaCount must be at least 1" }}
 {{- end }}
-{{- $owned := list "listen" "metrics_listen" "data_dir" "database_url" "database_schema" "database_max_connections" "nats_url" "nats_subject_prefix" "redis_url" "redis_key_prefix" "s3" "pod_id" "public_base_url" "signing_keys" "encryption_keys" "drain_timeout" "log" "hosts_tls_listen" "hosts_ca_cert" "hosts_ca_key" "hosts_client_cert_header" "operator_tokens" }}
+{{- $owned := list "listen" "metrics_listen" "data_dir" "database_url" "database_schema" "database_max_connections" "nats_url" "nats_subject_prefix" "redis_url" "redis_key_prefix" "s3" "pod_id" "public_base_url" "signing_keys" "encryption_keys" "drain_timeout" "log" "hosts_tls_listen" "hosts_ca_cert" "hosts_ca_key" "hosts_client_cert_header" "hosts_ingress_secret" "hosts_ingress_sources" "admin_listen" "operator_tokens" }}
 {{- range $k, $_ := $v.config }}
 {{- if has $k $owned }}
 {{- fail (printf "config.%s is set by the chart: use its dedicated value in values.yaml instead" $k) }}
@@ -424,6 +442,7 @@ print as 1.048576e+08.
 {{- define "switchyard.configData" -}}
 SWITCHYARD_LISTEN: {{ printf "0.0.0.0:%d" (int .Values.containerPorts.http) | quote }}
 SWITCHYARD_METRICS_LISTEN: {{ printf "0.0.0.0:%d" (int .Values.containerPorts.metrics) | quote }}
+SWITCHYARD_ADMIN_LISTEN: {{ printf "0.0.0.0:%d" (int .Values.containerPorts.admin) | quote }}
 SWITCHYARD_PUBLIC_BASE_URL: {{ include "switchyard.publicBaseUrl" . | quote }}
 SWITCHYARD_DRAIN_TIMEOUT: {{ include "switchyard.drainTimeout" . | quote }}
 SWITCHYARD_DATABASE_MAX_CONNECTIONS: {{ int .Values.database.maxConnections | toString | quote }}
@@ -453,6 +472,9 @@ SWITCHYARD_HOSTS_CA_KEY: {{ printf "%s/tls.key" (include "switchyard.hostsCaDir"
 {{- with .Values.hosts.clientCertHeader }}
 SWITCHYARD_HOSTS_CLIENT_CERT_HEADER: {{ . | quote }}
 {{- end }}
+{{- with .Values.hosts.ingressProof.sources }}
+SWITCHYARD_HOSTS_INGRESS_SOURCES: {{ join "," . | quote }}
+{{- end }}
 {{- range $k, $v := .Values.hosts.timeouts }}
 SWITCHYARD_HOSTS__{{ upper $k }}: {{ include "switchyard.durationString" $v | quote }}
 {{- end }}
@@ -471,6 +493,9 @@ AWS_SESSION_TOKEN: {{ . | b64enc | quote }}
 {{- end }}
 {{- if .Values.operators }}
 SWITCHYARD_OPERATOR_TOKENS: {{ include "switchyard.operatorTokens" . | b64enc | quote }}
+{{- end }}
+{{- with .Values.hosts.ingressProof.secret }}
+SWITCHYARD_HOSTS_INGRESS_SECRET: {{ . | b64enc | quote }}
 {{- end }}
 {{- range $k, $v := .Values.extraSecretEnv }}
 {{ $k }}: {{ toString $v | b64enc | quote }}
