@@ -246,7 +246,7 @@ impl Connector {
             .await?;
         tracing::warn!(
             channel = ch_id,
-            reason,
+            reason = %crate::limits::printable(reason),
             "message rejected by xAgent, not retried"
         );
         metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "rejected").increment(1);

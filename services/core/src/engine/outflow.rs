@@ -56,18 +56,35 @@ pub enum AckVerdict {
     Retry(String),
 }
 
+/// Longest rejection reason (xAgent's `code: message`) kept with a message, in characters;
+/// xAgent chooses it, and it is stored, shown to operators and logged.
+pub const MAX_ACK_REASON_CHARS: usize = 256;
+
+/// `s` cut to `max` characters (with `...` when cut).
+fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
 impl AckVerdict {
+    /// The verdict of an ack; a rejection's reason is clipped to [`MAX_ACK_REASON_CHARS`].
     pub fn of(p: &ChatAckPayload) -> Self {
         match (p.status, p.retryable) {
             (AckStatus::Accepted | AckStatus::Duplicate, _) => Self::Delivered,
-            (AckStatus::Rejected, Some(false)) => Self::Failed(format!(
-                "{}: {}",
-                p.code.as_deref().unwrap_or(""),
-                p.message.as_deref().unwrap_or("")
+            (AckStatus::Rejected, Some(false)) => Self::Failed(clip(
+                &format!(
+                    "{}: {}",
+                    p.code.as_deref().unwrap_or(""),
+                    p.message.as_deref().unwrap_or("")
+                ),
+                MAX_ACK_REASON_CHARS,
             )),
-            (AckStatus::Rejected, _) => {
-                Self::Retry(p.code.clone().unwrap_or_else(|| "rejected".into()))
-            }
+            (AckStatus::Rejected, _) => Self::Retry(clip(
+                p.code.as_deref().unwrap_or("rejected"),
+                MAX_ACK_REASON_CHARS,
+            )),
         }
     }
 }
@@ -424,6 +441,42 @@ impl Outflow {
                     self.done.push((channel_id.to_owned(), d.message_id));
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod ack_reason_tests {
+    use super::*;
+
+    fn rejected(code: &str, message: &str, retryable: bool) -> ChatAckPayload {
+        ChatAckPayload {
+            message_id: "m".into(),
+            status: AckStatus::Rejected,
+            code: Some(code.into()),
+            message: Some(message.into()),
+            retryable: Some(retryable),
+        }
+    }
+
+    /// Issue 23, finding 7: an xAgent-chosen reason is stored and logged, so it is clipped.
+    #[test]
+    fn a_rejection_reason_is_clipped() {
+        let long = "é".repeat(100_000);
+        match AckVerdict::of(&rejected("bad", &long, false)) {
+            AckVerdict::Failed(r) => {
+                assert!(r.starts_with("bad: é"), "{r}");
+                assert_eq!(r.chars().count(), MAX_ACK_REASON_CHARS + 3);
+            }
+            other => panic!("{other:?}"),
+        }
+        match AckVerdict::of(&rejected(&long, "", true)) {
+            AckVerdict::Retry(r) => assert_eq!(r.chars().count(), MAX_ACK_REASON_CHARS + 3),
+            other => panic!("{other:?}"),
+        }
+        match AckVerdict::of(&rejected("short", "fine", false)) {
+            AckVerdict::Failed(r) => assert_eq!(r, "short: fine"),
+            other => panic!("{other:?}"),
         }
     }
 }

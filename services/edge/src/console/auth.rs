@@ -40,13 +40,27 @@ pub(super) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
         .map(|(_, v)| v.trim())
 }
 
-/// The internal listener speaks plain HTTP; behind a TLS-terminating proxy the cookie is
+/// The admin listener speaks plain HTTP; reached through a TLS-terminating proxy (which says
+/// so in `X-Forwarded-Proto` or in the standard `Forwarded` header, RFC 7239), the cookie is
 /// marked `Secure`.
 pub(super) fn over_tls(headers: &HeaderMap) -> bool {
-    headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+    let xfp = headers
+        .get_all("x-forwarded-proto")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim().eq_ignore_ascii_case("https"));
+    let forwarded = headers
+        .get_all(header::FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split([',', ';']))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .any(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("proto")
+                && v.trim().trim_matches('"').eq_ignore_ascii_case("https")
+        });
+    xfp || forwarded
 }
 
 pub(super) fn set_cookie(
@@ -325,4 +339,44 @@ pub(super) async fn logout(
         set_cookie(&headers, SESSION_COOKIE, "", Duration::ZERO),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    /// Issue 23, finding 7: the session cookie is `Secure` wherever the console is reached
+    /// over TLS, whichever header the proxy uses to say so.
+    #[test]
+    fn the_cookie_is_secure_behind_any_tls_proxy() {
+        let secure = |h: &HeaderMap| {
+            set_cookie(h, SESSION_COOKIE, "x", SESSION_TTL)
+                .to_str()
+                .unwrap()
+                .contains("; Secure")
+        };
+        assert!(!secure(&headers(&[])));
+        assert!(secure(&headers(&[("x-forwarded-proto", "https")])));
+        assert!(secure(&headers(&[("x-forwarded-proto", "https, http")])));
+        assert!(secure(&headers(&[(
+            "forwarded",
+            "for=192.0.2.60;proto=https;by=203.0.113.43"
+        )])));
+        assert!(secure(&headers(&[(
+            "forwarded",
+            "for=\"[2001:db8::1]\";proto=\"HTTPS\""
+        )])));
+        assert!(!secure(&headers(&[(
+            "forwarded",
+            "for=192.0.2.60;proto=http"
+        )])));
+    }
 }

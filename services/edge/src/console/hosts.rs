@@ -283,7 +283,7 @@ pub(super) async fn approvals(
             ]
         })
         .collect();
-    let mut body = notice(&c);
+    let mut body = notice(&c, &who);
     let _ = write!(
         body,
         "<p class=\"muted\">Decisions are recorded with your operator name ({}) and sent to the host.</p>",
@@ -335,8 +335,8 @@ pub(super) async fn decide(
         Ok(a) => {
             tracing::info!(operator = %who.name, approval = %a.id, status = a.status.as_str(), "approval decided in the console");
             see_other(&format!(
-                "/console/approvals?notice={}",
-                html::url(&format!("{} {} by {}", a.id, a.status.as_str(), who.name))
+                "/console/approvals?notice=approval_{}",
+                a.status.as_str()
             ))
         }
         Err(e) => {

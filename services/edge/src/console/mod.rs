@@ -190,14 +190,43 @@ fn capped(n: u64) -> String {
     }
 }
 
-fn notice(c: &Cursor) -> String {
-    c.notice
-        .as_deref()
-        .map(|n| {
-            format!(
-                "<p class=\"notice\" id=\"notice\">{}</p>",
-                esc(&clip(n, 300))
-            )
-        })
-        .unwrap_or_default()
+/// The notice a redirect asked for: a code from a closed set, rendered with fixed text, so
+/// a link cannot put words of its own on a console page.
+fn notice(c: &Cursor, who: &Operator) -> String {
+    let text = match c.notice.as_deref() {
+        Some("approval_granted") => format!("The approval was granted by {}.", who.name),
+        Some("approval_denied") => format!("The approval was denied by {}.", who.name),
+        Some("key_revoked") => "The API key was revoked.".to_owned(),
+        _ => return String::new(),
+    };
+    format!("<p class=\"notice\" id=\"notice\">{}</p>", esc(&text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(n: &str) -> Cursor {
+        Cursor {
+            notice: Some(n.to_owned()),
+            ..Cursor::default()
+        }
+    }
+
+    /// Issue 23, finding 7: `?notice=` took free text into the page; now only codes.
+    #[test]
+    fn a_notice_is_a_code_never_free_text() {
+        let who = Operator {
+            name: "alice".into(),
+            csrf: None,
+        };
+        assert_eq!(
+            notice(&with("Your session expired: call +1 555 0100"), &who),
+            ""
+        );
+        assert_eq!(notice(&with("<b>hi</b>"), &who), "");
+        let granted = notice(&with("approval_granted"), &who);
+        assert!(granted.contains("granted by alice"), "{granted}");
+        assert!(notice(&with("key_revoked"), &who).contains("revoked"));
+    }
 }

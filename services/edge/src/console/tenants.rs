@@ -73,7 +73,7 @@ pub(super) async fn tenants(
             ]
         })
         .collect();
-    let mut body = notice(&c);
+    let mut body = notice(&c, &who);
     body.push_str(&table(&["name", "tenant_id", "created"], &rows));
     body.push_str(&next_link(
         "/console/tenants",
@@ -208,7 +208,7 @@ pub(super) async fn tenant_page(
             ]
         })
         .collect();
-    let mut body = notice(&c);
+    let mut body = notice(&c, &who);
     let _ = write!(
         body,
         "<p>tenant_id {} · created {}</p><h2>API keys</h2>",
@@ -279,8 +279,7 @@ pub(super) async fn key_revoke(
     }
     tracing::info!(operator = %who.name, key_id = %id, "api key revoked in the console");
     see_other(&format!(
-        "/console/tenants/{}?notice={}",
-        html::url(&key.tenant_id),
-        html::url(&format!("key {id} revoked"))
+        "/console/tenants/{}?notice=key_revoked",
+        html::url(&key.tenant_id)
     ))
 }
