@@ -156,12 +156,16 @@ pub(super) async fn guard(
 }
 
 /// A page's caller, or the sign-in page to go to.
+// The error is the answer itself, returned at once by the handler: boxing it buys nothing.
+#[allow(clippy::result_large_err)]
 pub(super) fn viewer(caller: &Caller) -> Result<Operator, Response> {
     caller.0.clone().ok_or_else(|| see_other("/console/login"))
 }
 
 /// The caller of a POST: signed in, and for a cookie session the form's CSRF token must be
 /// the session's.
+// As `viewer`: the error is the answer.
+#[allow(clippy::result_large_err)]
 pub(super) fn actor(caller: &Caller, csrf: &str) -> Result<Operator, Response> {
     let Some(op) = caller.0.clone() else {
         return Err(error_page(
