@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod console;
 pub mod hosts;
+pub mod spawned;
 pub mod webdriver;
 
 pub use switchyard_fake_webhook::{FakeWebhook, InboundRequest, Received};

@@ -5,15 +5,13 @@
 //! `cargo test -p switchyard-e2e --test hostile_ingress -- --ignored --nocapture`, and with
 //! `SWITCHYARD_E2E_BIN=path/to/switchyard` to measure another build.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use switchyard_e2e::spawned::{SpawnedPod, binary};
 use switchyard_e2e::*;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 const PARALLEL: usize = 24;
 const BODY_BYTES: usize = 19 * 1024 * 1024 + 512 * 1024;
@@ -32,59 +30,19 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-async fn start(bin: &Path, dir: &Path) -> (Child, u16, String) {
-    let port = free_port();
-    let mut cmd = Command::new(bin);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("SWITCHYARD_") {
-            cmd.env_remove(k);
-        }
-    }
-    let mut child = cmd
-        .arg("serve")
-        .current_dir(dir)
-        .env("SWITCHYARD_DATA_DIR", dir.join("data"))
-        .env("SWITCHYARD_LISTEN", format!("127.0.0.1:{port}"))
-        .env(
-            "SWITCHYARD_METRICS_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env(
-            "SWITCHYARD_HOSTS_TLS_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        )
-        .env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/8,::1/128")
-        .env("SWITCHYARD_LOG__LEVEL", "warn")
-        // `HOSTILE_PER_CHANNEL=24` lets every request of the flood stream at once.
-        .env(
+/// The binary with the default limits; `HOSTILE_PER_CHANNEL=24` lets every request of the
+/// flood stream at once.
+async fn start(bin: &Path, dir: &Path) -> SpawnedPod {
+    let per_channel = std::env::var("HOSTILE_PER_CHANNEL").unwrap_or_else(|_| "8".into());
+    SpawnedPod::start(
+        bin,
+        dir,
+        &[(
             "SWITCHYARD_INGRESS__MAX_CONCURRENT_PER_CHANNEL",
-            std::env::var("HOSTILE_PER_CHANNEL").unwrap_or_else(|_| "8".into()),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn switchyard serve");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let key = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Ok(Some(l)) = lines.next_line().await {
-            if l.starts_with("sy_") && !l.contains(char::is_whitespace) {
-                return l;
-            }
-        }
-        panic!("no API key printed");
-    })
+            &per_channel,
+        )],
+    )
     .await
-    .expect("the first start prints an API key");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, port, key)
-}
-
-fn binary() -> PathBuf {
-    std::env::var_os("SWITCHYARD_E2E_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(switchyard_binary)
 }
 
 /// A well-formed multipart body: a message part and one file part of ~19.5 MiB.
@@ -142,8 +100,12 @@ async fn flood(pid: u32, url: &str, content_type: &str, body: Vec<u8>) -> (u64, 
 async fn garbage_signature_floods_keep_the_pod_small() {
     let bin = tokio::task::spawn_blocking(binary).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (child, port, key) = start(&bin, dir.path()).await;
-    let pid = child.id().expect("running");
+    let pod = start(&bin, dir.path()).await;
+    let (pid, port, key) = (
+        pod.child.id().expect("running"),
+        pod.port,
+        pod.api_key.clone(),
+    );
     let base = format!("http://127.0.0.1:{port}{PREFIX}");
     let sim = Sim::new(&base, Some(&key)).unwrap();
     let secret = new_secret();
@@ -241,9 +203,9 @@ async fn socket_attacks_keep_the_pod_small() {
 
     let bin = tokio::task::spawn_blocking(binary).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (child, port, _) = start(&bin, dir.path()).await;
-    let pid = child.id().expect("running");
-    let addr = format!("127.0.0.1:{port}");
+    let child = start(&bin, dir.path()).await;
+    let pid = child.child.id().expect("running");
+    let addr = format!("127.0.0.1:{}", child.port);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(pid);
 
@@ -280,9 +242,9 @@ async fn socket_attacks_keep_the_pod_small() {
     // A socket that never reads, on a fresh pod (the first one's allocator keeps what the
     // slow connections took): the pod's answers pile up behind a full TCP window.
     let dir = tempfile::tempdir().unwrap();
-    let (child, port, key) = start(&bin, dir.path()).await;
-    let pid = child.id().expect("running");
-    let addr = format!("127.0.0.1:{port}");
+    let child = start(&bin, dir.path()).await;
+    let (pid, key) = (child.child.id().expect("running"), child.api_key.clone());
+    let addr = format!("127.0.0.1:{}", child.port);
     let mut tcp = TcpStream::connect(&addr).await.expect("connect");
     let upgrade = format!(
         "GET {PREFIX}/ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\

@@ -7,6 +7,7 @@
 //! a refused HTTP request is rendered once, by [`client_error::ClientError`]. No listener,
 //! server or transport lives here; those are the edge's.
 
+pub mod admission;
 pub mod bounded_body;
 pub mod bus;
 pub mod client_error;

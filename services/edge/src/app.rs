@@ -57,7 +57,10 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<
     wh.max_inbound_bytes = cfg.limits.max_inbound_bytes;
     wh.max_inbound_json_bytes = cfg.ingress.max_json_bytes;
     wh.inbound_body_timeout = cfg.ingress.body_timeout.0;
+    wh.inbound_body_grace = cfg.ingress.body_grace.0;
+    wh.inbound_min_body_rate = cfg.ingress.min_body_rate;
     wh.max_inbound_concurrent = cfg.ingress.max_concurrent;
+    wh.max_inbound_concurrent_per_tenant = cfg.ingress.max_concurrent_per_tenant;
     wh.max_inbound_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
     wh.outbound = cfg.outbound.policy();
     let mut tg =
@@ -86,7 +89,10 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<
     fs.turn_ttl = cfg.feishu.turn_ttl.0;
     fs.max_event_bytes = cfg.ingress.max_json_bytes as usize;
     fs.http_body_timeout = cfg.ingress.body_timeout.0;
+    fs.http_body_grace = cfg.ingress.body_grace.0;
+    fs.http_min_body_rate = cfg.ingress.min_body_rate;
     fs.max_http_concurrent = cfg.ingress.max_concurrent;
+    fs.max_http_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
     vec![
         Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh)),
         Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),

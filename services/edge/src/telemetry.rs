@@ -54,11 +54,12 @@ const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 /// Every limit name `switchyard_limits_hit_total{limit}` can carry.
-const LIMITS: [&str; 15] = [
+const LIMITS: &[&str] = &[
     "ingress_body_bytes",
     "ingress_body_timeout",
     "ingress_concurrency_pod",
     "ingress_concurrency_channel",
+    "ingress_concurrency_tenant",
     "ingress_multipart_headers",
     "preauth_body_bytes",
     "outbound_private_address",

@@ -15,12 +15,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
-use switchyard_core::bounded_body;
+use switchyard_core::admission::{IngressAdmission, IngressShares};
+use switchyard_core::bounded_body::{self, Pace};
 use switchyard_core::client_error::ClientError;
 use switchyard_core::crypto::ct_eq;
 use switchyard_core::ids::now_ms;
 use switchyard_core::limits;
-use tokio::sync::Semaphore;
 
 use crate::Runtime;
 use crate::apps::App;
@@ -31,11 +31,17 @@ use crate::inbound::{Handled, handle_event, peek};
 struct St {
     rt: Arc<Runtime>,
     host: Arc<dyn ProviderServices>,
-    slots: Arc<Semaphore>,
+    slots: Arc<IngressAdmission>,
 }
 
 pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Router {
-    let slots = Arc::new(Semaphore::new(rt.cfg.max_http_concurrent.max(1)));
+    // Which tenant an events URL belongs to is not known before the store is asked, so a
+    // call is held to its channel's share; the tenant's share is the channel's too.
+    let slots = IngressAdmission::new(IngressShares {
+        per_pod: rt.cfg.max_http_concurrent,
+        per_tenant: rt.cfg.max_http_concurrent_per_channel,
+        per_channel: rt.cfg.max_http_concurrent_per_channel,
+    });
     Router::new()
         .route("/events/{channel_id}", post(event))
         .with_state(St { rt, host, slots })
@@ -58,14 +64,11 @@ async fn event(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Ok(_slot) = st.slots.clone().try_acquire_owned() else {
-        limits::hit("ingress_concurrency_pod");
-        return ClientError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy",
-            "too many requests in flight; retry later",
-        )
-        .into_response();
+    // The slot is held while the body arrives: one events URL, which anyone may call, takes
+    // at most its channel's share of the pool.
+    let _slot = match st.slots.admit(None, &channel_id) {
+        Ok(s) => s,
+        Err(r) => return r.client_error().into_response(),
     };
     let host = st.host.as_ref();
     // A channel bound a moment ago (here or on another pod) is not in this pod's view of the
@@ -94,11 +97,16 @@ async fn event(
         )
         .into_response();
     };
-    let body = match bounded_body::read_bounded(
+    let pace = Pace {
+        timeout: st.rt.cfg.http_body_timeout,
+        grace: st.rt.cfg.http_body_grace,
+        min_rate: st.rt.cfg.http_min_body_rate,
+    };
+    let body = match bounded_body::read_paced(
         &headers,
         body,
         st.rt.cfg.max_event_bytes as u64,
-        st.rt.cfg.http_body_timeout,
+        pace,
     )
     .await
     {

@@ -106,8 +106,17 @@ pub struct FeishuConfig {
     /// Largest event (HTTP body or reassembled frames).
     pub max_event_bytes: usize,
     pub http_body_timeout: Duration,
+    /// After this much of the body time, an event body must have come at
+    /// `http_min_body_rate` on average.
+    pub http_body_grace: Duration,
+    /// Slowest average an event body may arrive at after the grace, in bytes a second
+    /// (0 = only the timeout).
+    pub http_min_body_rate: u64,
     /// HTTP event calls in flight per pod; more are answered 503 (Feishu retries).
     pub max_http_concurrent: usize,
+    /// HTTP event calls in flight per channel (events URL); more are answered 429, so one
+    /// known URL, which needs no key to call, cannot take the whole pool.
+    pub max_http_concurrent_per_channel: usize,
     /// Events of one long connection being stored at once (acked as each completes).
     pub max_inflight_events: usize,
 }
@@ -138,7 +147,10 @@ impl FeishuConfig {
             max_download_bytes: 100 * 1024 * 1024,
             max_event_bytes: 1024 * 1024,
             http_body_timeout: Duration::from_secs(30),
+            http_body_grace: Duration::from_secs(2),
+            http_min_body_rate: 4096,
             max_http_concurrent: 64,
+            max_http_concurrent_per_channel: 8,
             max_inflight_events: 16,
         }
     }

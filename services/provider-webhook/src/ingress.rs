@@ -1,9 +1,7 @@
 //! Ingress routes, relative to the provider prefix: inbound messages from chat systems and
 //! the pairing page of the `webhook_pairing` flow.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
@@ -17,13 +15,14 @@ use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
 use switchyard_core::ProviderServices;
+use switchyard_core::admission::{IngressAdmission, IngressShares};
+use switchyard_core::bounded_body::Pace;
 use switchyard_core::client_error::ClientError;
 use switchyard_core::files::{ByteStream, bytes_stream};
 use switchyard_core::limits;
 use switchyard_core::netguard::OutboundPolicy;
 use switchyard_core::provider::{InboundMessage, InboundOutcome, ServicesError};
 use switchyard_protocol::im::FileItem;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::binding::Credentials;
 use crate::pairing;
@@ -48,80 +47,31 @@ pub(crate) struct IngressState {
 }
 
 /// What an unauthenticated sender can make a pod hold: bytes before the signature is
-/// checked, time to send them, and requests in flight per pod and per channel.
+/// checked, the pace they must arrive at, and requests in flight per pod, per tenant and per
+/// channel.
 pub(crate) struct IngressLimits {
     /// Largest JSON body (and multipart `message` part); held in memory until verified.
     pub max_json_bytes: u64,
     /// Largest multipart body; its file parts stream to the file store, never to memory.
     pub max_multipart_bytes: u64,
-    /// Time allowed to receive a whole body.
-    pub body_timeout: Duration,
-    per_channel: usize,
-    pod: Arc<Semaphore>,
-    busy_channels: Mutex<HashMap<String, usize>>,
+    /// How fast a whole body must arrive.
+    pub pace: Pace,
+    admission: Arc<IngressAdmission>,
 }
 
 impl IngressLimits {
     pub fn new(
         max_json_bytes: u64,
         max_multipart_bytes: u64,
-        body_timeout: Duration,
-        per_pod: usize,
-        per_channel: usize,
+        pace: Pace,
+        shares: IngressShares,
     ) -> Self {
         Self {
             // No body is larger than the largest body.
             max_json_bytes: max_json_bytes.min(max_multipart_bytes),
             max_multipart_bytes,
-            body_timeout,
-            per_channel: per_channel.max(1),
-            pod: Arc::new(Semaphore::new(per_pod.max(1))),
-            busy_channels: Mutex::default(),
-        }
-    }
-
-    /// A pod-wide slot; None when every slot is taken (nothing waits for one).
-    pub fn pod_slot(&self) -> Option<OwnedSemaphorePermit> {
-        let slot = self.pod.clone().try_acquire_owned().ok();
-        if slot.is_none() {
-            limits::hit("ingress_concurrency_pod");
-        }
-        slot
-    }
-
-    fn channel_slot(self: &Arc<Self>, channel_id: &str) -> Option<ChannelSlot> {
-        let mut busy = self.busy_channels.lock().unwrap_or_else(|e| e.into_inner());
-        let n = busy.entry(channel_id.to_owned()).or_insert(0);
-        if *n >= self.per_channel {
-            limits::hit("ingress_concurrency_channel");
-            return None;
-        }
-        *n += 1;
-        Some(ChannelSlot {
-            limits: self.clone(),
-            channel_id: channel_id.to_owned(),
-        })
-    }
-}
-
-/// A request in flight for one channel; the map only holds channels with one.
-struct ChannelSlot {
-    limits: Arc<IngressLimits>,
-    channel_id: String,
-}
-
-impl Drop for ChannelSlot {
-    fn drop(&mut self) {
-        let mut busy = self
-            .limits
-            .busy_channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = busy.get_mut(&self.channel_id) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                busy.remove(&self.channel_id);
-            }
+            pace,
+            admission: IngressAdmission::new(shares),
         }
     }
 }
@@ -222,15 +172,12 @@ async fn inbound(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    // Admission first: a full pod answers before it spends a store lookup.
-    let Some(_pod_slot) = st.limits.pod_slot() else {
-        return ClientError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy",
-            "too many inbound requests in flight; retry later",
-        )
-        .into_response();
-    };
+    // A full pod answers before it spends a store lookup.
+    if st.limits.admission.pod_full() {
+        return switchyard_core::admission::Refused::Pod
+            .client_error()
+            .into_response();
+    }
     let binding = match st.host.binding(&channel_id).await {
         Ok(Some(b)) => b,
         Ok(None) => {
@@ -243,13 +190,15 @@ async fn inbound(
         }
         Err(e) => return ClientError::from(ServicesError::Backend(e)).into_response(),
     };
-    let Some(_channel_slot) = st.limits.channel_slot(&channel_id) else {
-        return ClientError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            "too many inbound requests in flight for this channel; retry later",
-        )
-        .into_response();
+    // The slot is held while the body arrives: a tenant's and a channel's requests take at
+    // most their share of the pool, so a slow sender cannot starve other tenants.
+    let _slot = match st
+        .limits
+        .admission
+        .admit(Some(&binding.tenant_id), &channel_id)
+    {
+        Ok(s) => s,
+        Err(r) => return r.client_error().into_response(),
     };
     let Some(creds) = Credentials::from_stored(&binding.credentials) else {
         tracing::error!(connector_channel_id = %channel_id, "webhook binding has unreadable credentials");
@@ -334,14 +283,9 @@ async fn receive_json(
     mut verifier: Verifier,
     stored: &mut Vec<FileItem>,
 ) -> Result<InboundMessage, Refusal> {
-    let raw = read_bounded(
-        headers,
-        body,
-        st.limits.max_json_bytes,
-        st.limits.body_timeout,
-    )
-    .await
-    .map_err(Refusal::Read)?;
+    let raw = read_bounded(headers, body, st.limits.max_json_bytes, st.limits.pace)
+        .await
+        .map_err(Refusal::Read)?;
     verifier.update(&raw);
     verifier.finish().map_err(Refusal::Signature)?;
     let mut message = parse_message(&raw)?;
@@ -377,7 +321,7 @@ async fn receive_multipart(
         &boundary,
         verifier,
         st.limits.max_multipart_bytes,
-        st.limits.body_timeout,
+        st.limits.pace,
     );
     let parsed = stream_parts(st, channel_id, &tee, boundary, stored).await;
     // A read failure explains a parse or storage error that followed from it.

@@ -56,8 +56,16 @@ pub struct WebhookConfig {
     pub max_inbound_json_bytes: u64,
     /// Time allowed to receive an inbound body.
     pub inbound_body_timeout: Duration,
+    /// After this much of the body time, an inbound body must have come at
+    /// `inbound_min_body_rate` on average.
+    pub inbound_body_grace: Duration,
+    /// Slowest average an inbound body may arrive at after the grace, in bytes a second
+    /// (0 = only the timeout).
+    pub inbound_min_body_rate: u64,
     /// Inbound requests in flight per pod; more are answered 503.
     pub max_inbound_concurrent: usize,
+    /// Inbound requests in flight per tenant; more are answered 429.
+    pub max_inbound_concurrent_per_tenant: usize,
     /// Inbound requests in flight per channel; more are answered 429.
     pub max_inbound_concurrent_per_channel: usize,
     /// Which internal address ranges an endpoint may reach (none by default).
@@ -69,9 +77,9 @@ pub struct WebhookConfig {
 }
 
 impl WebhookConfig {
-    /// The defaults: 20 MiB multipart and 1 MiB JSON inbound within 30 s, 64 inbound
-    /// requests in flight per pod and 8 per channel, no internal endpoints, 10 s outbound
-    /// timeout, 10 min pairing links.
+    /// The defaults: 20 MiB multipart and 1 MiB JSON inbound within 30 s and at 4 KiB/s
+    /// after the first 2 s, 64 inbound requests in flight per pod, 16 per tenant and 8 per
+    /// channel, no internal endpoints, 10 s outbound timeout, 10 min pairing links.
     pub fn new(build: BuildInfo, api_key_required: bool) -> Self {
         Self {
             build,
@@ -79,7 +87,10 @@ impl WebhookConfig {
             max_inbound_bytes: 20 * 1024 * 1024,
             max_inbound_json_bytes: 1024 * 1024,
             inbound_body_timeout: Duration::from_secs(30),
+            inbound_body_grace: Duration::from_secs(2),
+            inbound_min_body_rate: 4096,
             max_inbound_concurrent: 64,
+            max_inbound_concurrent_per_tenant: 16,
             max_inbound_concurrent_per_channel: 8,
             outbound: OutboundPolicy::default(),
             request_timeout: Duration::from_secs(10),
@@ -106,9 +117,16 @@ impl WebhookProvider {
             ingress_limits: Arc::new(ingress::IngressLimits::new(
                 cfg.max_inbound_json_bytes,
                 cfg.max_inbound_bytes,
-                cfg.inbound_body_timeout,
-                cfg.max_inbound_concurrent,
-                cfg.max_inbound_concurrent_per_channel,
+                switchyard_core::bounded_body::Pace {
+                    timeout: cfg.inbound_body_timeout,
+                    grace: cfg.inbound_body_grace,
+                    min_rate: cfg.inbound_min_body_rate,
+                },
+                switchyard_core::admission::IngressShares {
+                    per_pod: cfg.max_inbound_concurrent,
+                    per_tenant: cfg.max_inbound_concurrent_per_tenant,
+                    per_channel: cfg.max_inbound_concurrent_per_channel,
+                },
             )),
             pairing_ttl: cfg.pairing_ttl,
             sender: outbound::Sender::new(cfg.request_timeout, cfg.outbound.clone()),

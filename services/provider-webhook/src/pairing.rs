@@ -203,7 +203,7 @@ pub(crate) async fn submit(
     if let Err(r) = authorize(st.host.as_ref(), &auth_session_id, query.as_deref()).await {
         return r;
     }
-    let raw = match read_bounded(&headers, body, MAX_SUBMIT_BYTES, st.limits.body_timeout).await {
+    let raw = match read_bounded(&headers, body, MAX_SUBMIT_BYTES, st.limits.pace).await {
         Ok(b) => b,
         Err(e) => return e.response(),
     };

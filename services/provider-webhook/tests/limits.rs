@@ -210,6 +210,8 @@ async fn requests_in_flight_are_bounded_per_channel_and_per_pod() {
     let mut cfg = config();
     cfg.max_inbound_concurrent_per_channel = 2;
     cfg.max_inbound_concurrent = 3;
+    // The stalled bodies must stay in flight for the whole test, whatever their pace.
+    cfg.inbound_min_body_rate = 0;
     let t = setup(cfg).await;
     let stalled: Vec<Streaming> = [CHANNEL, CHANNEL]
         .iter()

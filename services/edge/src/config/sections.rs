@@ -18,9 +18,18 @@ pub struct IngressConfig {
     pub max_json_bytes: u64,
     /// Time allowed to receive a webhook body.
     pub body_timeout: Dur,
+    /// After this much of `body_timeout`, a generic webhook or Feishu event body must have
+    /// arrived at `min_body_rate` on average.
+    pub body_grace: Dur,
+    /// Slowest average a generic webhook or Feishu event body may arrive at after
+    /// `body_grace`, in bytes a second (0 = only `body_timeout`).
+    pub min_body_rate: u64,
     /// Webhook requests in flight per pod and provider; more get 503 with Retry-After.
     pub max_concurrent: usize,
-    /// Generic webhook requests in flight per channel; more get 429 with Retry-After.
+    /// Generic webhook requests in flight per tenant; more get 429 with Retry-After.
+    pub max_concurrent_per_tenant: usize,
+    /// Generic webhook requests and Feishu events in flight per channel; more get 429 with
+    /// Retry-After.
     pub max_concurrent_per_channel: usize,
     /// Largest body of the other routes that read one before authenticating (host
     /// enrollment and token, operator decisions).
@@ -32,7 +41,10 @@ impl Default for IngressConfig {
         Self {
             max_json_bytes: 1024 * 1024,
             body_timeout: Dur(Duration::from_secs(30)),
+            body_grace: Dur(Duration::from_secs(2)),
+            min_body_rate: 4096,
             max_concurrent: 64,
+            max_concurrent_per_tenant: 16,
             max_concurrent_per_channel: 8,
             max_preauth_bytes: 64 * 1024,
         }

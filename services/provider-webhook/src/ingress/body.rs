@@ -6,7 +6,6 @@ use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode};
@@ -14,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use switchyard_core::bounded_body::{self, BodyError};
+use switchyard_core::bounded_body::{self, BodyError, Pace};
 use switchyard_core::limits;
 
 use switchyard_webhook_signing::{SignatureError, Verifier};
@@ -80,15 +79,15 @@ impl From<BodyError> for ReadError {
     }
 }
 
-/// Buffers the whole body (the signature covers its raw bytes) within `max` bytes and
-/// `timeout`, counting a refusal under its limit.
+/// Buffers the whole body (the signature covers its raw bytes) within `max` bytes and at
+/// `pace`, counting a refusal under its limit.
 pub(crate) async fn read_bounded(
     headers: &HeaderMap,
     body: Body,
     max: u64,
-    timeout: Duration,
+    pace: Pace,
 ) -> Result<Bytes, ReadError> {
-    let result = bounded_body::read_bounded(headers, body, max, timeout)
+    let result = bounded_body::read_paced(headers, body, max, pace)
         .await
         .map_err(ReadError::from);
     if let Err(e) = result {
@@ -172,7 +171,7 @@ impl PartScanner {
 }
 
 /// The body of a multipart request on its way to the parser: every byte passes through the
-/// signature check, the size cap and the deadline. Shared so that what the parser leaves
+/// signature check, the size cap and the pace (the deadline moves with each chunk). Shared so that what the parser leaves
 /// unread (an epilogue) is still read and signed afterwards.
 #[derive(Clone)]
 pub(super) struct Tee(Arc<Mutex<TeeState>>);
@@ -182,6 +181,8 @@ struct TeeState {
     verifier: Option<Verifier>,
     read: u64,
     max: u64,
+    pace: Pace,
+    start: tokio::time::Instant,
     deadline: Pin<Box<tokio::time::Sleep>>,
     /// None once the parser is done (what is left is only read and signed).
     scanner: Option<PartScanner>,
@@ -195,14 +196,17 @@ impl Tee {
         boundary: &str,
         verifier: Verifier,
         max: u64,
-        timeout: Duration,
+        pace: Pace,
     ) -> Self {
+        let start = tokio::time::Instant::now();
         Self(Arc::new(Mutex::new(TeeState {
             body: body.into_data_stream().boxed(),
             verifier: Some(verifier),
             read: 0,
             max,
-            deadline: Box::pin(tokio::time::sleep(timeout)),
+            pace,
+            start,
+            deadline: Box::pin(tokio::time::sleep_until(pace.deadline(start, 0))),
             scanner: Some(PartScanner::new(boundary)),
             failed: None,
             done: false,
@@ -269,6 +273,8 @@ impl futures::Stream for Tee {
                     st.failed = Some(ReadError::TooLarge);
                     return fail(ReadError::TooLarge);
                 }
+                let next = st.pace.deadline(st.start, st.read);
+                st.deadline.as_mut().reset(next);
                 if let Some(v) = st.verifier.as_mut() {
                     v.update(&chunk);
                 }
