@@ -263,6 +263,51 @@ async fn a_tenant_over_its_request_rate_is_rate_limited_and_another_is_not() {
         .expect("served after the pause");
 }
 
+/// `chat.message.delta` is work like any other request: a tenant that streams deltas faster
+/// than its rate is refused `rate_limited` (each delta is also bytes in the shared ephemeral
+/// state).
+#[tokio::test]
+async fn deltas_count_against_the_request_rate() {
+    let pod = Pod::start(quota_pod()).await;
+    set_quota(
+        &pod,
+        TenantQuota {
+            tenant_id: pod.tenant.id.clone(),
+            requests_per_second: Some(5),
+            updated_at: 1,
+            ..TenantQuota::default()
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (a, _) = hello(&pod.sim(), None, &["xagent.im.v2"]).await;
+    let (ch, _) = open(&a, None).await;
+    for i in 0..40 {
+        a.send_delta(&ch, &format!("m{i}"), 1, "a few words")
+            .await
+            .unwrap();
+    }
+    let mut limited = Vec::new();
+    while let Some(e) = a.next_push_of("error", QUIET).await {
+        if e.error_code() == Some("rate_limited") {
+            limited.push(e);
+        }
+    }
+    assert!(
+        limited.len() >= 25,
+        "only {} of 40 deltas refused",
+        limited.len()
+    );
+    let msg = limited[0]
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap_or_default();
+    assert!(msg.contains("requests_per_second (5/s)"), "{msg}");
+}
+
 #[tokio::test]
 async fn socket_channel_and_stored_byte_quotas_refuse_with_busy_naming_the_quota() {
     let pod = Pod::start(quota_pod()).await;

@@ -1,5 +1,11 @@
 //! Ephemeral, bounded, shared state with a TTL on every key: Redis in a cluster, memory on
 //! one node. Used for tool-call de-dup windows, delta caches and rate limiters.
+//!
+//! What a tenant's agent writes at will (delta buffers) lives under [`TENANT_DATA_PREFIX`]:
+//! each tenant has a byte budget of it (the engine charges it, see `EngineConfig`), and the
+//! in-memory store gives such keys only [`TENANT_DATA_SHARE_PERCENT`] of its bounds, so the
+//! rest stays for what the deployment itself keeps there (console sessions, send limiters,
+//! reply targets, de-dup windows) however full the tenants' data gets.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,14 +23,31 @@ pub trait Ephemeral: Send + Sync + 'static {
     async fn get(&self, key: &str) -> BackendResult<Option<Vec<u8>>>;
     async fn delete(&self, key: &str) -> BackendResult<()>;
     /// Increments a counter; the TTL is set when the counter is created (fixed window).
-    async fn incr(&self, key: &str, ttl: Duration) -> BackendResult<u64>;
+    async fn incr(&self, key: &str, ttl: Duration) -> BackendResult<u64> {
+        self.incr_by(key, 1, ttl).await
+    }
+    /// Adds `by` to a counter and returns the sum; the TTL is set when the counter is created
+    /// (fixed window).
+    async fn incr_by(&self, key: &str, by: u64, ttl: Duration) -> BackendResult<u64>;
     async fn ping(&self) -> BackendResult<()>;
+}
+
+/// Prefix of the keys that hold tenant data (written on a tenant's behalf, as much as its
+/// budget allows).
+pub const TENANT_DATA_PREFIX: &str = "tenant:";
+/// The part of the in-memory store's keys and bytes that tenant data may take.
+pub const TENANT_DATA_SHARE_PERCENT: usize = 75;
+
+fn is_tenant_data(key: &str) -> bool {
+    key.starts_with(TENANT_DATA_PREFIX)
 }
 
 /// In-memory implementation, bounded in keys and in bytes. Expired entries are swept at
 /// most once a second on writes (so an expired value never outlives its TTL by much while
 /// the node is busy) and whenever a bound is reached; a write that still does not fit is
-/// refused with `LimitExceeded` (callers treat that as "cache unavailable").
+/// refused with `LimitExceeded` (callers treat that as "cache unavailable"). Tenant data
+/// ([`TENANT_DATA_PREFIX`]) is refused once it holds its share of either bound, so it never
+/// takes the room the other keys need.
 #[derive(Clone)]
 pub struct MemoryEphemeral {
     inner: Arc<Mutex<Entries>>,
@@ -32,15 +55,18 @@ pub struct MemoryEphemeral {
     max_bytes: usize,
 }
 
-/// Value and expiry per key, the bytes they hold, and when expired keys were last swept.
+/// Value and expiry per key, the bytes and tenant-data keys and bytes they hold, and when
+/// expired keys were last swept.
 struct Entries {
     map: HashMap<String, (Vec<u8>, Instant)>,
     bytes: usize,
+    tenant_keys: usize,
+    tenant_bytes: usize,
     swept: Instant,
 }
 
 /// What one entry costs beyond its key and value (map slot, expiry, allocation headers).
-const ENTRY_OVERHEAD: usize = 64;
+pub const ENTRY_OVERHEAD: usize = 64;
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 fn cost(key: &str, value: &[u8]) -> usize {
@@ -49,29 +75,48 @@ fn cost(key: &str, value: &[u8]) -> usize {
 
 impl Entries {
     fn sweep(&mut self, now: Instant) {
-        let mut freed = 0;
+        let (mut freed, mut tenant_keys, mut tenant_bytes) = (0, 0, 0);
         self.map.retain(|k, (v, exp)| {
             let keep = *exp > now;
             if !keep {
                 freed += cost(k, v);
+                if is_tenant_data(k) {
+                    tenant_keys += 1;
+                    tenant_bytes += cost(k, v);
+                }
             }
             keep
         });
         self.bytes -= freed;
+        self.tenant_keys -= tenant_keys;
+        self.tenant_bytes -= tenant_bytes;
         self.swept = now;
     }
 
     fn insert(&mut self, key: &str, value: Vec<u8>, exp: Instant) {
         let add = cost(key, &value);
+        let tenant = is_tenant_data(key);
         if let Some((old, _)) = self.map.insert(key.to_owned(), (value, exp)) {
             self.bytes -= cost(key, &old);
+            if tenant {
+                self.tenant_keys -= 1;
+                self.tenant_bytes -= cost(key, &old);
+            }
         }
         self.bytes += add;
+        if tenant {
+            self.tenant_keys += 1;
+            self.tenant_bytes += add;
+        }
     }
 
     fn remove(&mut self, key: &str) {
         if let Some((old, _)) = self.map.remove(key) {
             self.bytes -= cost(key, &old);
+            if is_tenant_data(key) {
+                self.tenant_keys -= 1;
+                self.tenant_bytes -= cost(key, &old);
+            }
         }
     }
 }
@@ -86,6 +131,8 @@ impl MemoryEphemeral {
             inner: Arc::new(Mutex::new(Entries {
                 map: HashMap::new(),
                 bytes: 0,
+                tenant_keys: 0,
+                tenant_bytes: 0,
                 swept: Instant::now(),
             })),
             max_keys,
@@ -111,9 +158,14 @@ impl MemoryEphemeral {
             m.sweep(now);
         }
         let replaced = m.map.get(key).map_or(0, |(v, _)| cost(key, v));
+        let tenant = is_tenant_data(key);
+        let share = |max: usize| max / 100 * TENANT_DATA_SHARE_PERCENT;
         let fits = |m: &Entries| {
             (m.map.len() < self.max_keys || replaced > 0)
                 && m.bytes - replaced + cost(key, value) <= self.max_bytes
+                && (!tenant
+                    || ((m.tenant_keys < share(self.max_keys) || replaced > 0)
+                        && m.tenant_bytes - replaced + cost(key, value) <= share(self.max_bytes)))
         };
         if fits(m) {
             return Ok(());
@@ -171,7 +223,7 @@ impl Ephemeral for MemoryEphemeral {
         Ok(())
     }
 
-    async fn incr(&self, key: &str, ttl: Duration) -> BackendResult<u64> {
+    async fn incr_by(&self, key: &str, by: u64, ttl: Duration) -> BackendResult<u64> {
         self.with(|m| {
             let current = live(m.map.get(key))
                 .and_then(|v| v.as_slice().try_into().ok().map(u64::from_le_bytes));
@@ -179,7 +231,7 @@ impl Ephemeral for MemoryEphemeral {
                 (Some(_), Some((_, exp))) => *exp,
                 _ => Instant::now() + ttl,
             };
-            let next = current.unwrap_or(0) + 1;
+            let next = current.unwrap_or(0).saturating_add(by);
             let value = next.to_le_bytes().to_vec();
             self.room(m, key, &value)?;
             m.insert(key, value, exp);
@@ -211,6 +263,36 @@ mod tests {
         e.delete("a").await.unwrap();
         assert_eq!(e.bytes(), 0);
         e.put("b", vec![0; 6000], ttl).await.expect("room again");
+    }
+
+    #[tokio::test]
+    async fn tenant_data_never_takes_the_room_reserved_for_the_rest() {
+        let e = MemoryEphemeral::with_limits(1000, 100_000);
+        let ttl = Duration::from_secs(60);
+        let mut stored = 0;
+        for i in 0..20 {
+            let key = format!("{TENANT_DATA_PREFIX}delta:{i}");
+            if e.put(&key, vec![0; 10_000], ttl).await.is_ok() {
+                stored += 1;
+            }
+        }
+        assert_eq!(stored, 7, "75 % of 100 000 bytes holds seven 10 kB buffers");
+        // What the deployment keeps for itself still fits, up to the whole bound.
+        e.put("console:session:x", vec![0; 20_000], ttl)
+            .await
+            .expect("a session beside full tenant data");
+        assert_eq!(e.incr("limit:send:x", ttl).await.expect("a limiter"), 1);
+        // Deleting tenant data gives its share back.
+        e.delete(&format!("{TENANT_DATA_PREFIX}delta:0"))
+            .await
+            .unwrap();
+        e.put(
+            &format!("{TENANT_DATA_PREFIX}delta:x"),
+            vec![0; 10_000],
+            ttl,
+        )
+        .await
+        .expect("room again");
     }
 
     #[tokio::test]

@@ -1,7 +1,9 @@
 //! Per-tenant quotas, so one tenant cannot slow or starve another: live sockets, channels
 //! and stored file bytes (cluster-wide, counted in the store when a new one is asked for,
 //! never more than quota + 1 rows), and the rate of work requests on the data plane (a
-//! token bucket per tenant on each pod: no store or network round trip per packet).
+//! token bucket per tenant on each pod: no store or network round trip per packet). The
+//! delta buffers a tenant may keep in the shared ephemeral store have their own byte budget
+//! (`ephemeral_bytes`, charged by the engine).
 //!
 //! The deployment's defaults come from configuration (`[quotas]`); a tenant's overrides
 //! live in the store (`switchyard tenant quota`) and every pod reloads them with
@@ -164,12 +166,23 @@ fn at_most(n: u64, max: u64, quota: &'static str, hint: &str) -> Result<(), Faul
     ))
 }
 
+/// Counts one refusal by the quota named `quota`.
+pub(crate) fn refused(quota: &'static str) {
+    hit(quota);
+}
+
 fn hit(quota: &'static str) {
     metrics::counter!("switchyard_quota_refused_total", "quota" => quota).increment(1);
 }
 
 /// Every quota name, so the refusal counter's series exist from the start.
-pub const QUOTA_NAMES: [&str; 4] = ["sockets", "channels", "stored_bytes", "requests_per_second"];
+pub const QUOTA_NAMES: [&str; 5] = [
+    "sockets",
+    "channels",
+    "stored_bytes",
+    "requests_per_second",
+    "ephemeral_bytes",
+];
 
 #[cfg(test)]
 mod tests {

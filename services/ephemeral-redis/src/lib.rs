@@ -27,8 +27,8 @@ const RECONNECT_ATTEMPTS: usize = 3;
 /// PEXPIRE can never leave a counter without a TTL. A counter found without a TTL (written by
 /// something else) gets one too, because every key here must expire.
 const INCR_SCRIPT: &str = r"
-local n = redis.call('INCR', KEYS[1])
-if n == 1 or redis.call('PTTL', KEYS[1]) < 0 then
+local n = redis.call('INCRBY', KEYS[1], ARGV[2])
+if n == tonumber(ARGV[2]) or redis.call('PTTL', KEYS[1]) < 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 return n
@@ -150,12 +150,13 @@ impl Ephemeral for RedisEphemeral {
             .map_err(|e| map_err("redis del", e))
     }
 
-    async fn incr(&self, key: &str, ttl: Duration) -> BackendResult<u64> {
+    async fn incr_by(&self, key: &str, by: u64, ttl: Duration) -> BackendResult<u64> {
         let mut conn = self.conn.clone();
         // EVALSHA first, EVAL on NOSCRIPT (a restarted or failed-over Redis forgot the script).
         self.incr
             .key(self.key(key))
             .arg(ttl_ms(ttl))
+            .arg(by)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| map_err("redis incr", e))

@@ -27,6 +27,7 @@ pub async fn run_all(e: Arc<dyn Ephemeral>) {
     ttl_expires(&*e).await;
     put_if_absent_after_expiry(&*e).await;
     incr_counts(&*e).await;
+    incr_by_adds_amounts(&*e).await;
     incr_keys_are_independent(&*e).await;
     incr_resets_after_window(&*e).await;
     incr_window_is_fixed(&*e).await;
@@ -151,6 +152,14 @@ async fn incr_counts(e: &dyn Ephemeral) {
     for want in 1..=3u64 {
         assert_eq!(e.incr(&k, LONG_TTL).await.expect("incr"), want);
     }
+    e.delete(&k).await.expect("cleanup");
+}
+
+async fn incr_by_adds_amounts(e: &dyn Ephemeral) {
+    let k = key("incr-by");
+    assert_eq!(e.incr_by(&k, 1000, LONG_TTL).await.expect("incr_by"), 1000);
+    assert_eq!(e.incr_by(&k, 24, LONG_TTL).await.expect("incr_by"), 1024);
+    assert_eq!(e.incr(&k, LONG_TTL).await.expect("incr"), 1025);
     e.delete(&k).await.expect("cleanup");
 }
 

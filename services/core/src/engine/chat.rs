@@ -209,8 +209,13 @@ impl Connector {
         }
         let key = delta_key(&ch.id, &p.message_id);
         let eph = &self.hub.ephemeral;
+        // What the buffer held before this delta (0 = a new key), for the tenant's budget.
+        let mut held = 0;
         let mut buf: DeltaBuffer = match eph.get(&key).await {
-            Ok(Some(b)) => serde_json::from_slice(&b).unwrap_or_default(),
+            Ok(Some(b)) => {
+                held = b.len();
+                serde_json::from_slice(&b).unwrap_or_default()
+            }
             Ok(None) => DeltaBuffer::default(),
             Err(e) => {
                 tracing::warn!(error = %e, "delta cache unavailable; delta dropped (the final message is authoritative)");
@@ -245,6 +250,14 @@ impl Connector {
         }
         buf.chunks.push(p.text.clone());
         let bytes = serde_json::to_vec(&buf).unwrap_or_default();
+        // A new key costs its name and the store's per-entry overhead as well.
+        let growth = bytes.len().saturating_sub(held)
+            + if held == 0 {
+                key.len() + crate::ephemeral::ENTRY_OVERHEAD
+            } else {
+                0
+            };
+        self.charge_ephemeral(&ch.tenant_id, growth as u64).await?;
         if let Err(e) = eph.put(&key, bytes, self.hub.config.delta_ttl).await {
             tracing::warn!(error = %e, "delta cache write failed");
         }
@@ -257,6 +270,35 @@ impl Connector {
             }
         }
         Ok(())
+    }
+
+    /// Charges `bytes` of tenant data to the tenant's ephemeral budget for this delta
+    /// lifetime, or refuses them (`rate_limited`) once the budget is spent. A budget that
+    /// cannot be read lets the write through: the store's own bound still holds.
+    async fn charge_ephemeral(&self, tenant_id: &str, bytes: u64) -> Result<(), Fault> {
+        let budget = self.hub.config.tenant_ephemeral_bytes;
+        if budget == 0 {
+            return Ok(());
+        }
+        let key = format!("budget:ephemeral:{tenant_id}");
+        let ttl = self.hub.config.delta_ttl;
+        match self.hub.ephemeral.incr_by(&key, bytes, ttl).await {
+            Ok(spent) if spent > budget => {
+                crate::quota::refused("ephemeral_bytes");
+                Err(Fault::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "tenant quota ephemeral_bytes ({budget} bytes per {} s of deltas) reached; send the final message",
+                        ttl.as_secs()
+                    ),
+                ))
+            }
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::warn!(error = %e, "ephemeral budget not counted");
+                Ok(())
+            }
+        }
     }
 
     async fn clear_delta(&self, ch: &ChannelRecord, message_id: &str) {
@@ -280,6 +322,11 @@ impl Connector {
     }
 }
 
+/// A delta buffer is tenant data: it lives under the prefix the ephemeral store bounds apart.
 fn delta_key(channel_id: &str, message_id: &str) -> String {
-    format!("delta:{channel_id}:{}", sha256_hex(message_id.as_bytes()))
+    format!(
+        "{}delta:{channel_id}:{}",
+        crate::ephemeral::TENANT_DATA_PREFIX,
+        sha256_hex(message_id.as_bytes())
+    )
 }

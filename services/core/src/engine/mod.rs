@@ -64,6 +64,9 @@ pub struct EngineConfig {
     /// Lifetime and size bound of a delta buffer.
     pub delta_ttl: Duration,
     pub delta_max_bytes: usize,
+    /// Bytes of delta buffers one tenant may write to the shared ephemeral store per delta
+    /// lifetime (so at most twice this is held for it at once); 0 = unlimited.
+    pub tenant_ephemeral_bytes: u64,
 }
 
 impl Default for EngineConfig {
@@ -83,6 +86,7 @@ impl Default for EngineConfig {
             tool_timeout: Duration::from_secs(60),
             delta_ttl: Duration::from_secs(600),
             delta_max_bytes: 256 * 1024,
+            tenant_ephemeral_bytes: 8 * 1024 * 1024,
         }
     }
 }

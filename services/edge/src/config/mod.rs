@@ -402,6 +402,7 @@ impl Config {
             tool_timeout: self.limits.tool_timeout.0,
             delta_ttl: self.retention.delta_ttl.0,
             delta_max_bytes: self.retention.delta_max_bytes,
+            tenant_ephemeral_bytes: self.quotas.ephemeral_bytes,
         }
     }
 }

@@ -229,9 +229,12 @@ pub struct QuotasConfig {
     pub channels: u64,
     /// Bytes of unexpired files per tenant; uploads are refused once reached.
     pub stored_bytes: u64,
-    /// Work requests (channel.open, auth.*, tool.invoke, chat.message, descriptor.get)
-    /// per tenant per second on each pod, with bursts of twice that.
+    /// Work requests (channel.open, auth.*, tool.invoke, chat.message, chat.message.delta,
+    /// descriptor.get) per tenant per second on each pod, with bursts of twice that.
     pub requests_per_second: u64,
+    /// Bytes of delta buffers a tenant may write to the shared ephemeral state per delta
+    /// lifetime (`retention.delta_ttl`); more deltas are refused `rate_limited`.
+    pub ephemeral_bytes: u64,
     /// How often each pod reloads the per-tenant overrides from the store.
     pub refresh_interval: Dur,
 }
@@ -243,6 +246,7 @@ impl Default for QuotasConfig {
             channels: 0,
             stored_bytes: 0,
             requests_per_second: 1000,
+            ephemeral_bytes: 8 * 1024 * 1024,
             refresh_interval: Dur(Duration::from_secs(10)),
         }
     }

@@ -84,6 +84,7 @@ fn is_work(pkt: &Inbound) -> bool {
             | Inbound::AuthLogout
             | Inbound::ToolInvoke(_)
             | Inbound::ChatMessage(_)
+            | Inbound::ChatDelta(_)
             | Inbound::DescriptorGet
     )
 }
