@@ -85,9 +85,52 @@ pub fn client_error(source: &'static str, code: &str) {
     }
 }
 
+/// Refused-signature lines a pod writes per second: anyone who knows an ingress URL can send
+/// bad signatures, so one line each would let them fill the log. The rest are counted.
+pub const SIGNATURE_REFUSAL_LINES_PER_SEC: u32 = 20;
+
+static SIGNATURE_REFUSALS: LogGate =
+    LogGate::new(SIGNATURE_REFUSAL_LINES_PER_SEC, Duration::from_secs(1));
+
+/// Logs a provider ingress request refused for its signature (`source` names the ingress,
+/// `channel` is the channel id from the path, escaped and truncated; `reason` a fixed
+/// description), at most [`SIGNATURE_REFUSAL_LINES_PER_SEC`] lines a second, counting the
+/// rest as `limit="signature_refusal_log"`. Returns whether the line was written.
+pub fn signature_refused(source: &'static str, channel: &str, reason: &str) -> bool {
+    let (admitted, suppressed) = SIGNATURE_REFUSALS.admit(Instant::now());
+    if suppressed > 0 {
+        tracing::info!(source, suppressed, "refused-signature lines suppressed");
+    }
+    if admitted {
+        tracing::info!(
+            source,
+            connector_channel_id = %printable(channel),
+            reason = %printable(reason),
+            "ingress request refused: bad or stale signature"
+        );
+    } else {
+        hit("signature_refusal_log");
+    }
+    admitted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 23, finding 7: a flood of bad signatures writes a bounded number of lines.
+    #[test]
+    fn refused_signatures_are_logged_through_the_gate() {
+        let written = (0..500)
+            .filter(|i| signature_refused("test", &format!("ch_{i}"), "bad signature"))
+            .count();
+        // Within one second (or across one window boundary at most).
+        assert!(
+            written <= 2 * SIGNATURE_REFUSAL_LINES_PER_SEC as usize,
+            "{written} lines for 500 refusals"
+        );
+        assert!(written >= 1);
+    }
 
     #[test]
     fn client_strings_are_escaped_and_truncated() {

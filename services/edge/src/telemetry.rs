@@ -73,6 +73,7 @@ const LIMITS: &[&str] = &[
     "auth_per_socket",
     "operator_auth_source",
     "operator_requests",
+    "signature_refusal_log",
 ];
 
 /// `# HELP` for the data plane's series, and the series that alerts use with `rate()`

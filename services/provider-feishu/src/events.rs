@@ -166,7 +166,11 @@ async fn event(
                         sig.as_bytes(),
                     )
                 {
-                    tracing::warn!(connector_channel_id = %channel_id, "feishu event with a bad or stale signature refused");
+                    switchyard_core::limits::signature_refused(
+                        "feishu",
+                        &channel_id,
+                        "bad or stale signature",
+                    );
                     return ClientError::new(
                         StatusCode::UNAUTHORIZED,
                         "invalid_signature",

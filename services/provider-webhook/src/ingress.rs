@@ -152,7 +152,11 @@ impl Refusal {
         match self {
             Self::Read(e) => e.response(),
             Self::Signature(e) => {
-                tracing::info!(connector_channel_id = %channel_id, reason = ?e, "webhook inbound signature refused");
+                switchyard_core::limits::signature_refused(
+                    "webhook",
+                    channel_id,
+                    &format!("{e:?}"),
+                );
                 metrics::counter!("switchyard_auth_rejected_total", "reason" => "webhook_signature")
                     .increment(1);
                 ClientError::new(StatusCode::UNAUTHORIZED, "invalid_signature", e.message())
