@@ -194,7 +194,15 @@ impl Runtime {
     /// Discord closed the Gateway for good (4010 to 4014: most often the Message Content
     /// intent is not enabled): the bot's channels show `error` until it is bound again.
     pub async fn on_gateway_refused(&self, host: &dyn ProviderServices, bot: &Bot) {
-        for ch in self.channels_of(host, &bot.creds.fingerprint()).await {
+        let fp = bot.creds.fingerprint();
+        // Kept like a revocation (no session with this token until it is bound again), so
+        // the supervisor does not reconnect in a loop.
+        self.revoked.lock().unwrap_or_else(|p| p.into_inner()).insert(fp.clone());
+        self.known_good.lock().unwrap_or_else(|p| p.into_inner()).remove(&fp);
+        if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "1").await {
+            tracing::warn!(error = %e, "gateway refusal not stored");
+        }
+        for ch in self.channels_of(host, &fp).await {
             if let Err(e) = host.set_target_status(&ch, ConnectionStatus::Error).await {
                 tracing::warn!(connector_channel_id = %ch, error = %e, "channel not marked failed");
             }
