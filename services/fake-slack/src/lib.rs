@@ -56,6 +56,7 @@
 
 mod api;
 mod events;
+pub use events::signature;
 mod socket;
 
 use std::collections::{HashMap, HashSet, VecDeque};
