@@ -93,11 +93,19 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<
     fs.http_min_body_rate = cfg.ingress.min_body_rate;
     fs.max_http_concurrent = cfg.ingress.max_concurrent;
     fs.max_http_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
+    let mut sl = switchyard_provider_slack::SlackConfig::new(build_info(), &cfg.slack.api_base);
+    sl.lease_ttl = cfg.slack.lease_ttl.0;
+    sl.turn_ttl = cfg.slack.turn_ttl.0;
+    sl.max_event_bytes = cfg.ingress.max_json_bytes as usize;
+    sl.http_body_timeout = cfg.ingress.body_timeout.0;
+    sl.max_http_concurrent = cfg.ingress.max_concurrent;
+    sl.max_http_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
     vec![
         Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh)),
         Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
         Arc::new(switchyard_provider_wechat::WechatProvider::new(wx)),
         Arc::new(switchyard_provider_feishu::FeishuProvider::new(fs)),
+        Arc::new(switchyard_provider_slack::SlackProvider::new(sl)),
         Arc::new(
             switchyard_provider_agent_host::AgentHostProvider::new(
                 build_info(),

@@ -48,6 +48,7 @@ pub struct Config {
     pub telegram: TelegramConfig,
     pub wechat: WechatConfig,
     pub feishu: FeishuConfig,
+    pub slack: SlackConfig,
     pub log: LogConfig,
     /// The pods' mTLS listener for host agents; empty = off.
     pub hosts_tls_listen: String,
@@ -101,6 +102,7 @@ impl Default for Config {
             telegram: TelegramConfig::default(),
             wechat: WechatConfig::default(),
             feishu: FeishuConfig::default(),
+            slack: SlackConfig::default(),
             log: LogConfig::default(),
             hosts_tls_listen: "127.0.0.1:8443".into(),
             hosts_ca_cert: None,
@@ -271,6 +273,7 @@ impl Config {
             ("wechat.cdn_base", &self.wechat.cdn_base),
             ("feishu.accounts_base", &self.feishu.accounts_base),
             ("feishu.lark_accounts_base", &self.feishu.lark_accounts_base),
+            ("slack.api_base", &self.slack.api_base),
         ] {
             if !url::Url::parse(v).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
                 return Err(ConfigError::Invalid(format!(
