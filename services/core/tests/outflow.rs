@@ -316,7 +316,7 @@ async fn the_sweep_finds_lost_doorbells_and_routes_taken_elsewhere() {
 }
 
 #[tokio::test]
-async fn message_push_is_delivered_once_without_an_ack() {
+async fn message_push_is_delivered_once_the_transport_wrote_it() {
     let k = kit().await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v1").await;
     k.put(&ch.id, &["m1", "m2"]).await;
@@ -324,7 +324,44 @@ async fn message_push_is_delivered_once_without_an_ack() {
     let sent = flow.flush().await;
     assert_eq!(sent.len(), 2);
     assert!(sent.iter().all(|e| e.kind == "message.push"));
+    assert!(sent.iter().all(|e| flow.awaits_handoff(&e.packet_id)));
+    assert!(
+        !flow.is_settled(),
+        "handed to the transport, not yet written"
+    );
+    assert_eq!(
+        k.pending(&ch.id).await,
+        ["m1", "m2"],
+        "nothing is delivered before the socket took it"
+    );
+    flow.taken(&sent[0].packet_id);
+    flow.taken(&sent[1].packet_id);
+    assert!(flow.flush().await.is_empty(), "never sent twice");
     assert!(flow.is_settled());
+    assert!(k.pending(&ch.id).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_push_the_socket_never_wrote_is_sent_on_the_next_connection() {
+    // issue 25: message.push used to be recorded as delivered when the session was handed
+    // the packet, so a socket that gave up before writing it lost the message.
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v1").await;
+    k.put(&ch.id, &["m1", "m2"]).await;
+    let mut first = k.flow(&ch);
+    let sent = first.flush().await;
+    assert_eq!(ids(&sent), ["m1", "m2"]);
+    // The writer wrote m1, then the socket went away with m2 still queued.
+    first.taken(&sent[0].packet_id);
+    assert!(first.flush().await.is_empty());
+    drop(first);
+    assert_eq!(k.pending(&ch.id).await, ["m2"], "m1 delivered, m2 kept");
+
+    let mut second = k.flow(&ch);
+    let again = second.flush().await;
+    assert_eq!(ids(&again), ["m2"], "the unwritten push comes again");
+    second.taken(&again[0].packet_id);
+    second.flush().await;
     assert!(k.pending(&ch.id).await.is_empty());
 }
 

@@ -22,7 +22,18 @@ pub const NOT_READING_REASON: &str = "send queue full: the peer does not read";
 #[derive(Debug)]
 pub enum Outgoing {
     Frame(String),
+    /// A packet whose delivery is the write itself (IM v1 `message.push`): the writer reports
+    /// it once the socket took it, and never when it could not.
+    Tracked(String, Handoff),
     Close(u16, String),
+}
+
+/// Where the writer reports a [`Outgoing::Tracked`] packet as written.
+#[derive(Debug, Clone)]
+pub struct Handoff {
+    /// What is reported (the packet id).
+    pub ticket: String,
+    pub written: mpsc::UnboundedSender<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -79,11 +90,23 @@ impl SendQueue {
         self.push_text(env.to_json()).await
     }
 
+    /// Queues a packet whose write is reported on `handoff` (see [`Outgoing::Tracked`]).
+    pub async fn push_tracked(&self, env: Envelope, handoff: Handoff) -> bool {
+        let text = env.to_json();
+        let n = text.len();
+        self.push_outgoing(n, Outgoing::Tracked(text, handoff))
+            .await
+    }
+
     pub async fn push_text(&self, text: String) -> bool {
+        let n = text.len();
+        self.push_outgoing(n, Outgoing::Frame(text)).await
+    }
+
+    async fn push_outgoing(&self, n: usize, item: Outgoing) -> bool {
         if self.overflow.is_cancelled() {
             return false;
         }
-        let n = text.len();
         let deadline = Instant::now() + self.limits.stall;
         loop {
             let cur = self.queued.load(Ordering::Acquire);
@@ -96,7 +119,7 @@ impl SendQueue {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.queued.fetch_add(n, Ordering::AcqRel);
-        match tokio::time::timeout_at(deadline, self.tx.send(Outgoing::Frame(text))).await {
+        match tokio::time::timeout_at(deadline, self.tx.send(item)).await {
             Ok(Ok(())) => true,
             Ok(Err(_)) => {
                 self.queued.fetch_sub(n, Ordering::AcqRel);
@@ -197,7 +220,7 @@ impl WriterEnd {
             t
         });
         let to_message = |o: Outgoing| match o {
-            Outgoing::Frame(t) => Message::Text(t.into()),
+            Outgoing::Frame(t) | Outgoing::Tracked(t, _) => Message::Text(t.into()),
             Outgoing::Close(code, reason) => Message::Close(Some(CloseFrame {
                 code,
                 reason: reason.into(),
@@ -243,8 +266,12 @@ impl WriterEnd {
                 }
             };
             let (len, closing) = match &o {
-                Outgoing::Frame(t) => (t.len(), false),
+                Outgoing::Frame(t) | Outgoing::Tracked(t, _) => (t.len(), false),
                 Outgoing::Close(..) => (0, true),
+            };
+            let handoff = match &o {
+                Outgoing::Tracked(_, h) => Some(h.clone()),
+                _ => None,
             };
             let r = tokio::select! {
                 biased;
@@ -252,6 +279,13 @@ impl WriterEnd {
                 r = sink.send(to_message(o)) => r,
             };
             self.queued.fetch_sub(len, Ordering::AcqRel);
+            if r.is_ok()
+                && let Some(h) = handoff
+            {
+                // The session may be gone already; then the delivery is simply not recorded
+                // and the message is sent again on the next connection.
+                let _ = h.written.send(h.ticket);
+            }
             if r.is_err() || closing {
                 break;
             }

@@ -141,9 +141,13 @@ pub struct Outflow {
     limits: OutflowLimits,
     socket_id: String,
     routes: HashMap<String, Route>,
-    /// (channel, message_id) acked by xAgent (or pushed without an ack) whose outbox rows
-    /// are deleted together at the next flush.
+    /// (channel, message_id) acked by xAgent (or pushed without an ack and written by the
+    /// transport) whose outbox rows are deleted together at the next flush.
     done: Vec<(String, String)>,
+    /// `message.push` packets handed to the transport and not yet reported written, by
+    /// packet id: (channel, message_id, accepted_at). Only [`Outflow::taken`] makes them
+    /// delivered; a socket that ends first leaves them pending for the next connection.
+    handed: HashMap<String, (String, String, i64)>,
     /// Channels to read at the next flush, in the order they became due.
     due: Vec<String>,
     due_set: HashSet<String>,
@@ -158,6 +162,7 @@ impl Outflow {
             socket_id: socket_id.to_owned(),
             routes: HashMap::new(),
             done: Vec::new(),
+            handed: HashMap::new(),
             due: Vec::new(),
             due_set: HashSet::new(),
             draining: false,
@@ -217,7 +222,24 @@ impl Outflow {
 
     /// Nothing in flight and nothing left to write.
     pub fn is_settled(&self) -> bool {
-        self.done.is_empty() && self.routes.values().all(|r| r.inflight.is_empty())
+        self.done.is_empty()
+            && self.handed.is_empty()
+            && self.routes.values().all(|r| r.inflight.is_empty())
+    }
+
+    /// Whether `packet_id` is a delivery that counts only once the transport reports it
+    /// written ([`Outflow::taken`]): the session queues it with a write report.
+    pub fn awaits_handoff(&self, packet_id: &str) -> bool {
+        self.handed.contains_key(packet_id)
+    }
+
+    /// The transport wrote `packet_id`: a `message.push` is delivered now, and its row goes
+    /// with the next flush's batch.
+    pub fn taken(&mut self, packet_id: &str) {
+        if let Some((channel_id, message_id, accepted_at)) = self.handed.remove(packet_id) {
+            self.conn.record_delivery_latency(accepted_at);
+            self.done.push((channel_id, message_id));
+        }
     }
 
     /// A draining socket hands out nothing new; acks are still recorded.
@@ -372,8 +394,6 @@ impl Outflow {
         for id in due {
             self.pump(&id, &mut out).await;
         }
-        // message.push deliveries of this round are recorded now rather than next round.
-        self.write_done().await;
         out
     }
 
@@ -415,12 +435,17 @@ impl Outflow {
         };
         for d in batch {
             route.cursor = route.cursor.max(d.seq);
-            // An ack whose write failed must not be delivered again after a reset.
-            if self
+            // An ack whose write failed must not be delivered again after a reset, nor a
+            // push the transport still holds.
+            let recorded = self
                 .done
                 .iter()
-                .any(|(c, m)| c == channel_id && *m == d.message_id)
-            {
+                .any(|(c, m)| c == channel_id && *m == d.message_id);
+            let held = self
+                .handed
+                .values()
+                .any(|(c, m, _)| c == channel_id && *m == d.message_id);
+            if recorded || held {
                 continue;
             }
             let packet_id = new_id("pkt");
@@ -435,10 +460,13 @@ impl Outflow {
                     due: Instant::now() + self.limits.ack_timeout,
                     accepted_at: d.accepted_at,
                 }),
-                // message.push has no business ack: handing it to the socket is the delivery.
+                // message.push has no business ack: the socket's write is the delivery,
+                // reported back through `taken`.
                 _ => {
-                    self.conn.record_delivery_latency(d.accepted_at);
-                    self.done.push((channel_id.to_owned(), d.message_id));
+                    self.handed.insert(
+                        packet_id,
+                        (channel_id.to_owned(), d.message_id, d.accepted_at),
+                    );
                 }
             }
         }

@@ -24,7 +24,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::doorbells::{Doorbells, Subscription};
-use crate::sendq::SendQueue;
+use crate::sendq::{Handoff, SendQueue};
 
 mod channels;
 
@@ -105,6 +105,10 @@ enum ChannelWork {
 }
 
 type OpenedQueue = (mpsc::Sender<Box<Opened>>, mpsc::Receiver<Box<Opened>>);
+type WrittenQueue = (
+    mpsc::UnboundedSender<String>,
+    mpsc::UnboundedReceiver<String>,
+);
 
 /// A `channel.open` finished off the loop.
 struct Opened {
@@ -125,6 +129,9 @@ pub struct Session {
     auths: Arc<Semaphore>,
     /// Created with the first `channel.open`: an idle socket carries no queue for it.
     opened: Option<OpenedQueue>,
+    /// The writer's reports of `message.push` packets it wrote (their delivery); created
+    /// with the first such packet.
+    written: Option<WrittenQueue>,
     tasks: TaskTracker,
     bells: Option<Subscription>,
     draining: bool,
@@ -190,6 +197,7 @@ impl Session {
             opens,
             auths,
             opened: None,
+            written: None,
             tasks: TaskTracker::new(),
             bells: None,
             draining: false,
@@ -251,6 +259,7 @@ impl Session {
                     }
                     opened = recv_opened(&mut self.opened) => Box::pin(self.on_opened(opened)).await,
                     bell = recv_bell(&mut self.bells) => Box::pin(self.on_bells(bell)).await,
+                    ticket = recv_written(&mut self.written) => self.on_written(ticket),
                     frame = inbound.next() => match frame {
                         Some(f) => {
                             Box::pin(self.on_frame(f)).await;
@@ -294,11 +303,36 @@ impl Session {
         .await
     }
 
-    /// Writes the round's acks and sends what became deliverable.
+    /// Writes the round's acks and sends what became deliverable. A `message.push` counts
+    /// as delivered only when the writer reports it written (`on_written`).
     async fn flush(&mut self) {
         for env in self.flow.flush().await {
-            if !self.out.push(env).await {
+            let queued = if self.flow.awaits_handoff(&env.packet_id) {
+                let written = self
+                    .written
+                    .get_or_insert_with(mpsc::unbounded_channel)
+                    .0
+                    .clone();
+                let handoff = Handoff {
+                    ticket: env.packet_id.clone(),
+                    written,
+                };
+                self.out.push_tracked(env, handoff).await
+            } else {
+                self.out.push(env).await
+            };
+            if !queued {
                 return;
+            }
+        }
+    }
+
+    /// The writer wrote these `message.push` packets: they are delivered.
+    fn on_written(&mut self, first: String) {
+        self.flow.taken(&first);
+        if let Some((_, rx)) = &mut self.written {
+            while let Ok(ticket) = rx.try_recv() {
+                self.flow.taken(&ticket);
             }
         }
     }
@@ -310,7 +344,13 @@ impl Session {
     }
 
     async fn finish(&mut self) {
-        // Acks already received are written before the routes go.
+        // Acks already received, and pushes the writer already wrote, are recorded before
+        // the routes go; pushes it did not write stay pending for the next connection.
+        if let Some((_, rx)) = &mut self.written {
+            while let Ok(ticket) = rx.try_recv() {
+                self.flow.taken(&ticket);
+            }
+        }
         let _ = self.flow.flush().await;
         self.workers.clear();
         if let Some(ident) = &self.ident {
@@ -533,6 +573,18 @@ async fn recv_bell(bells: &mut Option<Subscription>) -> Option<Doorbell> {
                 *bells = None;
                 None
             }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// The next write report; pending forever while no `message.push` was queued.
+async fn recv_written(written: &mut Option<WrittenQueue>) -> String {
+    match written {
+        // The session holds a sender, so the queue never reports closed.
+        Some((_, rx)) => match rx.recv().await {
+            Some(ticket) => ticket,
+            None => std::future::pending().await,
         },
         None => std::future::pending().await,
     }
