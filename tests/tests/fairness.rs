@@ -360,7 +360,8 @@ async fn socket_channel_and_stored_byte_quotas_refuse_with_busy_naming_the_quota
     );
     // Reopening an existing channel is not a new one.
     open(&a, Some(&ch)).await;
-    // Stored bytes: the first upload fits (nothing stored yet), the next is refused.
+    // Stored bytes: a file must fit whole with what is stored (counted with the insert): 8
+    // bytes fit in 10, 8 more do not, though the tenant is under its quota when it asks.
     let upload = |n: usize| {
         let url = format!("{}/files/uploads", pod.base_url());
         let key = pod.api_key().to_owned();
@@ -381,8 +382,85 @@ async fn socket_channel_and_stored_byte_quotas_refuse_with_busy_naming_the_quota
             (r.status().as_u16(), r.text().await.unwrap())
         }
     };
-    assert_eq!(upload(100).await.0, 200);
-    let (status, body) = upload(100).await;
+    assert_eq!(upload(8).await.0, 200);
+    let (status, body) = upload(8).await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("tenant quota stored_bytes (10)"), "{body}");
+}
+
+/// Stored bytes hold on every path that stores bytes: a file that arrives from a chat system
+/// and a host artifact count like an upload, and each is refused when it would pass the
+/// quota (files from chat systems were counted but never refused, artifacts not counted).
+#[tokio::test]
+async fn chat_system_files_and_host_artifacts_count_against_stored_bytes() {
+    use base64::Engine as _;
+    use switchyard_e2e::hosts::{accepted, online_device, start_run};
+    use switchyard_protocol::hosts::message::UploadArtifact;
+    use switchyard_protocol::hosts::{HostErrorCode, HostMessage, MessageType};
+
+    let fx = Fixture::start(quota_pod()).await;
+    set_quota(
+        &fx.pod,
+        TenantQuota {
+            tenant_id: fx.pod.tenant.id.clone(),
+            stored_bytes: Some(1000),
+            updated_at: 1,
+            ..TenantQuota::default()
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let file = |id: &str| {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(vec![b'f'; 600]);
+        json!({"message_id": id, "files": [{"filename": "a.bin", "content_base64": b64}]})
+    };
+    let (status, _) = fx.inbound(&file("f1")).await;
+    assert_eq!(status, 202, "600 of 1000 bytes");
+    let (status, body) = fx.inbound(&file("f2")).await;
+    assert_eq!(status, 507, "{body}");
+    assert_eq!(body["error"]["code"], "quota_exceeded", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("tenant quota stored_bytes (1000)"),
+        "{body}"
+    );
+
+    // A host artifact reserves its declared size: 600 more do not fit, 300 do, and no more
+    // than declared may be put.
+    let dev = online_device(&fx.pod, "art-box", &["writer"]).await;
+    let mut hc = dev.hc;
+    let run = start_run(&dev.conn, &dev.ch, "write results").await;
+    let _ = hc.expect(MessageType::CreateRun).await;
+    hc.send(&accepted(&run)).await;
+    let upload = |size: u64| {
+        HostMessage::UploadArtifact(UploadArtifact {
+            run_id: run.clone(),
+            name: "out.bin".into(),
+            content_type: "application/octet-stream".into(),
+            size_bytes: size,
+        })
+    };
+    hc.send(&upload(600)).await;
+    let HostMessage::Error(e) = hc.expect(MessageType::Error).await else {
+        unreachable!()
+    };
+    assert_eq!(e.code, HostErrorCode::QuotaExceeded, "{e:?}");
+    assert!(
+        e.message.contains("tenant quota stored_bytes (1000)"),
+        "{e:?}"
+    );
+    hc.send(&upload(300)).await;
+    let HostMessage::UploadArtifactAck(up) = hc.expect(MessageType::UploadArtifactAck).await else {
+        unreachable!()
+    };
+    let put = |n: usize| {
+        reqwest::Client::new()
+            .put(&up.upload_url)
+            .body(vec![b'a'; n])
+            .send()
+    };
+    assert_eq!(put(400).await.unwrap().status(), 413, "more than declared");
+    assert_eq!(put(300).await.unwrap().status(), 200);
 }

@@ -184,6 +184,10 @@ impl From<ServicesError> for ClientError {
                 "a file is larger than allowed",
             ),
             ServicesError::Invalid(m) => Self::bad_request("invalid_message", m),
+            // Room comes back as the tenant's files expire; not a reason to retry at once.
+            ServicesError::QuotaExceeded(m) => {
+                Self::new(StatusCode::INSUFFICIENT_STORAGE, "quota_exceeded", m)
+            }
             ServicesError::UnknownChannel => Self::new(
                 StatusCode::NOT_FOUND,
                 "unknown_channel",

@@ -355,6 +355,14 @@ pub trait HostStore: Send + Sync + 'static {
 
     // -- artifacts --
     async fn insert_artifact(&self, artifact: &ArtifactRecord) -> BackendResult<()>;
+    /// Inserts the artifact, reserving its declared size in the tenant's stored bytes, unless
+    /// they would pass `max_bytes` (0 = no limit); summed and inserted in one step.
+    /// `LimitExceeded` when they would.
+    async fn insert_artifact_within(
+        &self,
+        artifact: &ArtifactRecord,
+        max_bytes: u64,
+    ) -> BackendResult<()>;
     async fn get_artifact(&self, id: &str) -> BackendResult<Option<ArtifactRecord>>;
     /// Records the uploaded size. NotFound when unknown.
     async fn artifact_uploaded(&self, id: &str, size_bytes: i64, now: i64) -> BackendResult<()>;

@@ -195,6 +195,9 @@ pub enum ServicesError {
     FileNotFound,
     #[error("file too large")]
     TooLarge,
+    /// Storing it would pass the tenant's quota (stored bytes); the message names the quota.
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// The channel's pending messages reached their cap (HTTP 429, retry later).
     #[error("channel queue is full")]
     Full,

@@ -1,9 +1,10 @@
 //! Per-tenant quotas, so one tenant cannot slow or starve another: live sockets, channels
-//! and stored file bytes (cluster-wide, counted in the store when a new one is asked for,
-//! never more than quota + 1 rows), and the rate of work requests on the data plane (a
-//! token bucket per tenant on each pod: no store or network round trip per packet). The
-//! delta buffers a tenant may keep in the shared ephemeral store have their own byte budget
-//! (`ephemeral_bytes`, charged by the engine).
+//! and stored bytes (files and host artifacts; cluster-wide, counted by the store in the same
+//! step as the insert they admit, under the tenant's lock, so concurrent requests cannot
+//! pass them), and the rate of work requests on the data plane (a token bucket per tenant on
+//! each pod: no store or network round trip per packet). The delta buffers a tenant may
+//! keep in the shared ephemeral store have their own byte budget (`ephemeral_bytes`,
+//! charged by the engine).
 //!
 //! The deployment's defaults come from configuration (`[quotas]`); a tenant's overrides
 //! live in the store (`switchyard tenant quota`) and every pod reloads them with
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use switchyard_protocol::ErrorCode;
 
 use crate::engine::Fault;
-use crate::error::BackendResult;
+use crate::error::{BackendResult, ErrorKind};
 use crate::model::TenantQuota;
 use crate::store::Store;
 
@@ -129,41 +130,37 @@ impl Quotas {
         let n = store.count_tenant_sockets(tenant_id, max).await?;
         at_most(n, max, "sockets", "close a socket")
     }
-
-    /// Refuses a new channel when the tenant already has its quota of channels.
-    pub async fn admit_channel(&self, store: &dyn Store, tenant_id: &str) -> Result<(), Fault> {
-        let max = self.effective(tenant_id).channels;
-        if max == 0 {
-            return Ok(());
-        }
-        let n = store.count_tenant_channels(tenant_id, max).await?;
-        at_most(n, max, "channels", "close a channel")
-    }
-
-    /// Refuses new file bytes when the tenant's stored files already reach its quota.
-    pub async fn admit_stored_bytes(
-        &self,
-        store: &dyn Store,
-        tenant_id: &str,
-    ) -> Result<(), Fault> {
-        let max = self.effective(tenant_id).stored_bytes;
-        if max == 0 {
-            return Ok(());
-        }
-        let n = store.tenant_stored_bytes(tenant_id).await?;
-        at_most(n, max, "stored_bytes", "wait for files to expire")
-    }
 }
 
 fn at_most(n: u64, max: u64, quota: &'static str, hint: &str) -> Result<(), Fault> {
     if n < max {
         return Ok(());
     }
+    Err(reached(quota, max, hint))
+}
+
+/// The refusal of a tenant at its quota, counted.
+pub fn reached(quota: &'static str, max: u64, hint: &str) -> Fault {
     hit(quota);
-    Err(Fault::new(
+    Fault::new(
         ErrorCode::Busy,
         format!("tenant quota {quota} ({max}) reached; {hint} or ask the operator to raise it"),
-    ))
+    )
+}
+
+/// The outcome of a store insert made within `quota` (`Store::insert_channel_within` and
+/// the like): the store's `LimitExceeded` becomes the quota's `busy` refusal.
+pub fn within(
+    inserted: BackendResult<()>,
+    quota: &'static str,
+    max: u64,
+    hint: &str,
+) -> Result<(), Fault> {
+    match inserted {
+        Ok(()) => Ok(()),
+        Err(e) if e.is(ErrorKind::LimitExceeded) => Err(reached(quota, max, hint)),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Counts one refusal by the quota named `quota`.

@@ -55,6 +55,15 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     async fn insert_connector(&self, rec: &ConnectorRecord) -> BackendResult<()>;
     /// Records a socket that completed hello and clears the connector's offline time.
     async fn register_socket(&self, rec: &SocketRecord) -> BackendResult<()>;
+    /// [`Store::register_socket`] while the tenant has fewer than `max` live sockets (0 = no
+    /// limit): the count and the insert are one step, so concurrent hellos cannot pass the
+    /// quota. `LimitExceeded` when it is reached.
+    async fn register_socket_within(
+        &self,
+        rec: &SocketRecord,
+        tenant_id: &str,
+        max: u64,
+    ) -> BackendResult<()>;
     /// Removes a socket; when it was the connector's last, its offline time starts at `now`.
     async fn unregister_socket(&self, socket_id: &str, now: i64) -> BackendResult<()>;
     async fn pod_heartbeat(&self, pod_id: &str, now: i64) -> BackendResult<()>;
@@ -80,6 +89,9 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
 
     // -- channels --
     async fn insert_channel(&self, rec: &ChannelRecord) -> BackendResult<()>;
+    /// Inserts the channel while its tenant has fewer than `max` (0 = no limit), counted and
+    /// inserted in one step. `LimitExceeded` when the quota is reached.
+    async fn insert_channel_within(&self, rec: &ChannelRecord, max: u64) -> BackendResult<()>;
     async fn get_channel(&self, id: &str) -> BackendResult<Option<ChannelRecord>>;
     async fn list_channels(&self, connector_id: &str) -> BackendResult<Vec<ChannelRecord>>;
     /// Sets the route socket (None = closed) and the enabled profiles.
@@ -204,6 +216,10 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
 
     // -- files --
     async fn insert_file(&self, rec: &FileRecord) -> BackendResult<()>;
+    /// Records the file unless its tenant's stored bytes (files and artifacts) would pass
+    /// `max_bytes` with it (0 = no limit), summed and inserted in one step. `LimitExceeded`
+    /// when it would.
+    async fn insert_file_within(&self, rec: &FileRecord, max_bytes: u64) -> BackendResult<()>;
     async fn get_file(&self, file_ref: &str) -> BackendResult<Option<FileRecord>>;
     async fn delete_file(&self, file_ref: &str) -> BackendResult<()>;
     async fn expired_files(&self, now: i64, limit: u32) -> BackendResult<Vec<FileRecord>>;

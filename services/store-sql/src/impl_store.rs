@@ -118,6 +118,15 @@ macro_rules! impl_store {
                     $crate::ops::register_socket(self, rec).await
                 }
 
+                async fn register_socket_within(
+                    &self,
+                    rec: &SocketRecord,
+                    tenant_id: &str,
+                    max: u64,
+                ) -> BackendResult<()> {
+                    $crate::ops::register_socket_within(self, rec, Some((tenant_id, max))).await
+                }
+
                 async fn unregister_socket(&self, socket_id: &str, now: i64) -> BackendResult<()> {
                     <$ty as $crate::StoreDialect>::unregister_socket(self, socket_id, now).await
                 }
@@ -163,6 +172,14 @@ macro_rules! impl_store {
 
                 async fn insert_channel(&self, rec: &ChannelRecord) -> BackendResult<()> {
                     $crate::ops::insert_channel(self, rec).await
+                }
+
+                async fn insert_channel_within(
+                    &self,
+                    rec: &ChannelRecord,
+                    max: u64,
+                ) -> BackendResult<()> {
+                    $crate::ops::insert_channel_within(self, rec, max).await
                 }
 
                 async fn get_channel(&self, id: &str) -> BackendResult<Option<ChannelRecord>> {
@@ -389,6 +406,14 @@ macro_rules! impl_store {
 
                 async fn insert_file(&self, rec: &FileRecord) -> BackendResult<()> {
                     $crate::ops::insert_file(self, rec).await
+                }
+
+                async fn insert_file_within(
+                    &self,
+                    rec: &FileRecord,
+                    max_bytes: u64,
+                ) -> BackendResult<()> {
+                    $crate::ops::insert_file_within(self, rec, max_bytes).await
                 }
 
                 async fn get_file(&self, file_ref: &str) -> BackendResult<Option<FileRecord>> {
@@ -712,6 +737,14 @@ macro_rules! impl_store {
 
                 async fn insert_artifact(&self, artifact: &ArtifactRecord) -> BackendResult<()> {
                     $crate::host_ops::insert_artifact(self, artifact).await
+                }
+
+                async fn insert_artifact_within(
+                    &self,
+                    artifact: &ArtifactRecord,
+                    max_bytes: u64,
+                ) -> BackendResult<()> {
+                    $crate::host_ops::insert_artifact_within(self, artifact, max_bytes).await
                 }
 
                 async fn get_artifact(&self, id: &str) -> BackendResult<Option<ArtifactRecord>> {

@@ -1092,6 +1092,39 @@ pub async fn run_events(s: &dyn Store) {
     assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
 }
 
+/// A host artifact counts its declared size in its tenant's stored bytes, files included.
+pub async fn artifacts_count_in_stored_bytes(s: &dyn Store) {
+    let (_, r) = a_run(s).await;
+    let now = now_ms();
+    let big = ArtifactRecord {
+        size_bytes: 1000,
+        ..artifact_rec(&r, now)
+    };
+    s.insert_artifact_within(&big, 1500).await.expect("fits");
+    assert_eq!(
+        s.tenant_stored_bytes(&r.tenant_id).await.expect("bytes"),
+        1000
+    );
+    let err = s
+        .insert_artifact_within(
+            &ArtifactRecord {
+                size_bytes: 600,
+                ..artifact_rec(&r, now)
+            },
+            1500,
+        )
+        .await
+        .expect_err("past the quota");
+    assert_eq!(err.kind, ErrorKind::LimitExceeded, "{err}");
+    s.insert_artifact_within(&artifact_rec(&r, now), 0)
+        .await
+        .expect("0 is no limit");
+    assert_eq!(
+        s.tenant_stored_bytes(&r.tenant_id).await.expect("bytes"),
+        1100
+    );
+}
+
 pub async fn artifacts(s: &dyn Store) {
     let (_, r) = a_run(s).await;
     let now = now_ms();

@@ -40,7 +40,7 @@ macro_rules! store_conformance_tests {
                 route_states, console_pages, console_channels_and_failures,
             ], concurrent: [
                 lease_is_atomic, last_socket_race, enqueue_is_atomic, enqueue_batch_is_atomic,
-                claim_is_atomic,
+                claim_is_atomic, quota_inserts_are_atomic,
             ] }
         }
         mod hosts {
@@ -51,7 +51,7 @@ macro_rules! store_conformance_tests {
                 a_lost_host_resumes_on_its_session, agents, runs_insert_and_compare_and_set,
                 host_runs, channel_runs, stale_runs, run_events, artifacts,
                 approvals_are_decided_once, expire_approvals, undelivered_decisions, purge_runs,
-                console_pages,
+                console_pages, artifacts_count_in_stored_bytes,
             ], concurrent: [enrollment_is_consumed_once_under_concurrency, concurrent_appends] }
         }
     };

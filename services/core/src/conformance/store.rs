@@ -2071,6 +2071,94 @@ where
     out
 }
 
+/// An insert within a tenant quota counts and inserts in one step: eight at once never pass
+/// the quota (count-then-insert would let several see room for one).
+pub async fn quota_inserts_are_atomic(store: &Arc<dyn Store>) {
+    let s = &**store;
+    let c = Arc::new(connector(s).await);
+    let t = c.tenant_id.clone();
+    let kinds = |v: Vec<Result<(), ErrorKind>>| {
+        let ok = v.iter().filter(|r| r.is_ok()).count();
+        assert!(
+            v.iter()
+                .all(|r| matches!(r, Ok(()) | Err(ErrorKind::LimitExceeded))),
+            "{v:?}"
+        );
+        ok
+    };
+
+    let inserted = concurrently(store, 8, |st, _| {
+        let c = c.clone();
+        async move {
+            st.insert_channel_within(&channel_rec(&c, now_ms()), 3)
+                .await
+                .map_err(|e| e.kind)
+        }
+    })
+    .await;
+    assert_eq!(kinds(inserted), 3, "channels within a quota of 3");
+    assert_eq!(s.count_tenant_channels(&t, 100).await.expect("count"), 3);
+    s.insert_channel_within(&channel_rec(&c, now_ms()), 0)
+        .await
+        .expect("0 is no limit");
+
+    let pod = Arc::new(live_pod(s).await);
+    let tid = Arc::new(t.clone());
+    let registered = concurrently(store, 8, |st, _| {
+        let (c, pod, tid) = (c.clone(), pod.clone(), tid.clone());
+        async move {
+            let rec = SocketRecord {
+                id: new_id("sock"),
+                connector_id: c.id.clone(),
+                pod_id: (*pod).clone(),
+                opened_at: now_ms(),
+            };
+            st.register_socket_within(&rec, &tid, 2)
+                .await
+                .map_err(|e| e.kind)
+        }
+    })
+    .await;
+    assert_eq!(kinds(registered), 2, "sockets within a quota of 2");
+    assert_eq!(s.count_tenant_sockets(&t, 100).await.expect("count"), 2);
+
+    let ch = Arc::new(channel_of(s, &c).await);
+    let stored = concurrently(store, 8, |st, _| {
+        let ch = ch.clone();
+        async move {
+            let f = FileRecord {
+                byte_size: 100,
+                ..file_rec(&ch, now_ms() + HOUR)
+            };
+            st.insert_file_within(&f, 350).await.map_err(|e| e.kind)
+        }
+    })
+    .await;
+    assert_eq!(kinds(stored), 3, "100-byte files within 350 bytes");
+    assert_eq!(s.tenant_stored_bytes(&t).await.expect("bytes"), 300);
+    // A file must fit whole: 60 more would pass 350, 50 do not.
+    let err = s
+        .insert_file_within(
+            &FileRecord {
+                byte_size: 60,
+                ..file_rec(&ch, now_ms() + HOUR)
+            },
+            350,
+        )
+        .await
+        .expect_err("over the quota with it");
+    assert_eq!(err.kind, ErrorKind::LimitExceeded, "{err}");
+    s.insert_file_within(
+        &FileRecord {
+            byte_size: 50,
+            ..file_rec(&ch, now_ms() + HOUR)
+        },
+        350,
+    )
+    .await
+    .expect("fits exactly");
+}
+
 /// "Was it the last socket?" must see every concurrent change, or a connector_id without
 /// sockets stays online forever (never deregistered) or one with a socket goes offline.
 pub async fn last_socket_race(store: &Arc<dyn Store>) {

@@ -77,6 +77,7 @@ impl Connector {
         }
 
         let store = &self.hub.store;
+        // A cheap early refusal; the count that holds is the one taken with the insert below.
         self.hub
             .quotas
             .admit_socket(store.as_ref(), tenant_id)
@@ -110,14 +111,20 @@ impl Connector {
                 }
             }
         };
-        store
-            .register_socket(&SocketRecord {
-                id: socket_id.to_owned(),
-                connector_id: connector_id.clone(),
-                pod_id: self.hub.pod_id.clone(),
-                opened_at: now_ms(),
-            })
-            .await?;
+        let max = self.hub.quotas.effective(tenant_id).sockets;
+        let registered = store
+            .register_socket_within(
+                &SocketRecord {
+                    id: socket_id.to_owned(),
+                    connector_id: connector_id.clone(),
+                    pod_id: self.hub.pod_id.clone(),
+                    opened_at: now_ms(),
+                },
+                tenant_id,
+                max,
+            )
+            .await;
+        crate::quota::within(registered, "sockets", max, "close a socket")?;
         metrics::counter!("switchyard_hello_total", "card" => self.card_id().to_owned())
             .increment(1);
         Ok(HelloOk {
@@ -227,10 +234,6 @@ impl Connector {
         let mut ch = match existing {
             Some(ch) => ch,
             None => {
-                self.hub
-                    .quotas
-                    .admit_channel(self.hub.store.as_ref(), &ident.tenant_id)
-                    .await?;
                 let ch = ChannelRecord {
                     id: new_id("cch"),
                     tenant_id: ident.tenant_id.clone(),
@@ -245,7 +248,9 @@ impl Connector {
                     created_at: now,
                     updated_at: now,
                 };
-                self.hub.store.insert_channel(&ch).await?;
+                let max = self.hub.quotas.effective(&ident.tenant_id).channels;
+                let inserted = self.hub.store.insert_channel_within(&ch, max).await;
+                crate::quota::within(inserted, "channels", max, "close a channel")?;
                 ch
             }
         };

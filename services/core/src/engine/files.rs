@@ -71,6 +71,13 @@ pub fn clean_filename(name: &str) -> String {
     }
 }
 
+/// The refusal of a file that does not fit in the tenant's stored bytes quota, counted.
+fn stored_bytes_full(max: u64) -> ServicesError {
+    ServicesError::QuotaExceeded(
+        crate::quota::reached("stored_bytes", max, "wait for files to expire").message,
+    )
+}
+
 impl Connector {
     /// `POST /files/uploads`: the channel must belong to the caller's tenant and this Card.
     pub async fn upload(
@@ -87,10 +94,6 @@ impl Connector {
                 "X-XAgent-Connector-Channel-ID header is required",
             ));
         };
-        self.hub
-            .quotas
-            .admit_stored_bytes(self.hub.store.as_ref(), tenant_id)
-            .await?;
         let ch = match self.hub.store.get_channel(channel_id).await? {
             Some(ch) if ch.tenant_id == tenant_id && ch.card_id == self.card_id() => ch,
             Some(_) => {
@@ -114,6 +117,7 @@ impl Connector {
                     ErrorCode::PacketTooLarge,
                     "file exceeds the upload size limit",
                 ),
+                ServicesError::QuotaExceeded(m) => Fault::new(ErrorCode::Busy, m),
                 ServicesError::UnknownChannel => Fault::new(
                     ErrorCode::ConnectionNotFound,
                     "unknown connector_channel_id",
@@ -130,8 +134,10 @@ impl Connector {
         })
     }
 
-    /// Streams bytes into the file store and records the file. Nothing is recorded when the
-    /// bytes do not all arrive.
+    /// Streams bytes into the file store and records the file, within the tenant's stored
+    /// bytes quota (checked before a byte is read, and again with the insert, which is what
+    /// holds against concurrent uploads). Nothing is kept when the bytes do not all arrive or
+    /// do not fit.
     pub(crate) async fn store_file(
         &self,
         ch: &ChannelRecord,
@@ -145,6 +151,11 @@ impl Connector {
             .filter(|m| !m.is_empty() && m.contains('/'))
             .map(str::to_owned)
             .unwrap_or_else(|| guess_mime(&filename));
+        let max = self.hub.quotas.effective(&ch.tenant_id).stored_bytes;
+        // Refused before a byte is read when the tenant is already at its quota.
+        if max > 0 && self.hub.store.tenant_stored_bytes(&ch.tenant_id).await? >= max {
+            return Err(stored_bytes_full(max));
+        }
         let file_ref = new_id("file");
         let storage_key = format!("{}/{}/{}", ch.tenant_id, ch.id, file_ref);
         let size = match self
@@ -171,8 +182,11 @@ impl Connector {
             created_at: now,
             expires_at: now + ms(self.hub.config.file_ttl),
         };
-        if let Err(e) = self.hub.store.insert_file(&rec).await {
+        if let Err(e) = self.hub.store.insert_file_within(&rec, max).await {
             let _ = self.hub.files.delete(&rec.storage_key).await;
+            if e.is(ErrorKind::LimitExceeded) {
+                return Err(stored_bytes_full(max));
+            }
             // The channel was removed (janitor, cascade) while the bytes streamed in.
             if e.is(ErrorKind::NotFound) {
                 return Err(ServicesError::UnknownChannel);

@@ -6,7 +6,8 @@ use super::*;
 impl Hosts {
     /// An artifact whose bytes are stored. Bytes PUT straight to object storage through a
     /// presigned URL are noticed here (the store learns the size on first use); an object
-    /// larger than the limit is deleted and counts as absent.
+    /// larger than the limit or than the size its upload declared (what the tenant's stored
+    /// bytes quota reserved) is deleted and counts as absent.
     pub async fn uploaded_artifact(
         &self,
         id: &str,
@@ -20,7 +21,7 @@ impl Hosts {
         let Some(size) = self.hub.files.stat(&art.object_key).await? else {
             return Ok(None);
         };
-        if size > self.config.max_artifact_bytes {
+        if size > self.config.max_artifact_bytes || size > art.size_bytes.max(0) as u64 {
             tracing::warn!(
                 artifact_id = id,
                 size,
@@ -70,7 +71,19 @@ impl Hosts {
             uploaded_at: None,
             created_at: now,
         };
-        self.hub.store.insert_artifact(&rec).await?;
+        let max = self.hub.quotas.effective(&run.tenant_id).stored_bytes;
+        match self.hub.store.insert_artifact_within(&rec, max).await {
+            Ok(()) => {}
+            Err(e) if e.is(crate::error::ErrorKind::LimitExceeded) => {
+                let f = crate::quota::reached("stored_bytes", max, "wait for files to expire");
+                return Ok(vec![error_msg(
+                    HostErrorCode::QuotaExceeded,
+                    f.message,
+                    Some(&run.id),
+                )]);
+            }
+            Err(e) => return Err(e),
+        }
         let ttl = self.config.timeouts.upload_url_ttl;
         let url = urls.upload_url(&rec, ttl).await?;
         Ok(vec![HostMessage::UploadArtifactAck(UploadArtifactAck {

@@ -219,7 +219,8 @@ impl Default for RetentionConfig {
 }
 
 /// Per-tenant quotas (`[quotas]`): the defaults every tenant gets unless the operator set
-/// its own (`switchyard tenant quota`). 0 = unlimited.
+/// its own (`switchyard tenant quota`). 0 = unlimited. The defaults are what a small
+/// deployment would choose; a larger one raises them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QuotasConfig {
@@ -227,7 +228,8 @@ pub struct QuotasConfig {
     pub sockets: u64,
     /// Channels per tenant, cluster-wide.
     pub channels: u64,
-    /// Bytes of unexpired files per tenant; uploads are refused once reached.
+    /// Bytes of unexpired files and host artifacts per tenant; a file or artifact that would
+    /// pass it is refused (uploads, files from chat systems, artifacts).
     pub stored_bytes: u64,
     /// Work requests (channel.open, auth.*, tool.invoke, chat.message, chat.message.delta,
     /// descriptor.get) per tenant per second on each pod, with bursts of twice that.
@@ -242,9 +244,9 @@ pub struct QuotasConfig {
 impl Default for QuotasConfig {
     fn default() -> Self {
         Self {
-            sockets: 0,
-            channels: 0,
-            stored_bytes: 0,
+            sockets: 100,
+            channels: 1000,
+            stored_bytes: 1024 * 1024 * 1024,
             requests_per_second: 1000,
             ephemeral_bytes: 8 * 1024 * 1024,
             refresh_interval: Dur(Duration::from_secs(10)),

@@ -132,10 +132,14 @@ pub(super) async fn artifact_put(
         .hosts
         .hub
         .files
+        // No more than its upload declared: that is what the tenant's quota reserved.
         .put(
             &art.object_key,
             stream,
-            s.gw.hosts.config.max_artifact_bytes,
+            s.gw.hosts
+                .config
+                .max_artifact_bytes
+                .min(art.size_bytes.max(0) as u64),
         )
         .await
     {

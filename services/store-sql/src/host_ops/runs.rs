@@ -139,6 +139,27 @@ pub async fn run_events(
 
 pub async fn insert_artifact(s: &impl Handles, a: &ArtifactRecord) -> BackendResult<()> {
     let mut w = s.write().await?;
+    insert_artifact_row(&mut w, a).await?;
+    w.commit().await
+}
+
+/// Reserves the artifact's declared size in its tenant's stored bytes: refused with
+/// `LimitExceeded` when the tenant's files and artifacts would pass `max_bytes` (0 = no
+/// limit). The sum and the insert are one step under the tenant's lock.
+pub async fn insert_artifact_within(
+    s: &impl Handles,
+    a: &ArtifactRecord,
+    max_bytes: u64,
+) -> BackendResult<()> {
+    let mut tx = s.begin().await?;
+    crate::ops::lock_tenant(s, &mut tx, &a.tenant_id).await?;
+    crate::ops::check_stored_bytes(&mut tx, &a.tenant_id, a.size_bytes.max(0) as u64, max_bytes)
+        .await?;
+    insert_artifact_row(&mut tx, a).await?;
+    tx.commit().await
+}
+
+async fn insert_artifact_row<E: Exec>(w: &mut E, a: &ArtifactRecord) -> BackendResult<()> {
     stmt(concat!(
         "INSERT INTO artifacts (",
         crate::artifact_cols!(),
@@ -154,9 +175,9 @@ pub async fn insert_artifact(s: &impl Handles, a: &ArtifactRecord) -> BackendRes
     .bind(&a.object_key)
     .bind(a.uploaded_at)
     .bind(a.created_at)
-    .execute(&mut w, "insert artifact")
+    .execute(w, "insert artifact")
     .await?;
-    w.commit().await
+    Ok(())
 }
 
 pub async fn get_artifact(s: &impl Handles, id: &str) -> BackendResult<Option<ArtifactRecord>> {

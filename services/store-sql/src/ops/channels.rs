@@ -9,6 +9,11 @@ use crate::{Exec, Handles, Lock, all, json_text, one, stmt};
 
 pub async fn insert_channel(s: &impl Handles, c: &ChannelRecord) -> BackendResult<()> {
     let mut w = s.write().await?;
+    insert_channel_row(&mut w, c).await?;
+    w.commit().await
+}
+
+pub(crate) async fn insert_channel_row<E: Exec>(w: &mut E, c: &ChannelRecord) -> BackendResult<()> {
     stmt(concat!(
         "INSERT INTO channels (",
         crate::channel_cols!(),
@@ -26,9 +31,9 @@ pub async fn insert_channel(s: &impl Handles, c: &ChannelRecord) -> BackendResul
     .bind(&c.binding_key)
     .bind(c.created_at)
     .bind(c.updated_at)
-    .execute(&mut w, "insert channel")
+    .execute(w, "insert channel")
     .await?;
-    w.commit().await
+    Ok(())
 }
 
 pub async fn get_channel(s: &impl Handles, id: &str) -> BackendResult<Option<ChannelRecord>> {

@@ -102,7 +102,30 @@ pub async fn expired_connectors(
 }
 
 pub async fn register_socket(s: &impl Handles, rec: &SocketRecord) -> BackendResult<()> {
+    register_socket_within(s, rec, None).await
+}
+
+/// Registers the socket; with `quota` (tenant, max > 0) only while the tenant has fewer than
+/// max live sockets, counted and inserted under the tenant's lock (`LimitExceeded` when full).
+pub async fn register_socket_within(
+    s: &impl Handles,
+    rec: &SocketRecord,
+    quota: Option<(&str, u64)>,
+) -> BackendResult<()> {
     let mut tx = s.begin().await?;
+    // Lock order: the tenant before its connector.
+    if let Some((tenant_id, max)) = quota.filter(|(_, max)| *max > 0) {
+        crate::ops::lock_tenant(s, &mut tx, tenant_id).await?;
+        let n = crate::ops::count_sockets_on(&mut tx, tenant_id, max).await?;
+        // A retried registration of a socket already counted is not a new one.
+        let known: Option<String> = stmt("SELECT id FROM sockets WHERE id = $1")
+            .bind(&rec.id)
+            .scalar_opt(&mut tx, "find socket")
+            .await?;
+        if n >= max && known.is_none() {
+            return Err(crate::ops::quota_full("sockets"));
+        }
+    }
     // Socket bookkeeping locks the connector row first (see the backends' lock order).
     let lock = format!(
         "SELECT id FROM connectors WHERE id = $1{}",

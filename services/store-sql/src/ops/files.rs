@@ -7,9 +7,14 @@ use crate::records::{direction, file, lease};
 use crate::{Exec, Handles, all, one, stmt};
 
 pub async fn insert_file(s: &impl Handles, f: &FileRecord) -> BackendResult<()> {
+    let mut w = s.write().await?;
+    insert_file_row(&mut w, f).await?;
+    w.commit().await
+}
+
+pub(crate) async fn insert_file_row<E: Exec>(w: &mut E, f: &FileRecord) -> BackendResult<()> {
     let size =
         i64::try_from(f.byte_size).map_err(|_| BackendError::internal("file size out of range"))?;
-    let mut w = s.write().await?;
     stmt(concat!(
         "INSERT INTO files (",
         crate::file_cols!(),
@@ -26,9 +31,9 @@ pub async fn insert_file(s: &impl Handles, f: &FileRecord) -> BackendResult<()> 
     .bind(&f.storage_key)
     .bind(f.created_at)
     .bind(f.expires_at)
-    .execute(&mut w, "insert file")
+    .execute(w, "insert file")
     .await?;
-    w.commit().await
+    Ok(())
 }
 
 pub async fn get_file(s: &impl Handles, file_ref: &str) -> BackendResult<Option<FileRecord>> {

@@ -1,10 +1,10 @@
 //! Tenants, their API keys and quotas.
 
-use switchyard_core::error::{BackendError, BackendResult};
+use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
 
 use crate::records::{api_key, tenant};
-use crate::{Exec, Handles, all, capped, count, get, one, stmt};
+use crate::{Exec, Handles, Lock, all, capped, count, get, one, stmt};
 
 pub async fn ping(s: &impl Handles) -> BackendResult<()> {
     stmt("SELECT 1").execute(&mut s.read(), "ping").await?;
@@ -162,13 +162,21 @@ pub async fn count_tenant_sockets(
     tenant_id: &str,
     at_most: u64,
 ) -> BackendResult<u64> {
+    count_sockets_on(&mut s.read(), tenant_id, at_most).await
+}
+
+pub(crate) async fn count_sockets_on<E: Exec>(
+    e: &mut E,
+    tenant_id: &str,
+    at_most: u64,
+) -> BackendResult<u64> {
     let n: i64 = stmt(
         "SELECT COUNT(*) FROM (SELECT 1 FROM sockets s JOIN connectors c \
          ON c.id = s.connector_id WHERE c.tenant_id = $1 LIMIT $2) t",
     )
     .bind(tenant_id)
     .bind(capped(at_most))
-    .scalar(&mut s.read(), "count tenant sockets")
+    .scalar(e, "count tenant sockets")
     .await?;
     Ok(count(n))
 }
@@ -178,13 +186,99 @@ pub async fn count_tenant_channels(
     tenant_id: &str,
     at_most: u64,
 ) -> BackendResult<u64> {
+    count_channels_on(&mut s.read(), tenant_id, at_most).await
+}
+
+async fn count_channels_on<E: Exec>(
+    e: &mut E,
+    tenant_id: &str,
+    at_most: u64,
+) -> BackendResult<u64> {
     let n: i64 =
         stmt("SELECT COUNT(*) FROM (SELECT 1 FROM channels WHERE tenant_id = $1 LIMIT $2) t")
             .bind(tenant_id)
             .bind(capped(at_most))
-            .scalar(&mut s.read(), "count tenant channels")
+            .scalar(e, "count tenant channels")
             .await?;
     Ok(count(n))
+}
+
+/// Takes the tenant's row lock until the transaction ends, so one tenant's quota checks and
+/// the inserts they admit run one at a time (on SQLite the writer's `BEGIN IMMEDIATE` lock
+/// already does). Nothing else locks a tenant row; it is taken before any other lock.
+pub(crate) async fn lock_tenant<E: Exec>(
+    s: &impl Handles,
+    tx: &mut E,
+    tenant_id: &str,
+) -> BackendResult<()> {
+    let sql = format!(
+        "SELECT id FROM tenants WHERE id = $1{}",
+        s.lock(Lock::NoKeyUpdate)
+    );
+    stmt(&sql)
+        .bind(tenant_id)
+        .execute(tx, "lock tenant")
+        .await?;
+    Ok(())
+}
+
+/// The refusal of an insert that would pass a tenant quota.
+pub(crate) fn quota_full(quota: &str) -> BackendError {
+    BackendError::new(
+        ErrorKind::LimitExceeded,
+        format!("tenant quota {quota} reached"),
+    )
+}
+
+/// Refuses `adding` bytes when the tenant's stored bytes would pass `max` (0 = no limit).
+pub(crate) async fn check_stored_bytes<E: Exec>(
+    e: &mut E,
+    tenant_id: &str,
+    adding: u64,
+    max: u64,
+) -> BackendResult<()> {
+    if max == 0 {
+        return Ok(());
+    }
+    let held = stored_bytes_on(e, tenant_id).await?;
+    if held.saturating_add(adding) > max {
+        return Err(quota_full("stored_bytes"));
+    }
+    Ok(())
+}
+
+/// Inserts the channel unless the tenant already has `max` (0 = no limit); the count and the
+/// insert are one step under the tenant's lock.
+pub async fn insert_channel_within(
+    s: &impl Handles,
+    c: &ChannelRecord,
+    max: u64,
+) -> BackendResult<()> {
+    let mut tx = s.begin().await?;
+    if max > 0 {
+        lock_tenant(s, &mut tx, &c.tenant_id).await?;
+        if count_channels_on(&mut tx, &c.tenant_id, max).await? >= max {
+            return Err(quota_full("channels"));
+        }
+    }
+    crate::ops::insert_channel_row(&mut tx, c).await?;
+    tx.commit().await
+}
+
+/// Records the file unless the tenant's files and artifacts would pass `max_bytes` with it
+/// (0 = no limit); the sum and the insert are one step under the tenant's lock.
+pub async fn insert_file_within(
+    s: &impl Handles,
+    f: &FileRecord,
+    max_bytes: u64,
+) -> BackendResult<()> {
+    let mut tx = s.begin().await?;
+    if max_bytes > 0 {
+        lock_tenant(s, &mut tx, &f.tenant_id).await?;
+        check_stored_bytes(&mut tx, &f.tenant_id, f.byte_size, max_bytes).await?;
+    }
+    crate::ops::insert_file_row(&mut tx, f).await?;
+    tx.commit().await
 }
 
 pub async fn touch_api_key(s: &impl Handles, id: &str, now: i64) -> BackendResult<()> {
@@ -202,10 +296,18 @@ pub async fn touch_api_key(s: &impl Handles, id: &str, now: i64) -> BackendResul
 }
 
 pub async fn tenant_stored_bytes(s: &impl Handles, tenant_id: &str) -> BackendResult<u64> {
-    let n: i64 =
-        stmt("SELECT CAST(COALESCE(SUM(byte_size), 0) AS BIGINT) FROM files WHERE tenant_id = $1")
-            .bind(tenant_id)
-            .scalar(&mut s.read(), "tenant stored bytes")
-            .await?;
+    stored_bytes_on(&mut s.read(), tenant_id).await
+}
+
+/// A tenant's files and host artifacts (an artifact counts its declared size from the
+/// moment its upload URL is handed out).
+async fn stored_bytes_on<E: Exec>(e: &mut E, tenant_id: &str) -> BackendResult<u64> {
+    let n: i64 = stmt(
+        "SELECT CAST(COALESCE((SELECT SUM(byte_size) FROM files WHERE tenant_id = $1), 0) \
+         + COALESCE((SELECT SUM(size_bytes) FROM artifacts WHERE tenant_id = $1), 0) AS BIGINT)",
+    )
+    .bind(tenant_id)
+    .scalar(e, "tenant stored bytes")
+    .await?;
     Ok(count(n))
 }
