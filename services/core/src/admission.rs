@@ -214,7 +214,7 @@ mod tests {
         // A request with no known tenant is held to its channel's share.
         let _u = a.admit(None, "u0").expect("unknown tenant");
         drop((b1, b2));
-        assert!(a.busy.lock().unwrap().channels.get("b0").is_none());
+        assert!(!a.busy.lock().unwrap().channels.contains_key("b0"));
         drop(held);
         assert!(a.busy.lock().unwrap().tenants.is_empty());
         assert_eq!(a.pod.available_permits(), 7);
