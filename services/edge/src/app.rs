@@ -472,24 +472,31 @@ pub async fn run(
         store: hub.store.clone(),
         draining: draining.clone(),
     };
-    // The internal listener: what monitoring and the kubelet need, nothing an operator
-    // token opens.
+    // The operator API (/admin/v1) and the console (/console). With `admin_listen` set (the
+    // chart sets it) they get their own address, so network access to /metrics is not
+    // console access; unset, they stay on the internal listener, where CONTRACT.md puts them.
+    let admin_routes = crate::hosts::operator_router(gateway.clone()).merge(
+        crate::console::router(crate::console::ConsoleState {
+            hosts: hosts.clone(),
+            operators: gateway.operators.clone(),
+        }),
+    );
+    let own_admin_listener = !cfg.admin_listen.trim().is_empty();
+    // The internal listener: what monitoring and the kubelet need, and the operators' routes
+    // only when they have no listener of their own.
     let metrics_app = Router::new()
         .route("/metrics", get(metrics_text))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .with_state(probe);
+    let (metrics_app, admin_app) = if own_admin_listener {
+        (metrics_app, admin_routes)
+    } else {
+        (metrics_app.merge(admin_routes), Router::new())
+    };
     let metrics_app = crate::telemetry::observe(metrics_app, "internal", &pod);
-    // The admin listener: the operator API (/admin/v1) and the console (/console), on their
-    // own address, so network access to /metrics is not console access.
-    let admin_app = crate::hosts::operator_router(gateway.clone()).merge(crate::console::router(
-        crate::console::ConsoleState {
-            hosts: hosts.clone(),
-            operators: gateway.operators.clone(),
-        },
-    ));
     let admin_app = crate::telemetry::observe(admin_app, "admin", &pod);
-    let admin_listener = if gateway.operators.is_empty() || cfg.admin_listen.trim().is_empty() {
+    let admin_listener = if gateway.operators.is_empty() || !own_admin_listener {
         None
     } else {
         let l = TcpListener::bind(cfg.admin_listen.trim())

@@ -1,7 +1,8 @@
-//! The console (`/console`) and the operator API (`/admin/v1`) are served on the admin
-//! listener (admin_listen) only: the public listener, which ingresses expose, and the
-//! internal one, which monitoring reaches, answer 404 for them; `/metrics` and the probes
-//! stay on the internal listener.
+//! The console (`/console`) and the operator API (`/admin/v1`): with an admin listener
+//! (admin_listen) they are served there only, and the public listener, which ingresses
+//! expose, and the internal one, which monitoring reaches, answer 404 for them; without one
+//! they are on the internal listener (CONTRACT.md). `/metrics` and the probes stay on the
+//! internal listener.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -108,6 +109,53 @@ async fn console_and_operator_api_are_served_on_the_admin_listener_only() {
     assert_eq!(get(internal_addr, "/livez", None).await.0, 200);
     assert_eq!(get(internal_addr, "/metrics", None).await.0, 200);
     assert_eq!(get(admin_addr, "/metrics", None).await.0, 404);
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), pod)
+        .await
+        .expect("drains")
+        .unwrap()
+        .unwrap();
+}
+
+/// Without `admin_listen`, the console and the operator API are where CONTRACT.md puts them:
+/// on the internal listener, behind the operator token, never on the public one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_admin_listener_they_stay_on_the_internal_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let internal = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (public_addr, internal_addr) =
+        (public.local_addr().unwrap(), internal.local_addr().unwrap());
+    let cfg = Config {
+        data_dir: dir.path().join("data"),
+        listen: public_addr.to_string(),
+        metrics_listen: internal_addr.to_string(),
+        hosts_tls_listen: String::new(),
+        operator_tokens: SecretList(vec![Secret::new(format!("alice={TOKEN}"))]),
+        ..Config::default()
+    };
+    assert_eq!(cfg.admin_listen, "", "the default has no admin listener");
+    let shutdown = CancellationToken::new();
+    let pod = tokio::spawn(switchyard::run(cfg, public, internal, shutdown.clone()));
+    let mut up = false;
+    for _ in 0..100 {
+        if get(internal_addr, "/livez", None).await.0 == 200 {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(up, "the pod did not start");
+
+    let path = "/admin/v1/hosts?tenant=nobody";
+    assert_eq!(get(public_addr, path, Some(TOKEN)).await.0, 404);
+    assert_eq!(get(public_addr, "/console/login", None).await.0, 404);
+    let (status, body) = get(internal_addr, path, Some(TOKEN)).await;
+    assert_eq!((status, body.trim()), (200, "[]"));
+    assert_eq!(get(internal_addr, path, None).await.0, 401);
+    assert_eq!(get(internal_addr, "/console/login", None).await.0, 200);
+    assert_eq!(get(internal_addr, "/metrics", None).await.0, 200);
 
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(30), pod)

@@ -20,8 +20,9 @@ pub use values::*;
 pub struct Config {
     pub listen: String,
     pub metrics_listen: String,
-    /// The admin listener: the console (`/console`) and the operator API (`/admin/v1`).
-    /// Opened only when operator tokens are configured; "" = off.
+    /// The admin listener: the console (`/console`) and the operator API (`/admin/v1`) on
+    /// their own address, opened when operator tokens are configured; "" = they are served
+    /// on the internal listener (`metrics_listen`).
     pub admin_listen: String,
     pub data_dir: PathBuf,
     pub database_url: Option<String>,
@@ -76,7 +77,7 @@ impl Default for Config {
         Self {
             listen: "127.0.0.1:8080".into(),
             metrics_listen: "127.0.0.1:9090".into(),
-            admin_listen: "127.0.0.1:9091".into(),
+            admin_listen: String::new(),
             data_dir: PathBuf::from("./data"),
             database_url: None,
             database_schema: None,
