@@ -63,6 +63,10 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<
     wh.max_inbound_concurrent_per_tenant = cfg.ingress.max_concurrent_per_tenant;
     wh.max_inbound_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
     wh.outbound = cfg.outbound.policy();
+    let mut dc =
+        switchyard_provider_discord::DiscordConfig::new(build_info(), &cfg.discord.api_base);
+    dc.lease_ttl = cfg.discord.lease_ttl.0;
+    dc.turn_ttl = cfg.discord.turn_ttl.0;
     let mut tg =
         switchyard_provider_telegram::TelegramConfig::new(build_info(), &cfg.telegram.api_base);
     tg.max_webhook_bytes = cfg.ingress.max_json_bytes;
@@ -105,6 +109,7 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<
         Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
         Arc::new(switchyard_provider_wechat::WechatProvider::new(wx)),
         Arc::new(switchyard_provider_feishu::FeishuProvider::new(fs)),
+        Arc::new(switchyard_provider_discord::DiscordProvider::new(dc)),
         Arc::new(switchyard_provider_slack::SlackProvider::new(sl)),
         Arc::new(
             switchyard_provider_agent_host::AgentHostProvider::new(

@@ -49,6 +49,7 @@ pub struct Config {
     pub telegram: TelegramConfig,
     pub wechat: WechatConfig,
     pub feishu: FeishuConfig,
+    pub discord: DiscordConfig,
     pub slack: SlackConfig,
     pub log: LogConfig,
     /// The pods' mTLS listener for host agents; empty = off.
@@ -103,6 +104,7 @@ impl Default for Config {
             telegram: TelegramConfig::default(),
             wechat: WechatConfig::default(),
             feishu: FeishuConfig::default(),
+            discord: DiscordConfig::default(),
             slack: SlackConfig::default(),
             log: LogConfig::default(),
             hosts_tls_listen: "127.0.0.1:8443".into(),
@@ -273,6 +275,7 @@ impl Config {
             ("wechat.api_base", &self.wechat.api_base),
             ("wechat.cdn_base", &self.wechat.cdn_base),
             ("feishu.accounts_base", &self.feishu.accounts_base),
+            ("discord.api_base", &self.discord.api_base),
             ("feishu.lark_accounts_base", &self.feishu.lark_accounts_base),
             ("slack.api_base", &self.slack.api_base),
         ] {

@@ -498,6 +498,29 @@ pub struct FeishuConfig {
     pub turn_ttl: Dur,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiscordConfig {
+    /// Discord REST root (`{base}/channels/{id}/messages`, ...); the Gateway URL comes from
+    /// `GET {base}/gateway/bot`.
+    pub api_base: String,
+    /// Lifetime of a bot's Gateway lease (one session per bot in the cluster): how soon
+    /// another pod takes the session over (and resumes it) after the holder dies.
+    pub lease_ttl: Dur,
+    /// Longest an answer's turn keeps its target channel without a final or `idle`.
+    pub turn_ttl: Dur,
+}
+
+impl Default for DiscordConfig {
+    fn default() -> Self {
+        Self {
+            api_base: "https://discord.com/api/v10".into(),
+            lease_ttl: Dur(Duration::from_secs(30)),
+            turn_ttl: Dur(Duration::from_secs(600)),
+        }
+    }
+}
+
 impl Default for FeishuConfig {
     fn default() -> Self {
         Self {
