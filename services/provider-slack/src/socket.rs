@@ -238,7 +238,12 @@ async fn serve(
                     "disconnect" => {
                         let reason = v.get("reason").and_then(Value::as_str).unwrap_or("");
                         tracing::info!(app_key, reason, "slack asked for a new socket mode connection");
-                        break if reason == "link_disabled" { Ended::Revoked } else { Ended::Again };
+                        break match reason {
+                            "link_disabled" => Ended::Revoked,
+                            // Another consumer holds Slack's ten connections: back off.
+                            "too_many_websockets" => Ended::Failed,
+                            _ => Ended::Again,
+                        };
                     }
                     kind => {
                         let Some(envelope_id) = v.get("envelope_id").and_then(Value::as_str).map(str::to_owned) else {
