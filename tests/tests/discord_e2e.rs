@@ -153,7 +153,11 @@ async fn discord_bind_inbound_outbound_and_no_token_anywhere() {
         .expect("chat.message");
     assert_eq!(ack.str_at("/status"), Some("accepted"), "{ack:?}");
     let sent = dc.all_sent();
-    assert_eq!(sent.len(), 1, "the final edited the streamed message: {sent:?}");
+    assert_eq!(
+        sent.len(),
+        1,
+        "the final edited the streamed message: {sent:?}"
+    );
     assert_eq!(sent[0].content, "Not much, Ada.");
     assert_eq!(sent[0].channel_id, GUILD_CHANNEL);
     assert_eq!(
@@ -172,7 +176,10 @@ async fn discord_bind_inbound_outbound_and_no_token_anywhere() {
         .await
         .expect("invoke");
     assert_eq!(res.str_at("/result/status"), Some("sent"), "{res:?}");
-    assert_eq!(dc.all_sent().last().map(|m| m.content.as_str()), Some("tool text"));
+    assert_eq!(
+        dc.all_sent().last().map(|m| m.content.as_str()),
+        Some("tool text")
+    );
 
     // Revocation: Discord refuses the token; the send is rejected, the Descriptor says revoked.
     dc.revoke(TOKEN);

@@ -116,10 +116,11 @@ async fn serve(s: Arc<Shared>, at_resume_url: bool, mut socket: WebSocket) {
                     OpCode::Close => {
                         // Closing with 1000 or 1001 ends the session (gateway.mdx, "Disconnecting").
                         let code = frame.close_code().map(u16::from);
-                        if matches!(code, Some(1000 | 1001)) && let Some((_, sid)) = &session {
-                            if let Some(sess) = s.lock().sessions.get_mut(sid) {
-                                sess.invalid = true;
-                            }
+                        if matches!(code, Some(1000 | 1001))
+                            && let Some((_, sid)) = &session
+                            && let Some(sess) = s.lock().sessions.get_mut(sid)
+                        {
+                            sess.invalid = true;
                         }
                         break;
                     }

@@ -437,15 +437,26 @@ impl FakeDiscord {
             .map(|f| {
                 let att = self.shared.snowflake();
                 let path = format!("/attachments/{channel_id}/{att}/{}", f.filename);
-                g.attachments
-                    .insert(path.clone(), (f.content_type.clone().unwrap_or_default(), f.bytes.clone()));
+                g.attachments.insert(
+                    path.clone(),
+                    (f.content_type.clone().unwrap_or_default(), f.bytes.clone()),
+                );
                 json!({"id": att, "filename": f.filename, "size": f.bytes.len(),
                     "url": format!("{}{path}", self.shared.base_url),
                     "proxy_url": format!("{}{path}", self.shared.base_url),
                     "content_type": f.content_type})
             })
             .collect();
-        let d = message_object(&g, &id, channel_id, author_id, &content, mention_bot.then_some(bot_id), attachments, None);
+        let d = message_object(
+            &g,
+            &id,
+            channel_id,
+            author_id,
+            &content,
+            mention_bot.then_some(bot_id),
+            attachments,
+            None,
+        );
         g.messages.insert(
             id.clone(),
             StoredMessage {
@@ -466,9 +477,13 @@ impl FakeDiscord {
     /// sees when a resume from an older sequence replays it (the message id is the same).
     pub fn redeliver(&self, bot_id: &str, message_id: &str) -> Option<u64> {
         let mut g = self.shared.lock();
-        let d = g.sessions.values().flat_map(|s| s.log.iter()).find_map(|(_, t, d)| {
-            (t == "MESSAGE_CREATE" && d["id"] == message_id).then(|| d.clone())
-        })?;
+        let d = g
+            .sessions
+            .values()
+            .flat_map(|s| s.log.iter())
+            .find_map(|(_, t, d)| {
+                (t == "MESSAGE_CREATE" && d["id"] == message_id).then(|| d.clone())
+            })?;
         let ch = d["channel_id"].as_str().unwrap_or_default().to_owned();
         let need = intent_for(&g, &ch);
         g.dispatch(bot_id, "MESSAGE_CREATE", &d, need)
@@ -530,7 +545,11 @@ impl FakeDiscord {
     pub fn revoke(&self, token: &str) {
         let mut g = self.shared.lock();
         g.revoked.insert(token.to_owned());
-        let bot = g.bots.values().find(|b| b.token == token).map(|b| b.id.clone());
+        let bot = g
+            .bots
+            .values()
+            .find(|b| b.token == token)
+            .map(|b| b.id.clone());
         if let Some(bot) = bot {
             for s in g.sessions.values_mut().filter(|s| s.bot_id == bot) {
                 s.invalid = true;

@@ -24,10 +24,7 @@ pub(crate) fn router(s: Arc<Shared>) -> Router {
             patch(edit_message),
         )
         .route("/api/v10/channels/{channel}/typing", post(typing))
-        .route(
-            "/attachments/{channel}/{id}/{filename}",
-            get(attachment),
-        )
+        .route("/attachments/{channel}/{id}/{filename}", get(attachment))
         .with_state(s)
 }
 
@@ -82,7 +79,11 @@ fn rate_limited(retry_after: f64, global: bool, bucket: Option<(&str, u32)>) -> 
             set(h, "x-ratelimit-limit", limit.to_string());
             set(h, "x-ratelimit-remaining", "0".into());
             set(h, "x-ratelimit-reset-after", format!("{retry_after:.3}"));
-            set(h, "x-ratelimit-reset", format!("{:.3}", epoch_secs() + retry_after));
+            set(
+                h,
+                "x-ratelimit-reset",
+                format!("{:.3}", epoch_secs() + retry_after),
+            );
             set(h, "x-ratelimit-bucket", name.to_owned());
         }
     }
@@ -103,7 +104,10 @@ impl Limits {
         for (k, v) in [
             ("x-ratelimit-limit", self.limit.to_string()),
             ("x-ratelimit-remaining", self.remaining.to_string()),
-            ("x-ratelimit-reset-after", format!("{:.3}", self.reset_after)),
+            (
+                "x-ratelimit-reset-after",
+                format!("{:.3}", self.reset_after),
+            ),
             (
                 "x-ratelimit-reset",
                 format!("{:.3}", epoch_secs() + self.reset_after),
@@ -130,6 +134,8 @@ fn bucket_of(route: &str) -> &'static str {
 
 /// Counts a call; answers an injected failure, an exhausted bucket (per route and top-level
 /// channel) or the global limit, else the headers of the allowed call.
+// The early answer of a route, returned as is; boxing it would only add noise.
+#[allow(clippy::result_large_err)]
 fn admit(g: &mut Inner, bot_id: &str, route: &str, major: &str) -> Result<Limits, Response> {
     let bucket = bucket_of(route);
     let (limit, window) = match route {
@@ -169,13 +175,16 @@ fn admit(g: &mut Inner, bot_id: &str, route: &str, major: &str) -> Result<Limits
         gb.used = 0;
     }
     if gb.used >= global_limit {
-        let left = Duration::from_secs(1).saturating_sub(now.duration_since(gb.window_start.unwrap_or(now)));
+        let left = Duration::from_secs(1)
+            .saturating_sub(now.duration_since(gb.window_start.unwrap_or(now)));
         return Err(rate_limited(left.as_secs_f64().max(0.001), true, None));
     }
     gb.used += 1;
     let key = format!("{bot_id}:{bucket}:{major}");
     let b = g.buckets.entry(key).or_default();
-    if b.window_start.is_none_or(|t| now.duration_since(t) >= window) {
+    if b.window_start
+        .is_none_or(|t| now.duration_since(t) >= window)
+    {
         b.window_start = Some(now);
         b.used = 0;
     }
@@ -183,7 +192,11 @@ fn admit(g: &mut Inner, bot_id: &str, route: &str, major: &str) -> Result<Limits
         .saturating_sub(now.duration_since(b.window_start.unwrap_or(now)))
         .as_secs_f64();
     if b.used >= limit {
-        return Err(rate_limited(reset_after.max(0.001), false, Some((bucket, limit))));
+        return Err(rate_limited(
+            reset_after.max(0.001),
+            false,
+            Some((bucket, limit)),
+        ));
     }
     b.used += 1;
     Ok(Limits {
@@ -208,6 +221,8 @@ fn count(g: &mut Inner, route: &str) {
     *g.calls.entry(route.to_owned()).or_default() += 1;
 }
 
+// The early answer of a route, returned as is; boxing it would only add noise.
+#[allow(clippy::result_large_err)]
 fn bot_of(g: &Inner, headers: &HeaderMap) -> Result<String, Response> {
     let token = token_of(headers).ok_or_else(unauthorized)?;
     g.bot_by_token(&token)
@@ -258,6 +273,8 @@ struct Body {
     files: Vec<SentFile>,
 }
 
+// The early answer of a route, returned as is; boxing it would only add noise.
+#[allow(clippy::result_large_err)]
 async fn read_body(req: Request) -> Result<Body, Response> {
     let multipart = req
         .headers()
@@ -265,11 +282,21 @@ async fn read_body(req: Request) -> Result<Body, Response> {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("multipart/form-data"));
     if !multipart {
-        let bytes = Bytes::from_request(req, &())
-            .await
-            .map_err(|_| error(StatusCode::BAD_REQUEST, 50109, "The request body contains invalid JSON.", None))?;
+        let bytes = Bytes::from_request(req, &()).await.map_err(|_| {
+            error(
+                StatusCode::BAD_REQUEST,
+                50109,
+                "The request body contains invalid JSON.",
+                None,
+            )
+        })?;
         let payload = serde_json::from_slice(&bytes).map_err(|_| {
-            error(StatusCode::BAD_REQUEST, 50109, "The request body contains invalid JSON.", None)
+            error(
+                StatusCode::BAD_REQUEST,
+                50109,
+                "The request body contains invalid JSON.",
+                None,
+            )
         })?;
         return Ok(Body {
             payload,
@@ -286,7 +313,12 @@ async fn read_body(req: Request) -> Result<Body, Response> {
         if name == "payload_json" {
             let t = field.text().await.unwrap_or_default();
             payload = serde_json::from_str(&t).map_err(|_| {
-                error(StatusCode::BAD_REQUEST, 50109, "The request body contains invalid JSON.", None)
+                error(
+                    StatusCode::BAD_REQUEST,
+                    50109,
+                    "The request body contains invalid JSON.",
+                    None,
+                )
             })?;
         } else if let Some(n) = name
             .strip_prefix("files[")
@@ -301,7 +333,9 @@ async fn read_body(req: Request) -> Result<Body, Response> {
     // `attachments[].filename` renames `files[id]` (Uploading Files, `developers/reference.mdx`).
     if let Some(atts) = payload["attachments"].as_array() {
         for a in atts {
-            let id = a["id"].as_u64().or_else(|| a["id"].as_str().and_then(|s| s.parse().ok()));
+            let id = a["id"]
+                .as_u64()
+                .or_else(|| a["id"].as_str().and_then(|s| s.parse().ok()));
             if let (Some(id), Some(name)) = (id, a["filename"].as_str())
                 && let Some((_, f)) = files.iter_mut().find(|(n, _)| *n as u64 == id)
             {
@@ -350,10 +384,19 @@ async fn create_message(
     let p = &body.payload;
     let content = p["content"].as_str().unwrap_or("").to_owned();
     if content.chars().count() > MAX_CONTENT_CHARS {
-        return form_error("content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length.");
+        return form_error(
+            "content",
+            "BASE_TYPE_MAX_LENGTH",
+            "Must be 2000 or fewer in length.",
+        );
     }
     if content.is_empty() && body.files.is_empty() {
-        return error(StatusCode::BAD_REQUEST, 50006, "Cannot send an empty message", None);
+        return error(
+            StatusCode::BAD_REQUEST,
+            50006,
+            "Cannot send an empty message",
+            None,
+        );
     }
     let nonce = match &p["nonce"] {
         Value::String(n) => Some(n.clone()),
@@ -361,7 +404,11 @@ async fn create_message(
         _ => None,
     };
     if nonce.as_ref().is_some_and(|n| n.chars().count() > 25) {
-        return form_error("nonce", "BASE_TYPE_MAX_LENGTH", "Must be 25 or fewer in length.");
+        return form_error(
+            "nonce",
+            "BASE_TYPE_MAX_LENGTH",
+            "Must be 25 or fewer in length.",
+        );
     }
     let enforce = p["enforce_nonce"].as_bool().unwrap_or(false);
     if enforce && let Some(n) = &nonce {
@@ -370,8 +417,10 @@ async fn create_message(
         if let Some((existing, _)) = g.nonces.get(&(bot.clone(), n.clone())).cloned()
             && let Some(m) = g.messages.get(&existing)
         {
-            let (ch, author, content) = (m.channel_id.clone(), m.author_id.clone(), m.content.clone());
-            let v = crate::message_object(&g, &existing, &ch, &author, &content, None, vec![], None);
+            let (ch, author, content) =
+                (m.channel_id.clone(), m.author_id.clone(), m.content.clone());
+            let v =
+                crate::message_object(&g, &existing, &ch, &author, &content, None, vec![], None);
             return limits.apply(axum::Json(v).into_response());
         }
     }
@@ -406,7 +455,16 @@ async fn create_message(
             (String::new(), f.bytes.clone()),
         );
     }
-    let mut v = crate::message_object(&g, &id, &channel, &bot, &content, None, atts, reference.as_deref());
+    let mut v = crate::message_object(
+        &g,
+        &id,
+        &channel,
+        &bot,
+        &content,
+        None,
+        atts,
+        reference.as_deref(),
+    );
     if let Some(n) = &nonce {
         v["nonce"] = json!(n);
         if enforce {
@@ -455,7 +513,12 @@ async fn edit_message(
         Err(r) => return r,
     };
     let Ok(p) = serde_json::from_slice::<Value>(&body) else {
-        return error(StatusCode::BAD_REQUEST, 50109, "The request body contains invalid JSON.", None);
+        return error(
+            StatusCode::BAD_REQUEST,
+            50109,
+            "The request body contains invalid JSON.",
+            None,
+        );
     };
     if !g.channels.contains_key(&channel) {
         return error(StatusCode::NOT_FOUND, 10003, "Unknown Channel", None);
@@ -477,7 +540,11 @@ async fn edit_message(
         return l.apply(axum::Json(v).into_response());
     };
     if content.chars().count() > MAX_CONTENT_CHARS {
-        return form_error("content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length.");
+        return form_error(
+            "content",
+            "BASE_TYPE_MAX_LENGTH",
+            "Must be 2000 or fewer in length.",
+        );
     }
     if let Some(m) = g.messages.get_mut(&message) {
         m.content = content.clone();

@@ -68,7 +68,11 @@ impl ApiError {
             Class::Transient => ProviderError::transient("Discord is unavailable; retry later"),
             Class::Permanent => {
                 let (status, code, message) = match self {
-                    Self::Discord { status, code, message } => (*status, *code, message.as_str()),
+                    Self::Discord {
+                        status,
+                        code,
+                        message,
+                    } => (*status, *code, message.as_str()),
                     _ => (0, 0, ""),
                 };
                 let said: String = message.chars().take(200).collect();
@@ -217,7 +221,14 @@ impl Api {
             }
             return serde_json::from_slice(&bytes).map_err(|_| ApiError::Decode);
         }
-        count(c.route, if status == 401 { "unauthorized" } else { "error" });
+        count(
+            c.route,
+            if status == 401 {
+                "unauthorized"
+            } else {
+                "error"
+            },
+        );
         let b: ErrorBody = serde_json::from_slice(&bytes).unwrap_or(ErrorBody {
             message: String::new(),
             code: 0,
@@ -303,8 +314,8 @@ impl Api {
             method: Method::GET,
             path: "/gateway/bot".into(),
         };
-        let v = crate::kit::retry::retrying(deadline, || self.call(&c, &Body::None, deadline))
-            .await?;
+        let v =
+            crate::kit::retry::retrying(deadline, || self.call(&c, &Body::None, deadline)).await?;
         v.get("url")
             .and_then(Value::as_str)
             .filter(|u| u.starts_with("wss://") || u.starts_with("ws://"))
@@ -319,7 +330,6 @@ pub(crate) enum DownloadError {
     Gone,
     TooLarge,
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -30,7 +30,11 @@ impl Credentials {
         let token = v.get(FIELD_TOKEN)?.as_str().filter(|t| token_shape_ok(t))?;
         Some(Self {
             token: Secret::new(token),
-            bot_id: v.get("bot_id")?.as_str().filter(|s| snowflake_ok(s))?.to_owned(),
+            bot_id: v
+                .get("bot_id")?
+                .as_str()
+                .filter(|s| snowflake_ok(s))?
+                .to_owned(),
             bot_name: v
                 .get("bot_name")
                 .and_then(Value::as_str)
@@ -97,7 +101,14 @@ mod tests {
     #[test]
     fn shapes_and_names() {
         assert!(token_shape_ok(TOKEN));
-        for bad in ["", "abc", "Bot MTIz.a.b", "a.b", "aaaaaaaaaaaaaaaaaaaaaaaa/b.c", "x.y.z"] {
+        for bad in [
+            "",
+            "abc",
+            "Bot MTIz.a.b",
+            "a.b",
+            "aaaaaaaaaaaaaaaaaaaaaaaa/b.c",
+            "x.y.z",
+        ] {
             assert!(!token_shape_ok(bad), "{bad}");
         }
         assert!(snowflake_ok("1100000000000000001"));

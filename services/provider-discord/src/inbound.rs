@@ -78,13 +78,19 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot, a: &Attachm
         a.filename.clone()
     };
     if a.size > max {
-        return Fetch::Skipped(format!("[{name} was not downloaded: larger than {} MB]", max / (1024 * 1024)));
+        return Fetch::Skipped(format!(
+            "[{name} was not downloaded: larger than {} MB]",
+            max / (1024 * 1024)
+        ));
     }
     let (stream, mime) = match rt.api.download(&a.url, max).await {
         Ok(x) => x,
         Err(DownloadError::Transient) => return Fetch::Retry,
         Err(DownloadError::TooLarge) => {
-            return Fetch::Skipped(format!("[{name} was not downloaded: larger than {} MB]", max / (1024 * 1024)));
+            return Fetch::Skipped(format!(
+                "[{name} was not downloaded: larger than {} MB]",
+                max / (1024 * 1024)
+            ));
         }
         Err(DownloadError::Gone) => {
             return Fetch::Skipped(format!("[{name} could not be downloaded from Discord]"));
@@ -180,7 +186,12 @@ pub(crate) async fn handle_message(
     outcome
 }
 
-async fn remember(rt: &Runtime, host: &dyn ProviderServices, channel_id: &str, conv: &Conversation) {
+async fn remember(
+    rt: &Runtime,
+    host: &dyn ProviderServices,
+    channel_id: &str,
+    conv: &Conversation,
+) {
     let Ok(json) = serde_json::to_string(conv) else {
         return;
     };
@@ -223,7 +234,10 @@ mod tests {
     fn takes_dms_and_mentions_of_users_only() {
         assert!(wanted(&msg("1", None, &[]), "42"), "a DM");
         assert!(wanted(&msg("1", Some("g"), &["42"]), "42"), "a mention");
-        assert!(!wanted(&msg("1", Some("g"), &["43"]), "42"), "someone else mentioned");
+        assert!(
+            !wanted(&msg("1", Some("g"), &["43"]), "42"),
+            "someone else mentioned"
+        );
         assert!(!wanted(&msg("42", None, &[]), "42"), "the bot itself");
         let mut b = msg("5", None, &[]);
         b.author.bot = true;

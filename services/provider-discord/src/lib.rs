@@ -152,19 +152,35 @@ impl Runtime {
     }
 
     pub async fn is_revoked(&self, host: &dyn ProviderServices, fp: &str) -> bool {
-        if self.revoked.lock().unwrap_or_else(|p| p.into_inner()).contains(fp) {
+        if self
+            .revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(fp)
+        {
             return true;
         }
-        if self.known_good.lock().unwrap_or_else(|p| p.into_inner()).contains(fp) {
+        if self
+            .known_good
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(fp)
+        {
             return false;
         }
         match host.kv_get(&format!("revoked:{fp}")).await {
             Ok(Some(v)) if v == "1" => {
-                self.revoked.lock().unwrap_or_else(|p| p.into_inner()).insert(fp.to_owned());
+                self.revoked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(fp.to_owned());
                 true
             }
             Ok(_) => {
-                self.known_good.lock().unwrap_or_else(|p| p.into_inner()).insert(fp.to_owned());
+                self.known_good
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(fp.to_owned());
                 false
             }
             // Unknown: treated as usable; Discord answers 401 again if it is not.
@@ -173,7 +189,10 @@ impl Runtime {
     }
 
     pub async fn clear_revoked(&self, host: &dyn ProviderServices, fp: &str) {
-        self.revoked.lock().unwrap_or_else(|p| p.into_inner()).remove(fp);
+        self.revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(fp);
         if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "0").await {
             tracing::warn!(error = %e, "revocation mark not cleared");
         }
@@ -183,12 +202,14 @@ impl Runtime {
     /// channel bound with it `revoked`, which pushes their Descriptors.
     pub async fn on_revoked(&self, host: &dyn ProviderServices, bot: &Bot) {
         let fp = bot.creds.fingerprint();
-        self.mark(host, &fp, &bot.key, ConnectionStatus::Revoked).await;
+        self.mark(host, &fp, &bot.key, ConnectionStatus::Revoked)
+            .await;
     }
 
     /// The same for a channel this pod has not loaded yet.
     pub async fn revoke_channel(&self, host: &dyn ProviderServices, channel_id: &str, fp: &str) {
-        self.mark(host, fp, channel_id, ConnectionStatus::Revoked).await;
+        self.mark(host, fp, channel_id, ConnectionStatus::Revoked)
+            .await;
     }
 
     /// Discord closed the Gateway for good (4010 to 4014: most often the Message Content
@@ -197,8 +218,14 @@ impl Runtime {
         let fp = bot.creds.fingerprint();
         // Kept like a revocation (no session with this token until it is bound again), so
         // the supervisor does not reconnect in a loop.
-        self.revoked.lock().unwrap_or_else(|p| p.into_inner()).insert(fp.clone());
-        self.known_good.lock().unwrap_or_else(|p| p.into_inner()).remove(&fp);
+        self.revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fp.clone());
+        self.known_good
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fp);
         if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "1").await {
             tracing::warn!(error = %e, "gateway refusal not stored");
         }
@@ -225,9 +252,22 @@ impl Runtime {
         }
     }
 
-    async fn mark(&self, host: &dyn ProviderServices, fp: &str, name: &str, status: ConnectionStatus) {
-        let first = self.revoked.lock().unwrap_or_else(|p| p.into_inner()).insert(fp.to_owned());
-        self.known_good.lock().unwrap_or_else(|p| p.into_inner()).remove(fp);
+    async fn mark(
+        &self,
+        host: &dyn ProviderServices,
+        fp: &str,
+        name: &str,
+        status: ConnectionStatus,
+    ) {
+        let first = self
+            .revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fp.to_owned());
+        self.known_good
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(fp);
         if first {
             tracing::warn!(bot = %name, "discord refused a bot token; its channels are marked revoked");
             metrics::counter!("switchyard_discord_tokens_revoked_total").increment(1);
@@ -245,7 +285,11 @@ impl Runtime {
 }
 
 pub(crate) fn internal(message: &str) -> ProviderError {
-    ProviderError::new(ProviderErrorKind::Internal, ErrorCode::Internal.as_str(), message)
+    ProviderError::new(
+        ProviderErrorKind::Internal,
+        ErrorCode::Internal.as_str(),
+        message,
+    )
 }
 
 pub(crate) fn credentials(binding: &Binding) -> Result<Credentials, ProviderError> {
@@ -314,7 +358,12 @@ fn flow_failed(code: &str, message: &str) -> AuthStep {
 
 /// After a binding was made or released here: once the core stored the change, wake the
 /// supervisor so the Gateway session starts (or stops) at once.
-fn after_change(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>, channel_id: String, bound: bool) {
+fn after_change(
+    rt: Arc<Runtime>,
+    host: Arc<dyn ProviderServices>,
+    channel_id: String,
+    bound: bool,
+) {
     tokio::spawn(async move {
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -411,7 +460,12 @@ impl Provider for DiscordProvider {
 
     async fn release(&self, binding: &Binding) -> Result<(), ProviderError> {
         if let Some(host) = self.rt.host.get() {
-            after_change(self.rt.clone(), host.clone(), binding.channel_id.clone(), false);
+            after_change(
+                self.rt.clone(),
+                host.clone(),
+                binding.channel_id.clone(),
+                false,
+            );
         }
         Ok(())
     }

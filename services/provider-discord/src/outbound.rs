@@ -248,7 +248,10 @@ impl Target<'_> {
         } else {
             Body::Multipart(&form)
         };
-        let got = retrying(self.deadline, || self.rt.api.call(&call, &body, self.deadline)).await;
+        let got = retrying(self.deadline, || {
+            self.rt.api.call(&call, &body, self.deadline)
+        })
+        .await;
         match got {
             Ok(v) => v
                 .get("id")
@@ -273,7 +276,9 @@ impl Target<'_> {
         );
         let payload = json!({"content": text, "allowed_mentions": {"parse": []}});
         let body = Body::Json(&payload);
-        retrying(self.deadline, || self.rt.api.call(&call, &body, self.deadline))
+        retrying(self.deadline, || {
+            self.rt.api.call(&call, &body, self.deadline)
+        })
         .await
         .map(|_| ())
     }
@@ -292,7 +297,9 @@ impl Target<'_> {
             Err(e) if e.is_unauthorized() => {
                 let _ = self.fail(e).await;
             }
-            Err(e) => tracing::debug!(connector_channel_id = self.channel_id, error = %e, "discord typing not shown"),
+            Err(e) => {
+                tracing::debug!(connector_channel_id = self.channel_id, error = %e, "discord typing not shown")
+            }
         }
     }
 
@@ -476,7 +483,10 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
             }
             let dest = recipient(&t, args).await?;
             let file = t.read_file(file_ref).await?;
-            vec![t.create(&dest, text, false, &format!("{key}:file"), &[file]).await?]
+            vec![
+                t.create(&dest, text, false, &format!("{key}:file"), &[file])
+                    .await?,
+            ]
         }
         other => {
             return Err(ProviderError::new(
@@ -525,7 +535,10 @@ struct Stream {
 }
 
 fn stream_key(channel_id: &str, message_id: &str) -> String {
-    format!("dc:stream:{channel_id}:{}", sha256_hex(message_id.as_bytes()))
+    format!(
+        "dc:stream:{channel_id}:{}",
+        sha256_hex(message_id.as_bytes())
+    )
 }
 
 fn fingerprint(text: &str) -> String {
@@ -563,7 +576,13 @@ async fn apply(
                     status: 403 | 404, ..
                 }) => {
                     let id = t
-                        .create(dest, &text, index == 0, &format!("{key}:again:{index}"), &[])
+                        .create(
+                            dest,
+                            &text,
+                            index == 0,
+                            &format!("{key}:again:{index}"),
+                            &[],
+                        )
                         .await?;
                     s.ids[index] = id;
                     s.shown[index] = fingerprint(&text);
@@ -611,7 +630,11 @@ pub(crate) async fn delta(
                 ..Stream::default()
             };
             let bytes = serde_json::to_vec(&claim).unwrap_or_default();
-            if !eph.put_if_absent(&skey, bytes, STREAM_TTL).await.unwrap_or(false) {
+            if !eph
+                .put_if_absent(&skey, bytes, STREAM_TTL)
+                .await
+                .unwrap_or(false)
+            {
                 return Ok(());
             }
             claim
@@ -682,8 +705,14 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
             files.push(t.read_file(&f.record.file_ref).await?);
         }
         for (i, chunk) in files.chunks(MAX_FILES_PER_MESSAGE).enumerate() {
-            t.create(&dest, "", parts.is_empty() && i == 0, &format!("{key}:files:{i}"), chunk)
-                .await?;
+            t.create(
+                &dest,
+                "",
+                parts.is_empty() && i == 0,
+                &format!("{key}:files:{i}"),
+                chunk,
+            )
+            .await?;
         }
         Ok::<(), ProviderError>(())
     }

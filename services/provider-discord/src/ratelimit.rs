@@ -128,7 +128,14 @@ impl Limiter {
     }
 
     /// A 429: nothing of the bucket (or, when global, of the bot) goes before `retry_after`.
-    pub fn limited(&self, bot: &str, route: &str, major: &str, retry_after: Duration, global: bool) {
+    pub fn limited(
+        &self,
+        bot: &str,
+        route: &str,
+        major: &str,
+        retry_after: Duration,
+        global: bool,
+    ) {
         let until = Instant::now() + retry_after;
         let mut s = self.lock();
         if global {
@@ -167,9 +174,21 @@ mod tests {
         l.update("b", "create", "1", &h("abc", 1, 5000));
         assert_eq!(l.wait("b", "create", "1"), None, "one left");
         assert!(l.wait("b", "create", "1").is_some(), "none left");
-        assert_eq!(l.wait("b", "create", "2"), None, "another channel has its own");
-        assert_eq!(l.wait("b", "typing", "1"), None, "another route has its own");
-        assert_eq!(l.wait("other", "create", "1"), None, "another bot has its own");
+        assert_eq!(
+            l.wait("b", "create", "2"),
+            None,
+            "another channel has its own"
+        );
+        assert_eq!(
+            l.wait("b", "typing", "1"),
+            None,
+            "another route has its own"
+        );
+        assert_eq!(
+            l.wait("other", "create", "1"),
+            None,
+            "another bot has its own"
+        );
         l.limited("b", "typing", "1", Duration::from_secs(3), true);
         let w = l.wait("b", "edit", "9").expect("global limit");
         assert!(w > Duration::from_secs(2));

@@ -51,7 +51,11 @@ async fn a_refused_or_malformed_token_fails_clearly() {
             other => panic!("{bad:?}: {other:?}"),
         }
     }
-    assert_eq!(dc.calls("users_me"), 1, "malformed tokens never reach Discord");
+    assert_eq!(
+        dc.calls("users_me"),
+        1,
+        "malformed tokens never reach Discord"
+    );
     // A revoked token is refused the same way.
     dc.revoke(TOKEN);
     assert!(matches!(

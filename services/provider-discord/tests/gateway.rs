@@ -40,13 +40,32 @@ async fn dms_and_mentions_arrive_with_the_authors_name_and_nothing_else_does() {
     );
     let dm = dc.push_message(BOT_ID, DM, USER, "hello in private", false, &[]);
     dc.push_message(BOT_ID, GUILD_CHANNEL, USER, "not for the bot", false, &[]);
-    dc.push_message(BOT_ID, GUILD_CHANNEL, OTHER_BOT, "a bot mentioning", true, &[]);
+    dc.push_message(
+        BOT_ID,
+        GUILD_CHANNEL,
+        OTHER_BOT,
+        "a bot mentioning",
+        true,
+        &[],
+    );
     dc.push_edit(BOT_ID, &dm.message_id, "hello, edited");
     // The bot's own message comes back over the Gateway too.
-    pod.tool(CH, TOOL_MESSAGE_SEND, json!({"connector_channel_id": CH, "text": "from the bot", "recipient_ref": DM}), "k1")
-        .await
-        .expect("sent");
-    let mention = dc.push_message(BOT_ID, GUILD_CHANNEL, USER, "hello in the server", true, &[]);
+    pod.tool(
+        CH,
+        TOOL_MESSAGE_SEND,
+        json!({"connector_channel_id": CH, "text": "from the bot", "recipient_ref": DM}),
+        "k1",
+    )
+    .await
+    .expect("sent");
+    let mention = dc.push_message(
+        BOT_ID,
+        GUILD_CHANNEL,
+        USER,
+        "hello in the server",
+        true,
+        &[],
+    );
     let got = texts(&pod, 2).await;
     assert_eq!(got, ["hello in private", "hello in the server"]);
     // Everything after the mention was handled too (the session moved past it), nothing more.
@@ -54,7 +73,10 @@ async fn dms_and_mentions_arrive_with_the_authors_name_and_nothing_else_does() {
     let all = stored(pod.cluster(), CH);
     assert_eq!(all.len(), 2, "{all:?}");
     assert_eq!(all[0].message_id, format!("{DM}:{}", dm.message_id));
-    assert_eq!(all[1].message_id, format!("{GUILD_CHANNEL}:{}", mention.message_id));
+    assert_eq!(
+        all[1].message_id,
+        format!("{GUILD_CHANNEL}:{}", mention.message_id)
+    );
     for m in &all {
         assert_eq!(m.sender_name.as_deref(), Some("Ada Lovelace"));
         assert_eq!(m.sender_id.as_deref(), Some(USER));
@@ -76,11 +98,21 @@ async fn a_dropped_connection_resumes_the_session_with_no_loss_and_no_repeat() {
     let got = texts(&pod, 6).await;
     assert_eq!(
         got,
-        ["before 0", "before 1", "before 2", "while down 0", "while down 1", "while down 2"]
+        [
+            "before 0",
+            "before 1",
+            "before 2",
+            "while down 0",
+            "while down 1",
+            "while down 2"
+        ]
     );
     let s = dc.gateway_stats(BOT_ID);
     assert_eq!(s.identifies, 1, "resumed, not identified again");
-    assert!(s.resumes_at_resume_url >= 1, "resumed at resume_gateway_url: {s:?}");
+    assert!(
+        s.resumes_at_resume_url >= 1,
+        "resumed at resume_gateway_url: {s:?}"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(stored(pod.cluster(), CH).len(), 6, "nothing twice");
 }
@@ -147,7 +179,11 @@ async fn a_revoked_token_marks_the_channel_and_a_disallowed_intent_fails_it() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(dc.gateway_stats(BOT_ID).connections, 0, "no session was opened");
+    assert_eq!(
+        dc.gateway_stats(BOT_ID).connections,
+        0,
+        "no session was opened"
+    );
     assert!(dc.calls("gateway_bot") <= 2, "no reconnect loop after 4014");
 }
 
@@ -171,7 +207,12 @@ async fn another_pod_takes_the_session_over_and_resumes_it() {
     let s = dc.gateway_stats(BOT_ID);
     assert_eq!(s.identifies, 1, "the session was resumed by pod b: {s:?}");
     assert_eq!(s.max_live_sessions, 1, "never two sessions at once");
-    assert_eq!(cluster.lease_holder(&format!("gw:{}", bot_key())).as_deref(), Some("pod-b"));
+    assert_eq!(
+        cluster
+            .lease_holder(&format!("gw:{}", bot_key()))
+            .as_deref(),
+        Some("pod-b")
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(stored(&cluster, CH).len(), 4, "nothing twice");
 }

@@ -11,19 +11,29 @@ pub(crate) const INTENTS: u64 = (1 << 9) | (1 << 12) | (1 << 15);
 
 #[derive(Debug)]
 pub(crate) enum Incoming {
-    Hello { heartbeat_interval: Duration },
-    Dispatch { seq: u64, event: Event },
+    Hello {
+        heartbeat_interval: Duration,
+    },
+    Dispatch {
+        seq: u64,
+        event: Event,
+    },
     /// The Gateway asks for a heartbeat now.
     Heartbeat,
     Reconnect,
-    InvalidSession { resumable: bool },
+    InvalidSession {
+        resumable: bool,
+    },
     HeartbeatAck,
     Other,
 }
 
 #[derive(Debug)]
 pub(crate) enum Event {
-    Ready { session_id: String, resume_url: String },
+    Ready {
+        session_id: String,
+        resume_url: String,
+    },
     Resumed,
     MessageCreate(Box<MessageCreate>),
     Other,
@@ -173,22 +183,41 @@ mod tests {
             parse(r#"{"op":10,"d":{"heartbeat_interval":41250},"s":null,"t":null}"#),
             Some(Incoming::Hello { heartbeat_interval }) if heartbeat_interval == Duration::from_millis(41250)
         ));
-        assert!(matches!(parse(r#"{"op":11}"#), Some(Incoming::HeartbeatAck)));
-        assert!(matches!(parse(r#"{"op":7,"d":null}"#), Some(Incoming::Reconnect)));
+        assert!(matches!(
+            parse(r#"{"op":11}"#),
+            Some(Incoming::HeartbeatAck)
+        ));
+        assert!(matches!(
+            parse(r#"{"op":7,"d":null}"#),
+            Some(Incoming::Reconnect)
+        ));
         assert!(matches!(
             parse(r#"{"op":9,"d":false}"#),
             Some(Incoming::InvalidSession { resumable: false })
         ));
         let ready = r#"{"op":0,"s":1,"t":"READY","d":{"v":10,"session_id":"abc","resume_gateway_url":"wss://r.example"}}"#;
         match parse(ready) {
-            Some(Incoming::Dispatch { seq: 1, event: Event::Ready { session_id, resume_url } }) => {
-                assert_eq!((session_id.as_str(), resume_url.as_str()), ("abc", "wss://r.example"));
+            Some(Incoming::Dispatch {
+                seq: 1,
+                event:
+                    Event::Ready {
+                        session_id,
+                        resume_url,
+                    },
+            }) => {
+                assert_eq!(
+                    (session_id.as_str(), resume_url.as_str()),
+                    ("abc", "wss://r.example")
+                );
             }
             other => panic!("{other:?}"),
         }
         let m = r#"{"op":0,"s":5,"t":"MESSAGE_CREATE","d":{"id":"9","channel_id":"7","author":{"id":"3","username":"ada","global_name":"Ada"},"content":"hi","mentions":[],"attachments":[{"id":"1","filename":"a.png","size":3,"url":"https://cdn/a.png"}],"type":0}}"#;
         match parse(m) {
-            Some(Incoming::Dispatch { seq: 5, event: Event::MessageCreate(m) }) => {
+            Some(Incoming::Dispatch {
+                seq: 5,
+                event: Event::MessageCreate(m),
+            }) => {
                 assert_eq!(m.author.global_name.as_deref(), Some("Ada"));
                 assert!(m.guild_id.is_none());
                 assert_eq!(m.attachments[0].filename, "a.png");
@@ -206,7 +235,10 @@ mod tests {
         assert_eq!(close_kind(4009), CloseKind::NewSession);
         assert_eq!(close_kind(4000), CloseKind::Resume);
         assert_eq!(close_kind(1006), CloseKind::Resume);
-        assert_eq!(with_query("wss://g.example"), "wss://g.example?v=10&encoding=json");
+        assert_eq!(
+            with_query("wss://g.example"),
+            "wss://g.example?v=10&encoding=json"
+        );
         assert!(identify("t").contains("\"intents\":37376"));
         let hb: Value = serde_json::from_str(&heartbeat(None)).unwrap();
         assert_eq!(hb, json!({"op": 1, "d": null}));

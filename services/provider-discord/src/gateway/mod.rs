@@ -217,7 +217,11 @@ impl<'a> Session<'a> {
         let deadline = Instant::now() + rt.cfg.request_timeout * 2;
         let url = match &self.state {
             Some(s) if !s.resume_url.is_empty() => s.resume_url.clone(),
-            _ => match rt.api.gateway_url(&bot.creds.token, &bot.key, deadline).await {
+            _ => match rt
+                .api
+                .gateway_url(&bot.creds.token, &bot.key, deadline)
+                .await
+            {
                 Ok(u) => u,
                 Err(e) if e.is_unauthorized() => {
                     rt.on_revoked(self.host, bot).await;
@@ -235,7 +239,10 @@ impl<'a> Session<'a> {
             return Ended::Failed;
         };
         let options = yawc::Options::default()
-            .with_limits(rt.cfg.max_gateway_message_bytes, rt.cfg.max_gateway_message_bytes)
+            .with_limits(
+                rt.cfg.max_gateway_message_bytes,
+                rt.cfg.max_gateway_message_bytes,
+            )
             .with_utf8();
         let connected = tokio::time::timeout(
             rt.cfg.request_timeout,

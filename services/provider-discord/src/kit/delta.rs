@@ -37,7 +37,11 @@ pub(crate) fn split(text: &str, max: usize) -> Vec<String> {
 
 /// The steps from what is shown (a fingerprint per message, in order) to `parts`: changed
 /// messages are edited, missing ones created, unchanged ones left alone.
-pub(crate) fn plan(shown: &[String], parts: &[String], fingerprint: impl Fn(&str) -> String) -> Vec<Step> {
+pub(crate) fn plan(
+    shown: &[String],
+    parts: &[String],
+    fingerprint: impl Fn(&str) -> String,
+) -> Vec<Step> {
     parts
         .iter()
         .enumerate()
@@ -78,7 +82,10 @@ mod tests {
         assert!(split("   ", 2).is_empty());
         let long = "x".repeat(4500);
         let parts = split(&long, 2000);
-        assert_eq!(parts.iter().map(|p| p.chars().count()).collect::<Vec<_>>(), [2000, 2000, 500]);
+        assert_eq!(
+            parts.iter().map(|p| p.chars().count()).collect::<Vec<_>>(),
+            [2000, 2000, 500]
+        );
     }
 
     #[test]
@@ -87,17 +94,29 @@ mod tests {
         assert_eq!(
             plan(&[], &parts, fp),
             [
-                Step::Create { index: 0, text: "aa".into() },
-                Step::Create { index: 1, text: "bbb".into() }
+                Step::Create {
+                    index: 0,
+                    text: "aa".into()
+                },
+                Step::Create {
+                    index: 1,
+                    text: "bbb".into()
+                }
             ]
         );
         assert_eq!(
             plan(&["#2".into()], &parts, fp),
-            [Step::Create { index: 1, text: "bbb".into() }]
+            [Step::Create {
+                index: 1,
+                text: "bbb".into()
+            }]
         );
         assert_eq!(
             plan(&["#1".into(), "#3".into()], &parts, fp),
-            [Step::Edit { index: 0, text: "aa".into() }]
+            [Step::Edit {
+                index: 0,
+                text: "aa".into()
+            }]
         );
         assert!(edit_due(0, 1000, 1000));
         assert!(!edit_due(500, 1000, 1000));

@@ -91,7 +91,11 @@ mod tests {
         })
         .await;
         assert!(r.is_err());
-        assert_eq!(n.load(Ordering::SeqCst), 1, "an auth refusal is not repeated");
+        assert_eq!(
+            n.load(Ordering::SeqCst),
+            1,
+            "an auth refusal is not repeated"
+        );
         let r: Result<(), E> = retrying(Instant::now() + Duration::from_millis(50), || async {
             Err(E(Class::RateLimited(Duration::from_secs(60))))
         })

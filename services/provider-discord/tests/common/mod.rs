@@ -73,7 +73,11 @@ impl Pod {
 pub async fn fake() -> FakeDiscord {
     let dc = FakeDiscord::start().await;
     dc.add_bot(TOKEN, BOT_ID, "switchyard_test_bot");
-    dc.add_bot("MTEwMDAwMDAwMDAwMDAwMDEwMQ.AbCdEf.other-bot-token_0123456789abcdef", OTHER_BOT, "other_bot");
+    dc.add_bot(
+        "MTEwMDAwMDAwMDAwMDAwMDEwMQ.AbCdEf.other-bot-token_0123456789abcdef",
+        OTHER_BOT,
+        "other_bot",
+    );
     dc.add_user(USER, "Ada Lovelace");
     dc.add_dm_channel(DM, USER);
     dc.add_guild_channel(GUILD_CHANNEL, GUILD);
@@ -94,7 +98,9 @@ pub async fn bind_live(pod: &Pod, dc: &FakeDiscord, channel_id: &str) {
     .await;
     // READY handled: the session state is kept.
     eventually(WAIT, "session state kept", || async {
-        pod.cluster().kv(&format!("gw:{}", bot_key())).filter(|s| !s.is_empty())
+        pod.cluster()
+            .kv(&format!("gw:{}", bot_key()))
+            .filter(|s| !s.is_empty())
     })
     .await;
 }
@@ -106,7 +112,10 @@ pub fn bot_key() -> String {
 }
 
 /// The messages stored for `channel_id`, in order.
-pub fn stored(cluster: &Cluster, channel_id: &str) -> Vec<switchyard_core::provider::InboundMessage> {
+pub fn stored(
+    cluster: &Cluster,
+    channel_id: &str,
+) -> Vec<switchyard_core::provider::InboundMessage> {
     cluster
         .inbound()
         .into_iter()
