@@ -36,6 +36,8 @@
 //!   for a bad token, 4013 for unknown intent bits, 4014 for a privileged intent the app is
 //!   not allowed (MESSAGE_CONTENT here), 4003 for a payload before Identify, 4007 for a
 //!   resume `seq` ahead of the session. Dispatch sequence numbers count up from 1 per session.
+//!   A client that closes with 1000 or 1001 ends its session (gateway.mdx, "Disconnecting");
+//!   any other close keeps it resumable, and a resume of a session live elsewhere moves it.
 //! - Intents (`developers/events/gateway.mdx`, "Gateway Intents" and "Message Content
 //!   Intent"): MESSAGE_CREATE of guilds needs GUILD_MESSAGES (1 << 9), of DMs
 //!   DIRECT_MESSAGES (1 << 12); without MESSAGE_CONTENT (1 << 15) a guild message that does
