@@ -17,7 +17,7 @@ use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
 use switchyard_core::ProviderServices;
-use tokio::task::JoinHandle;
+use switchyard_provider_kit::{Consumers, Lease, LeaseConfig, jittered, pause};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -27,40 +27,25 @@ use crate::apps::App;
 use crate::frame::{Frame, METHOD_CONTROL, METHOD_DATA};
 use crate::inbound::{Handled, handle_event};
 
-struct Task {
-    fingerprint: String,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
-
 /// The supervisor loop of one pod; ends (giving its leases up) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
     host: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
-    let mut tasks: HashMap<String, Task> = HashMap::new();
+    let mut tasks = Consumers::new(&stop);
     loop {
-        reconcile(&rt, &host, &mut tasks, &stop).await;
+        reconcile(&rt, &host, &mut tasks).await;
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(rt.cfg.refresh_interval) => {}
             _ = rt.kick.notified() => {}
         }
     }
-    for t in tasks.values() {
-        t.stop.cancel();
-    }
-    let all = tasks.into_values().map(|t| t.task);
-    let _ = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(all)).await;
+    tasks.shutdown().await;
 }
 
-async fn reconcile(
-    rt: &Arc<Runtime>,
-    host: &Arc<dyn ProviderServices>,
-    tasks: &mut HashMap<String, Task>,
-    stop: &CancellationToken,
-) {
+async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &mut Consumers) {
     if let Err(e) = rt.registry.refresh(host.as_ref()).await {
         tracing::warn!(error = %e, "bound feishu apps not reloaded; retried at the next refresh");
         return;
@@ -72,42 +57,17 @@ async fn reconcile(
         }
         wanted.insert(app.key.clone(), (rt.fingerprint(&app), app));
     }
-    tasks.retain(|key, t| {
-        let keep =
-            wanted.get(key).is_some_and(|(fp, _)| *fp == t.fingerprint) && !t.task.is_finished();
-        if !keep {
-            t.stop.cancel();
-        }
-        keep
-    });
+    tasks.retain(
+        &wanted
+            .iter()
+            .map(|(k, (fp, _))| (k.clone(), fp.clone()))
+            .collect(),
+    );
     for (key, (fp, app)) in wanted {
-        if tasks.contains_key(&key) {
-            continue;
-        }
-        let child = stop.child_token();
-        let task = tokio::spawn(run_app(rt.clone(), host.clone(), app, child.clone()));
-        tasks.insert(
-            key,
-            Task {
-                fingerprint: fp,
-                stop: child,
-                task,
-            },
-        );
+        let (rt, host) = (rt.clone(), host.clone());
+        tasks.ensure(&key, &fp, move |stop| run_app(rt, host, app, stop));
     }
     metrics::gauge!("switchyard_feishu_long_connection_apps").set(tasks.len() as f64);
-}
-
-async fn pause(stop: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = stop.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
-    }
-}
-
-fn jittered(d: Duration) -> Duration {
-    let ms = d.as_millis().max(2) as u64;
-    Duration::from_millis(ms / 2 + rand::random::<u64>() % ms)
 }
 
 enum Ended {
@@ -123,40 +83,19 @@ async fn run_app(
     app: Arc<App>,
     stop: CancellationToken,
 ) {
-    let lease = format!("ws:{}", app.key);
-    let mut held = false;
+    let cfg = LeaseConfig {
+        ttl: rt.cfg.lease_ttl,
+        retry: rt.cfg.lease_retry,
+        backoff: rt.cfg.reconnect_backoff,
+    };
+    let name = format!("ws:{}", app.key);
+    let mut lease = Lease::new(host.clone(), name, "feishu long connection", cfg);
     let mut failures: u32 = 0;
-    loop {
-        if stop.is_cancelled() {
-            break;
-        }
-        let generation = match host.acquire_lease(&lease, rt.cfg.lease_ttl).await {
-            Ok(Some(g)) => g,
-            Ok(None) => {
-                held = false;
-                if !pause(&stop, jittered(rt.cfg.lease_retry)).await {
-                    break;
-                }
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(app_key = %app.key, error = %e, "feishu connection lease unavailable");
-                held = false;
-                if !pause(&stop, rt.cfg.reconnect_backoff).await {
-                    break;
-                }
-                continue;
-            }
-        };
-        if !held {
-            tracing::info!(app_key = %app.key, generation, "feishu long connection lease held");
-            held = true;
-        }
-        match connect_and_serve(&rt, host.as_ref(), &app, &lease, generation, &stop).await {
+    while lease.hold(&stop).await.is_some() {
+        match connect_and_serve(&rt, host.as_ref(), &app, &mut lease, &stop).await {
             Ended::Stopped => break,
             Ended::LostLease => {
                 tracing::info!(app_key = %app.key, "feishu long connection lease lost; connection closed");
-                held = false;
                 failures = 0;
             }
             Ended::Revoked => {
@@ -176,9 +115,7 @@ async fn run_app(
             }
         }
     }
-    if held && let Err(e) = host.release_lease(&lease).await {
-        tracing::warn!(app_key = %app.key, error = %e, "feishu connection lease not released; it expires");
-    }
+    lease.release().await;
 }
 
 fn ack_frame(mut f: Frame, code: u16, biz_ms: u128) -> Vec<u8> {
@@ -250,8 +187,7 @@ async fn connect_and_serve(
     rt: &Runtime,
     host: &dyn ProviderServices,
     app: &App,
-    lease: &str,
-    generation: i64,
+    lease: &mut Lease,
     stop: &CancellationToken,
 ) -> Ended {
     let (url, cfg) = match rt.api.ws_endpoint(&app.creds).await {
@@ -293,8 +229,6 @@ async fn connect_and_serve(
     } else {
         rt.cfg.ping_interval
     });
-    let mut renew = tokio::time::interval(rt.cfg.lease_ttl / 3);
-    renew.tick().await;
     let mut last_seen = Instant::now();
     let silence = rt.cfg.ping_interval.max(ping.period()) * 3;
     let mut fragments = Fragments::default();
@@ -383,23 +317,12 @@ async fn connect_and_serve(
                     break Ended::Failed;
                 }
             }
-            _ = renew.tick() => {
-                // The last renewal is at most a third of the lease old: a renewal still not
-                // done a third later (a busy pool) closes the connection while the lease
-                // still holds, so no other pod's connection ever overlaps this one.
-                let Ok(renewed) = tokio::time::timeout(rt.cfg.lease_ttl / 3, host.acquire_lease(lease, rt.cfg.lease_ttl)).await else {
-                    tracing::warn!(app_key = %app.key, "feishu connection lease renewal timed out; closing");
+            _ = lease.renewal_due() => {
+                // The last renewal is at most a third of the lease old: a renewal that fails
+                // or is still not done a third later (a busy pool) closes the connection while
+                // the lease still holds, so no other pod's connection ever overlaps this one.
+                if lease.renew().await.is_err() {
                     break Ended::LostLease;
-                };
-                match renewed {
-                    Ok(Some(g)) if g == generation => {}
-                    Ok(_) => break Ended::LostLease,
-                    Err(e) => {
-                        // Not knowing is not holding: the connection closes before the lease
-                        // can expire under it.
-                        tracing::warn!(app_key = %app.key, error = %e, "feishu connection lease not renewed; closing");
-                        break Ended::LostLease;
-                    }
                 }
             }
         }

@@ -4,9 +4,9 @@
 //! is made or released here). In webhook mode it registers each bot's webhook once (recorded
 //! in the provider's key/value store, so pods do not repeat it). In polling mode it runs a
 //! poller task per bot on every pod, but only the holder of the bot's lease `poll:<bot_key>`
-//! calls `getUpdates`; the others wait to take over. The holder renews the lease every loop
-//! and moves the durable offset only after the batch is stored, and only while it still holds
-//! the lease of the same generation.
+//! calls `getUpdates`; the others wait to take over (the kit's [`Lease`], renewed while the
+//! long poll waits). The holder moves the durable offset only after the batch is stored, and
+//! only while it still holds the lease of the same generation.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
 use switchyard_core::crypto::sha256_hex;
 use switchyard_core::provider::{Binding, ProviderError};
-use tokio::task::JoinHandle;
+use switchyard_provider_kit::{Consumers, Held, Lease, LeaseConfig, pause};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -34,78 +34,13 @@ const ALLOWED_UPDATES: [&str; 4] = [
     "edited_channel_post",
 ];
 
-struct Poller {
-    token_fp: String,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-/// The pollers of this pod, by bot key.
-pub(crate) struct Pollers {
-    map: HashMap<String, Poller>,
-    stop: CancellationToken,
-}
-
-impl Pollers {
-    fn ensure(&mut self, rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, bot: &Arc<Bot>) {
-        if let Some(p) = self.map.get(&bot.key)
-            && p.token_fp == bot.token_fp
-            && !p.task.is_finished()
-        {
-            return;
-        }
-        if let Some(old) = self.map.remove(&bot.key) {
-            old.stop.cancel();
-        }
-        let stop = self.stop.child_token();
-        let task = tokio::spawn(poll_bot(
-            rt.clone(),
-            host.clone(),
-            bot.clone(),
-            stop.clone(),
-        ));
-        self.map.insert(
-            bot.key.clone(),
-            Poller {
-                token_fp: bot.token_fp.clone(),
-                stop,
-                task,
-            },
-        );
-    }
-
-    /// Stops pollers whose bot has no channel left (or whose token changed or was refused).
-    fn retain(&mut self, wanted: &HashMap<String, String>) {
-        self.map.retain(|key, p| {
-            let keep = wanted.get(key) == Some(&p.token_fp);
-            if !keep {
-                p.stop.cancel();
-            }
-            keep
-        });
-    }
-
-    async fn shutdown(self) {
-        for p in self.map.values() {
-            p.stop.cancel();
-        }
-        // Waiting lets each poller give its lease up, so another pod takes over at once.
-        let tasks = self.map.into_values().map(|p| p.task);
-        let _ =
-            tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(tasks)).await;
-    }
-}
-
 /// The supervisor loop of one pod; ends (and stops its pollers) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
     host: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
-    let mut pollers = Pollers {
-        map: HashMap::new(),
-        stop: stop.child_token(),
-    };
+    let mut pollers = Consumers::new(&stop);
     loop {
         reconcile(&rt, &host, Some(&mut pollers)).await;
         tokio::select! {
@@ -121,7 +56,7 @@ pub(crate) async fn supervise(
 pub(crate) async fn reconcile(
     rt: &Arc<Runtime>,
     host: &Arc<dyn ProviderServices>,
-    pollers: Option<&mut Pollers>,
+    pollers: Option<&mut Consumers>,
 ) {
     if let Err(e) = rt.registry.refresh(host.as_ref(), &rt.revoked_set()).await {
         tracing::warn!(error = %e, "bound telegram bots not reloaded; retried at the next refresh");
@@ -141,7 +76,10 @@ pub(crate) async fn reconcile(
         (Mode::Polling, Some(p)) => {
             p.retain(&wanted);
             for bot in &live {
-                p.ensure(rt, host, bot);
+                let (rt, host, bot) = (rt.clone(), host.clone(), bot.clone());
+                p.ensure(&bot.key.clone(), &bot.token_fp.clone(), move |stop| {
+                    poll_bot(rt, host, bot, stop)
+                });
             }
         }
         (Mode::Polling, None) => {}
@@ -228,76 +166,55 @@ async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
     }
 }
 
-/// Waits `d` unless stopped first; false when stopped.
-async fn pause(stop: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = stop.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
-    }
-}
-
-fn jittered(d: Duration) -> Duration {
-    let ms = d.as_millis().max(1) as u64;
-    Duration::from_millis(ms / 2 + rand::random::<u64>() % ms)
-}
-
 async fn poll_bot(
     rt: Arc<Runtime>,
     host: Arc<dyn ProviderServices>,
     bot: Arc<Bot>,
     stop: CancellationToken,
 ) {
-    let lease = format!("poll:{}", bot.key);
+    let cfg = LeaseConfig {
+        ttl: rt.cfg.poll_lease_ttl,
+        retry: rt.cfg.lease_retry,
+        backoff: rt.cfg.poll_error_backoff,
+    };
+    let mut lease = Lease::new(
+        host.clone(),
+        format!("poll:{}", bot.key),
+        "telegram poller",
+        cfg,
+    );
     let cursor = format!("offset:{}", bot.key);
     let backoff = rt.cfg.poll_error_backoff;
-    let mut held: Option<i64> = None;
     let mut offset: i64 = 0;
     let mut failures = 0u32;
-    loop {
-        if stop.is_cancelled() {
-            break;
-        }
-        match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
-            Ok(Some(generation)) => {
-                if held != Some(generation) {
-                    // A new term: the previous holder (maybe another pod) moved the cursor.
-                    offset = match host.kv_get(&cursor).await {
-                        Ok(v) => v.and_then(|s| s.parse().ok()).unwrap_or(0),
-                        Err(e) => {
-                            tracing::warn!(bot_key = %bot.key, error = %e, "telegram cursor unreadable");
-                            if !pause(&stop, backoff).await {
-                                break;
-                            }
-                            continue;
-                        }
-                    };
-                    tracing::info!(bot_key = %bot.key, generation, "telegram poller holds the lease");
-                    held = Some(generation);
+    while let Some(term) = lease.hold(&stop).await {
+        if term.fresh {
+            // A new term: the previous holder (maybe another pod) moved the cursor.
+            offset = match host.kv_get(&cursor).await {
+                Ok(v) => v.and_then(|s| s.parse().ok()).unwrap_or(0),
+                Err(e) => {
+                    tracing::warn!(bot_key = %bot.key, error = %e, "telegram cursor unreadable");
+                    lease.forget();
+                    if !pause(&stop, backoff).await {
+                        break;
+                    }
+                    continue;
                 }
-            }
-            Ok(None) => {
-                if held.take().is_some() {
-                    tracing::info!(bot_key = %bot.key, "telegram poller lost the lease");
-                }
-                if !pause(&stop, jittered(rt.cfg.lease_retry)).await {
-                    break;
-                }
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(bot_key = %bot.key, error = %e, "telegram poll lease unavailable");
-                held = None;
-                if !pause(&stop, backoff).await {
-                    break;
-                }
-                continue;
-            }
+            };
         }
         let params = json!({"offset": offset, "timeout": rt.cfg.poll_timeout.as_secs(), "allowed_updates": ALLOWED_UPDATES});
         let wait = rt.cfg.poll_timeout + rt.cfg.request_timeout;
-        let polled = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = rt.api.call::<Vec<Value>>(&bot.token, "getUpdates", &params, Some(wait)) => r,
+        let polled = match lease
+            .run(
+                &stop,
+                rt.api
+                    .call::<Vec<Value>>(&bot.token, "getUpdates", &params, Some(wait)),
+            )
+            .await
+        {
+            Held::Done(r) => r,
+            Held::Lost => continue,
+            Held::Stopped => break,
         };
         let mut updates = match polled {
             Ok(u) => {
@@ -353,19 +270,14 @@ async fn poll_bot(
         if next > offset {
             // Fencing: only the holder of this term moves the cursor; a pod that lost the
             // lease mid-batch leaves it to the new holder (its stored updates are de-duplicated).
-            match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
-                Ok(Some(g)) if Some(g) == held => {
-                    match host.kv_put(&cursor, &next.to_string()).await {
-                        Ok(()) => offset = next,
-                        Err(e) => {
-                            tracing::warn!(bot_key = %bot.key, error = %e, "telegram cursor not stored; the batch is fetched again")
-                        }
-                    }
-                }
-                _ => {
-                    tracing::info!(bot_key = %bot.key, "telegram poller lost the lease during a batch");
-                    held = None;
-                    continue;
+            if !lease.confirm().await {
+                tracing::info!(bot_key = %bot.key, "telegram poller lost the lease during a batch");
+                continue;
+            }
+            match host.kv_put(&cursor, &next.to_string()).await {
+                Ok(()) => offset = next,
+                Err(e) => {
+                    tracing::warn!(bot_key = %bot.key, error = %e, "telegram cursor not stored; the batch is fetched again")
                 }
             }
         }
@@ -382,11 +294,7 @@ async fn poll_bot(
             }
         }
     }
-    if held.is_some()
-        && let Err(e) = host.release_lease(&lease).await
-    {
-        tracing::warn!(bot_key = %bot.key, error = %e, "telegram poll lease not released; it expires");
-    }
+    lease.release().await;
 }
 
 /// After a binding was made here: once the core stored it, forget any cached webhook

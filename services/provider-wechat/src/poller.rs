@@ -2,8 +2,9 @@
 //!
 //! Every pod runs a supervisor that reloads the bound bots periodically (and when a binding
 //! is made or released here) and keeps a poller task per bot. Only the holder of the bot's
-//! lease `poll:<bot_key>` calls `getupdates`; the others wait to take over. The holder renews
-//! the lease on every loop, stores the whole batch, then moves the durable cursor, and only
+//! lease `poll:<bot_key>` calls `getupdates`; the others wait to take over (the kit's
+//! [`Lease`], renewed while the long poll waits). The holder stores the whole batch, then
+//! moves the durable cursor, and only
 //! while it still holds the lease of the same generation (iLink's cursor is per batch: a
 //! batch with a message that could not be stored is fetched again; what was stored is
 //! de-duplicated by message id).
@@ -23,7 +24,7 @@ use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
 use switchyard_core::provider::{Binding, ProviderError};
 use switchyard_protocol::ConnectionStatus;
-use tokio::task::JoinHandle;
+use switchyard_provider_kit::{Consumers, Held, Lease, LeaseConfig, pause};
 use tokio_util::sync::CancellationToken;
 
 use switchyard_core::ids::now_ms;
@@ -40,12 +41,6 @@ pub(crate) struct Bot {
     pub key: String,
     pub token_fp: String,
     pub channel_id: String,
-}
-
-struct Poller {
-    token_fp: String,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
 }
 
 fn pause_key(bot_key: &str) -> String {
@@ -86,37 +81,20 @@ pub(crate) async fn supervise(
     host: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
-    let mut pollers: HashMap<String, Poller> = HashMap::new();
+    let mut pollers = Consumers::new(&stop);
     loop {
         if let Ok(bots) = load(host.as_ref()).await {
-            let wanted: HashMap<&str, &Bot> = bots.iter().map(|b| (b.key.as_str(), b)).collect();
-            pollers.retain(|key, p| {
-                let keep = wanted
-                    .get(key.as_str())
-                    .is_some_and(|b| b.token_fp == p.token_fp)
-                    && !p.task.is_finished();
-                if !keep {
-                    p.stop.cancel();
-                }
-                keep
-            });
-            for b in &bots {
-                if pollers.contains_key(&b.key) {
-                    continue;
-                }
-                let child = stop.child_token();
-                let task =
-                    tokio::spawn(poll_bot(rt.clone(), host.clone(), b.clone(), child.clone()));
-                pollers.insert(
-                    b.key.clone(),
-                    Poller {
-                        token_fp: b.token_fp.clone(),
-                        stop: child,
-                        task,
-                    },
-                );
-            }
             metrics::gauge!("switchyard_wechat_bots").set(bots.len() as f64);
+            let wanted = bots
+                .iter()
+                .map(|b| (b.key.clone(), b.token_fp.clone()))
+                .collect();
+            pollers.retain(&wanted);
+            for b in bots {
+                let (rt, host) = (rt.clone(), host.clone());
+                let (key, fp) = (b.key.clone(), b.token_fp.clone());
+                pollers.ensure(&key, &fp, move |stop| poll_bot(rt, host, b, stop));
+            }
         }
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -124,24 +102,8 @@ pub(crate) async fn supervise(
             _ = rt.kick.notified() => {}
         }
     }
-    for p in pollers.values() {
-        p.stop.cancel();
-    }
     // Waiting lets each poller give its lease up, so another pod takes over at once.
-    let tasks = pollers.into_values().map(|p| p.task);
-    let _ = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(tasks)).await;
-}
-
-async fn pause(stop: &CancellationToken, d: Duration) -> bool {
-    tokio::select! {
-        _ = stop.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
-    }
-}
-
-fn jittered(d: Duration) -> Duration {
-    let ms = d.as_millis().max(1) as u64;
-    Duration::from_millis(ms / 2 + rand::random::<u64>() % ms)
+    pollers.shutdown().await;
 }
 
 async fn notify(rt: &Runtime, bot: &Bot, start: bool) {
@@ -260,11 +222,20 @@ async fn poll_bot(
     bot: Bot,
     stop: CancellationToken,
 ) {
-    let lease = format!("poll:{}", bot.key);
+    let cfg = LeaseConfig {
+        ttl: rt.cfg.poll_lease_ttl,
+        retry: rt.cfg.lease_retry,
+        backoff: rt.cfg.poll_error_backoff,
+    };
+    let mut lease = Lease::new(
+        host.clone(),
+        format!("poll:{}", bot.key),
+        "wechat poller",
+        cfg,
+    );
     let cursor_k = cursor_key(&bot.key);
     let peers_k = peers_key(&bot.key);
     let backoff = rt.cfg.poll_error_backoff;
-    let mut held: Option<i64> = None;
     let mut cursor = String::new();
     let mut peers = Peers::default();
     let mut failures = 0u32;
@@ -272,69 +243,43 @@ async fn poll_bot(
     // End of iLink's pause of this bot (ms), and whether the channel shows it.
     let mut paused_to = 0i64;
     let mut paused = false;
-    let renew_every = (rt.cfg.poll_lease_ttl / 3).max(Duration::from_millis(100));
-    loop {
-        if stop.is_cancelled() {
-            break;
-        }
-        match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
-            Ok(Some(generation)) => {
-                if held != Some(generation) {
-                    // A new term: the previous holder (maybe another pod) moved the cursor.
-                    let read = async {
-                        let c = host.kv_get(&cursor_k).await?;
-                        let p = host.kv_get(&peers_k).await?;
-                        let z = host.kv_get(&pause_key(&bot.key)).await?;
-                        Ok::<_, switchyard_core::BackendError>((c, p, z))
-                    };
-                    match read.await {
-                        Ok((c, p, z)) => {
-                            // A pause another pod began (or this one before a restart).
-                            if let Some(u) = z.and_then(|z| z.parse::<i64>().ok()) {
-                                paused_to = u;
-                                paused = true;
-                            }
-                            cursor = c.unwrap_or_default();
-                            peers = p
-                                .map(|p| Peers::open(&p, &bot.creds.token))
-                                .unwrap_or_default();
-                        }
-                        Err(e) => {
-                            tracing::warn!(bot_key = %bot.key, error = %e, "wechat cursor unreadable");
-                            if !pause(&stop, backoff).await {
-                                break;
-                            }
-                            continue;
-                        }
+    while let Some(term) = lease.hold(&stop).await {
+        if term.fresh {
+            // A new term: the previous holder (maybe another pod) moved the cursor.
+            let read = async {
+                let c = host.kv_get(&cursor_k).await?;
+                let p = host.kv_get(&peers_k).await?;
+                let z = host.kv_get(&pause_key(&bot.key)).await?;
+                Ok::<_, switchyard_core::BackendError>((c, p, z))
+            };
+            match read.await {
+                Ok((c, p, z)) => {
+                    // A pause another pod began (or this one before a restart).
+                    if let Some(u) = z.and_then(|z| z.parse::<i64>().ok()) {
+                        paused_to = u;
+                        paused = true;
                     }
-                    tracing::info!(bot_key = %bot.key, generation, "wechat poller holds the lease");
-                    held = Some(generation);
-                    notify(&rt, &bot, true).await;
+                    cursor = c.unwrap_or_default();
+                    peers = p
+                        .map(|p| Peers::open(&p, &bot.creds.token))
+                        .unwrap_or_default();
+                }
+                Err(e) => {
+                    tracing::warn!(bot_key = %bot.key, error = %e, "wechat cursor unreadable");
+                    lease.forget();
+                    if !pause(&stop, backoff).await {
+                        break;
+                    }
+                    continue;
                 }
             }
-            Ok(None) => {
-                if held.take().is_some() {
-                    tracing::info!(bot_key = %bot.key, "wechat poller lost the lease");
-                }
-                if !pause(&stop, jittered(rt.cfg.lease_retry)).await {
-                    break;
-                }
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(bot_key = %bot.key, error = %e, "wechat poll lease unavailable");
-                held = None;
-                if !pause(&stop, backoff).await {
-                    break;
-                }
-                continue;
-            }
+            notify(&rt, &bot, true).await;
         }
         // Paused: rest in steps, renewing the lease at the top of the loop, so another pod
         // does not poll the bot meanwhile.
         let left = paused_to - now_ms();
         if left > 0 {
-            let step = Duration::from_millis(left as u64).min(renew_every);
+            let step = Duration::from_millis(left as u64).min(lease.renew_every());
             if !pause(&stop, step).await {
                 break;
             }
@@ -350,38 +295,11 @@ async fn poll_bot(
             json!({"get_updates_buf": cursor}),
             Some(hold + Duration::from_secs(10)),
         );
-        tokio::pin!(call);
-        let mut renew =
-            tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
-        let mut renewed_at = tokio::time::Instant::now();
-        let polled = loop {
-            tokio::select! {
-                _ = stop.cancelled() => break None,
-                r = &mut call => break Some(r),
-                _ = renew.tick() => {
-                    match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
-                        Ok(Some(g)) if Some(g) == held => renewed_at = tokio::time::Instant::now(),
-                        Ok(_) => {
-                            tracing::info!(bot_key = %bot.key, "wechat poller lost the lease during a poll");
-                            held = None;
-                            break Some(Err(ApiError::Network(crate::ilink::NetKind::Other)));
-                        }
-                        Err(e) => {
-                            tracing::warn!(bot_key = %bot.key, error = %e, "wechat poll lease not renewed");
-                            // Past its TTL another pod may poll: this one stops.
-                            if renewed_at.elapsed() >= rt.cfg.poll_lease_ttl {
-                                held = None;
-                                break Some(Err(ApiError::Network(crate::ilink::NetKind::Other)));
-                            }
-                        }
-                    }
-                }
-            }
+        let polled = match lease.run(&stop, call).await {
+            Held::Done(r) => r,
+            Held::Lost => continue,
+            Held::Stopped => break,
         };
-        let Some(polled) = polled else { break };
-        if held.is_none() {
-            continue;
-        }
         let resp = match polled {
             Ok(v) => {
                 failures = 0;
@@ -431,17 +349,14 @@ async fn poll_bot(
         }
         if outcome == Handled::Done && !next.is_empty() && next != cursor {
             // Fencing: only the holder of this term moves the cursor.
-            match host.acquire_lease(&lease, rt.cfg.poll_lease_ttl).await {
-                Ok(Some(g)) if Some(g) == held => match host.kv_put(&cursor_k, &next).await {
-                    Ok(()) => cursor = next,
-                    Err(e) => {
-                        tracing::warn!(bot_key = %bot.key, error = %e, "wechat cursor not stored; the batch is fetched again")
-                    }
-                },
-                _ => {
-                    tracing::info!(bot_key = %bot.key, "wechat poller lost the lease during a batch");
-                    held = None;
-                    continue;
+            if !lease.confirm().await {
+                tracing::info!(bot_key = %bot.key, "wechat poller lost the lease during a batch");
+                continue;
+            }
+            match host.kv_put(&cursor_k, &next).await {
+                Ok(()) => cursor = next,
+                Err(e) => {
+                    tracing::warn!(bot_key = %bot.key, error = %e, "wechat cursor not stored; the batch is fetched again")
                 }
             }
         }
@@ -462,12 +377,10 @@ async fn poll_bot(
             }
         }
     }
-    if held.is_some() {
+    if lease.generation().is_some() {
         notify(&rt, &bot, false).await;
-        if let Err(e) = host.release_lease(&lease).await {
-            tracing::warn!(bot_key = %bot.key, error = %e, "wechat poll lease not released; it expires");
-        }
     }
+    lease.release().await;
 }
 
 /// After a binding was made here: once the core stored it, wake the supervisor.

@@ -1,0 +1,55 @@
+//! The provider kit: what every IM provider needs and writes once here.
+//!
+//! - [`lease`]: the leased single consumer per bot or app across the deployment (a poller, a
+//!   long connection, a gateway session): take the store lease, renew it at a third of its
+//!   TTL, close while it still holds when a renewal fails or lags, hand it over on stop, take
+//!   it back at once after a restart with the same pod identity; and the per-pod map of
+//!   consumers a provider's supervisor keeps.
+//!
+//! `docs/providers.md` describes how a provider uses them.
+
+pub mod lease;
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+pub use lease::{Consumers, Held, Lease, LeaseConfig, LeaseStore, Lost, Term};
+
+/// Waits `d` unless `stop` is cancelled first; false when stopped.
+pub async fn pause(stop: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+/// `d` spread over [d/2, 3d/2), so pods (or calls) that waited together do not retry together.
+pub fn jittered(d: Duration) -> Duration {
+    let ms = d.as_millis().clamp(2, u128::from(u64::MAX)) as u64;
+    Duration::from_millis(ms / 2 + rand::random::<u64>() % ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_half_to_one_and_a_half() {
+        for _ in 0..1000 {
+            let j = jittered(Duration::from_millis(100));
+            assert!(j >= Duration::from_millis(50) && j < Duration::from_millis(150));
+        }
+        assert!(jittered(Duration::ZERO) < Duration::from_millis(3));
+    }
+
+    #[tokio::test]
+    async fn pause_ends_early_when_stopped() {
+        let stop = CancellationToken::new();
+        assert!(pause(&stop, Duration::from_millis(1)).await);
+        stop.cancel();
+        let started = std::time::Instant::now();
+        assert!(!pause(&stop, Duration::from_secs(30)).await);
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}
