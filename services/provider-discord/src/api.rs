@@ -288,9 +288,13 @@ impl Api {
 
     /// `GET /users/@me`: the bot user the token belongs to.
     pub async fn me(&self, token: &Secret, deadline: Instant) -> Result<Value, ApiError> {
+        // Limits are the token's: one user's refused or limited check holds up no other's.
+        let whose = switchyard_core::crypto::sha256_hex(
+            format!("switchyard.discord.me:{}", token.expose()).as_bytes(),
+        );
         let c = Call {
             token,
-            bot: "binding",
+            bot: &whose[..32],
             route: "users_me",
             major: "",
             method: Method::GET,

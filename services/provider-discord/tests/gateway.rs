@@ -216,3 +216,61 @@ async fn another_pod_takes_the_session_over_and_resumes_it() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(stored(&cluster, CH).len(), 4, "nothing twice");
 }
+
+#[tokio::test]
+async fn a_message_not_stored_yet_is_resumed_before_not_skipped() {
+    let (dc, pod) = live().await;
+    dc.push_message(BOT_ID, DM, USER, "first", false, &[]);
+    texts(&pod, 1).await;
+    // The store refuses for a while: the session must not move past these.
+    pod.cluster()
+        .overloaded
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    dc.push_message(BOT_ID, DM, USER, "second", false, &[]);
+    dc.push_message(BOT_ID, DM, USER, "third", false, &[]);
+    eventually(WAIT, "a resume after the refusal", || async {
+        (dc.gateway_stats(BOT_ID).resumes >= 1).then_some(())
+    })
+    .await;
+    pod.cluster()
+        .overloaded
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(texts(&pod, 3).await, ["first", "second", "third"]);
+    assert_eq!(
+        dc.gateway_stats(BOT_ID).identifies,
+        1,
+        "the same session throughout"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stored(pod.cluster(), CH).len(), 3, "nothing twice");
+}
+
+#[tokio::test]
+async fn a_crashed_pods_session_is_taken_over_from_its_last_kept_sequence() {
+    let dc = fake().await;
+    let cluster = Cluster::new();
+    let a = Pod::start(cluster.clone(), "pod-a", config(&dc.api_base()), true).await;
+    bind_live(&a, &dc, CH).await;
+    let b = Pod::start(cluster.clone(), "pod-b", config(&dc.api_base()), true).await;
+    b.provider.refresh().await.unwrap();
+    dc.push_message(BOT_ID, DM, USER, "before the crash", false, &[]);
+    texts(&a, 1).await;
+    // Pod a can no longer store, renew or take leases: its connection closes when the next
+    // renewal fails; pod b takes the lease once it expires and resumes the kept session.
+    a.host.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+    for i in 0..3 {
+        dc.push_message(BOT_ID, DM, USER, &format!("after {i}"), false, &[]);
+    }
+    let got = texts(&b, 4).await;
+    assert_eq!(got, ["before the crash", "after 0", "after 1", "after 2"]);
+    assert_eq!(
+        cluster
+            .lease_holder(&format!("gw:{}", bot_key()))
+            .as_deref(),
+        Some("pod-b")
+    );
+    let s = dc.gateway_stats(BOT_ID);
+    assert_eq!(s.max_live_sessions, 1, "never two sessions at once: {s:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stored(&cluster, CH).len(), 4, "nothing twice");
+}
