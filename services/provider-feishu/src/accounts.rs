@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use switchyard_core::crypto::Secret;
 
-use crate::api::{NetKind, bounded, net_kind};
+use crate::api::{NetKind, bounded};
 use crate::creds::Domain;
 
 const ENDPOINT: &str = "/oauth/v1/app/registration";
@@ -152,7 +152,7 @@ impl Accounts {
             Ok(r) => r,
             Err(e) => {
                 Self::count(action, "network");
-                return Err(AccountsError::Network(net_kind(&e)));
+                return Err(AccountsError::Network(NetKind::of(&e)));
             }
         };
         let status = resp.status().as_u16();
@@ -160,7 +160,7 @@ impl Accounts {
             Ok(b) => b,
             Err(e) => {
                 Self::count(action, "network");
-                return Err(AccountsError::Network(net_kind(&e)));
+                return Err(AccountsError::Network(NetKind::of(&e)));
             }
         };
         // OAuth errors come with 4xx and a JSON body; anything else non-JSON is an HTTP error.

@@ -18,6 +18,8 @@ use switchyard_core::files::ByteStream;
 use switchyard_core::ids::now_ms;
 use switchyard_core::provider::{ProviderError, ProviderErrorKind};
 use switchyard_protocol::ErrorCode;
+pub(crate) use switchyard_provider_kit::NetKind;
+use switchyard_provider_kit::{Classify, ErrorClass, RetryPolicy};
 use tokio::time::Instant;
 
 use crate::creds::{Credentials, Domain};
@@ -31,15 +33,6 @@ const RATE_LIMITED: i64 = 99991400;
 const CHAT_RATE_LIMITED: i64 = 230020;
 /// Token endpoint codes meaning the app or its secret is not (or no longer) good.
 const APP_REFUSED: &[i64] = &[10003, 10012, 10014, 10015, 1000040351];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NetKind {
-    /// Nothing reached Feishu.
-    Connect,
-    Timeout,
-    Body,
-    Other,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ApiError {
@@ -82,34 +75,11 @@ impl ApiError {
     }
 
     pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::Feishu {
-                status,
-                code,
-                reset,
-                ..
-            } if *status == 429 || *code == RATE_LIMITED => {
-                Some(Duration::from_secs(reset.unwrap_or(1).clamp(1, 60)))
-            }
-            Self::Feishu {
-                code: CHAT_RATE_LIMITED,
-                reset,
-                ..
-            } => Some(Duration::from_secs(reset.unwrap_or(1).clamp(1, 60))),
-            Self::Http { status: 429 } => Some(Duration::from_secs(1)),
-            _ => None,
-        }
+        self.class().retry_after()
     }
 
     pub fn is_transient(&self) -> bool {
-        match self {
-            Self::Network(_) => true,
-            _ => self.retry_after().is_some() || self.status().is_some_and(|s| s >= 500),
-        }
-    }
-
-    fn nothing_happened(&self) -> bool {
-        matches!(self, Self::Network(NetKind::Connect)) || self.retry_after().is_some()
+        self.class().is_transient()
     }
 
     /// A short, secret-free text for logs.
@@ -160,15 +130,27 @@ impl ApiError {
     }
 }
 
-pub(crate) fn net_kind(e: &reqwest::Error) -> NetKind {
-    if e.is_timeout() {
-        NetKind::Timeout
-    } else if e.is_connect() {
-        NetKind::Connect
-    } else if e.is_body() || e.is_decode() {
-        NetKind::Body
-    } else {
-        NetKind::Other
+impl Classify for ApiError {
+    fn class(&self) -> ErrorClass {
+        let wait = |reset: &Option<u64>| Duration::from_secs(reset.unwrap_or(1).clamp(1, 60));
+        match self {
+            _ if self.is_app_refused() || self.is_token_invalid() => ErrorClass::AuthRefused,
+            Self::Feishu {
+                status,
+                code,
+                reset,
+                ..
+            } if *status == 429 || *code == RATE_LIMITED => ErrorClass::RateLimited(wait(reset)),
+            Self::Feishu {
+                code: CHAT_RATE_LIMITED,
+                reset,
+                ..
+            } => ErrorClass::RateLimited(wait(reset)),
+            Self::Http { status: 429 } => ErrorClass::RateLimited(Duration::from_secs(1)),
+            Self::Network(k) => k.class(),
+            _ if self.status().is_some_and(|s| s >= 500) => ErrorClass::Transient,
+            _ => ErrorClass::Permanent,
+        }
     }
 }
 
@@ -289,7 +271,7 @@ impl Api {
         sent: Result<reqwest::Response, reqwest::Error>,
         secrets: &[&str],
     ) -> Result<Value, ApiError> {
-        let resp = sent.map_err(|e| ApiError::Network(net_kind(&e)))?;
+        let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)))?;
         let status = resp.status().as_u16();
         let reset = resp
             .headers()
@@ -299,7 +281,7 @@ impl Api {
         let body = resp
             .bytes()
             .await
-            .map_err(|e| ApiError::Network(net_kind(&e)));
+            .map_err(|e| ApiError::Network(NetKind::of(&e)));
         let outcome = match body {
             Err(e) => Err(e),
             Ok(body) => match serde_json::from_slice::<Value>(&body) {
@@ -378,7 +360,7 @@ impl Api {
             .json(&json!({"app_id": c.app_id, "app_secret": c.app_secret.expose()}))
             .send()
             .await;
-        let resp = sent.map_err(|e| ApiError::Network(net_kind(&e)));
+        let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)));
         let outcome: Result<TokenAnswer, ApiError> = match resp {
             Err(e) => Err(e),
             Ok(r) => {
@@ -482,14 +464,14 @@ impl Api {
             let resp = send(&token)
                 .send()
                 .await
-                .map_err(|e| ApiError::Network(net_kind(&e)))?;
+                .map_err(|e| ApiError::Network(NetKind::of(&e)))?;
             // An invalid-token answer is small JSON; look before handing the response on.
             if !fresh && resp.status().as_u16() == 400 {
                 let status = resp.status().as_u16();
                 let body = resp
                     .bytes()
                     .await
-                    .map_err(|e| ApiError::Network(net_kind(&e)))?;
+                    .map_err(|e| ApiError::Network(NetKind::of(&e)))?;
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 let code = v.get("code").and_then(Value::as_i64).unwrap_or(-1);
                 if TOKEN_INVALID.contains(&code) {
@@ -673,42 +655,20 @@ fn unreachable_stream() -> (ByteStream, Option<String>, Option<String>, Option<u
 pub(crate) async fn retrying<T, F, Fut>(
     deadline: Instant,
     idempotent: bool,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<T, ApiError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ApiError>>,
 {
-    let mut backoff = Duration::from_millis(100);
-    let mut repeats = 0;
-    loop {
-        let err = match attempt().await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let wait = match err.retry_after() {
-            Some(w) => w,
-            None if repeats < 3
-                && (err.nothing_happened() || (idempotent && err.is_transient())) =>
-            {
-                repeats += 1;
-                backoff *= 2;
-                backoff
-            }
-            None => return Err(err),
-        };
-        if Instant::now() + wait > deadline {
-            return Err(err);
-        }
-        if err.retry_after().is_some() {
-            metrics::counter!("switchyard_feishu_rate_limited_total").increment(1);
-            tracing::info!(
-                wait_ms = wait.as_millis() as u64,
-                "feishu frequency limit; waiting for the reset"
-            );
-        }
-        tokio::time::sleep(wait).await;
-    }
+    let policy = RetryPolicy::new(deadline, idempotent).on_rate_limited(|wait| {
+        metrics::counter!("switchyard_feishu_rate_limited_total").increment(1);
+        tracing::info!(
+            wait_ms = wait.as_millis() as u64,
+            "feishu frequency limit; waiting for the reset"
+        );
+    });
+    switchyard_provider_kit::retrying(&policy, attempt).await
 }
 
 #[cfg(test)]

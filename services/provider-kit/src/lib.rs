@@ -5,16 +5,22 @@
 //!   TTL, close while it still holds when a renewal fails or lags, hand it over on stop, take
 //!   it back at once after a restart with the same pod identity; and the per-pod map of
 //!   consumers a provider's supervisor keeps.
+//! - [`retry`]: the retrying API call over the error classes every target has (credentials
+//!   refused, rate limited with a wait, not sent, transient, permanent): the provider
+//!   classifies its API's answers, the kit owns the loop, the budget, the back-off with
+//!   jitter and the target's retry-after.
 //!
 //! `docs/providers.md` describes how a provider uses them.
 
 pub mod lease;
+pub mod retry;
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 pub use lease::{Consumers, Held, Lease, LeaseConfig, LeaseStore, Lost, Term};
+pub use retry::{Classify, ErrorClass, NetKind, RetryPolicy, retrying};
 
 /// Waits `d` unless `stop` is cancelled first; false when stopped.
 pub async fn pause(stop: &CancellationToken, d: Duration) -> bool {

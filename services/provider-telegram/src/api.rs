@@ -13,19 +13,9 @@ use switchyard_core::crypto::Secret;
 use switchyard_core::files::ByteStream;
 use switchyard_core::provider::{ProviderError, ProviderErrorKind};
 use switchyard_protocol::ErrorCode;
+pub(crate) use switchyard_provider_kit::NetKind;
+use switchyard_provider_kit::{Classify, ErrorClass, RetryPolicy};
 use tokio::time::Instant;
-
-/// Why a call produced no usable answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NetKind {
-    /// The connection was never made: nothing reached Telegram.
-    Connect,
-    /// No answer in time: Telegram may or may not have acted.
-    Timeout,
-    /// The answer could not be read or decoded.
-    Body,
-    Other,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ApiError {
@@ -58,14 +48,7 @@ impl ApiError {
     }
 
     pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::Telegram {
-                code: 429,
-                retry_after,
-                ..
-            } => Some(Duration::from_secs(retry_after.unwrap_or(1).max(1))),
-            _ => None,
-        }
+        self.class().retry_after()
     }
 
     fn description(&self) -> &str {
@@ -106,17 +89,7 @@ impl ApiError {
 
     /// Worth another attempt: rate limits, Telegram's 5xx and network trouble.
     pub fn is_transient(&self) -> bool {
-        match self {
-            Self::Network(_) => true,
-            Self::Telegram { code, .. } | Self::Http { status: code } => {
-                *code == 429 || *code >= 500
-            }
-        }
-    }
-
-    /// Safe to repeat in-process even for a send: Telegram certainly did not act.
-    fn nothing_happened(&self) -> bool {
-        matches!(self, Self::Network(NetKind::Connect)) || self.retry_after().is_some()
+        self.class().is_transient()
     }
 
     /// A short, token-free text for logs.
@@ -171,6 +144,26 @@ impl ApiError {
     }
 }
 
+impl Classify for ApiError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            _ if self.is_unauthorized() => ErrorClass::AuthRefused,
+            Self::Telegram {
+                code: 429,
+                retry_after,
+                ..
+            } => ErrorClass::RateLimited(Duration::from_secs(retry_after.unwrap_or(1).max(1))),
+            Self::Network(k) => k.class(),
+            Self::Telegram { code, .. } | Self::Http { status: code }
+                if *code == 429 || *code >= 500 =>
+            {
+                ErrorClass::Transient
+            }
+            _ => ErrorClass::Permanent,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct Envelope {
     ok: bool,
@@ -206,18 +199,6 @@ fn scrub(description: &str, token: &Secret) -> String {
     d
 }
 
-fn net_kind(e: &reqwest::Error) -> NetKind {
-    if e.is_timeout() {
-        NetKind::Timeout
-    } else if e.is_connect() {
-        NetKind::Connect
-    } else if e.is_body() || e.is_decode() {
-        NetKind::Body
-    } else {
-        NetKind::Other
-    }
-}
-
 pub(crate) struct Api {
     client: reqwest::Client,
     base: String,
@@ -251,12 +232,12 @@ impl Api {
         method: &str,
         sent: Result<reqwest::Response, reqwest::Error>,
     ) -> Result<T, ApiError> {
-        let resp = sent.map_err(|e| ApiError::Network(net_kind(&e)))?;
+        let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)))?;
         let status = resp.status().as_u16();
         let body = resp
             .bytes()
             .await
-            .map_err(|e| ApiError::Network(net_kind(&e)))?;
+            .map_err(|e| ApiError::Network(NetKind::of(&e)))?;
         let outcome = match serde_json::from_slice::<Envelope>(&body) {
             Ok(env) if env.ok => serde_json::from_value(env.result.unwrap_or(Value::Null))
                 .map_err(|_| ApiError::Network(NetKind::Body)),
@@ -334,7 +315,7 @@ impl Api {
             .timeout(timeout)
             .send()
             .await
-            .map_err(|e| ApiError::Network(net_kind(&e)))?;
+            .map_err(|e| ApiError::Network(NetKind::of(&e)))?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             metrics::counter!("switchyard_telegram_api_calls_total", "method" => "file", "outcome" => status.to_string()).increment(1);
@@ -354,42 +335,22 @@ impl Api {
 pub(crate) async fn retrying<T, F, Fut>(
     deadline: Instant,
     idempotent: bool,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<T, ApiError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, ApiError>>,
 {
-    let mut backoff = Duration::from_millis(200);
-    let mut repeats = 0;
-    loop {
-        let err = match attempt().await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let wait = match err.retry_after() {
-            Some(w) => w,
-            None if repeats < 3
-                && (err.nothing_happened() || (idempotent && err.is_transient())) =>
-            {
-                repeats += 1;
-                backoff *= 2;
-                backoff
-            }
-            None => return Err(err),
-        };
-        if Instant::now() + wait > deadline {
-            return Err(err);
-        }
-        if err.retry_after().is_some() {
+    let policy = RetryPolicy::new(deadline, idempotent)
+        .backoff(Duration::from_millis(400))
+        .on_rate_limited(|wait| {
             metrics::counter!("switchyard_telegram_rate_limited_total").increment(1);
             tracing::info!(
                 wait_ms = wait.as_millis() as u64,
                 "telegram asked to retry later; waiting"
             );
-        }
-        tokio::time::sleep(wait).await;
-    }
+        });
+    switchyard_provider_kit::retrying(&policy, attempt).await
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 use switchyard_core::crypto::Secret;
 use switchyard_core::provider::{ProviderError, ProviderErrorKind};
 use switchyard_protocol::ErrorCode;
+pub(crate) use switchyard_provider_kit::NetKind;
+use switchyard_provider_kit::{Classify, ErrorClass};
 
 /// iLink's "session timeout" answer (`ret` or `errcode`; session-guard.ts
 /// `SESSION_EXPIRED_ERRCODE`): the bot is paused, its token stays good.
@@ -38,14 +40,6 @@ fn client_version_header() -> String {
 }
 const MAX_ANSWER: usize = 1 << 20;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NetKind {
-    Connect,
-    Timeout,
-    Body,
-    Other,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ApiError {
     /// `ret`/`errcode` -14: iLink paused the bot's session; the same token works again later.
@@ -63,11 +57,7 @@ pub(crate) enum ApiError {
 
 impl ApiError {
     pub fn is_transient(&self) -> bool {
-        match self {
-            Self::Network(_) => true,
-            Self::Http { status } => *status == 429 || *status >= 500,
-            _ => false,
-        }
+        self.class().is_transient()
     }
 
     pub fn summary(&self) -> String {
@@ -110,15 +100,14 @@ impl ApiError {
     }
 }
 
-fn net_kind(e: &reqwest::Error) -> NetKind {
-    if e.is_timeout() {
-        NetKind::Timeout
-    } else if e.is_connect() {
-        NetKind::Connect
-    } else if e.is_body() || e.is_decode() {
-        NetKind::Body
-    } else {
-        NetKind::Other
+impl Classify for ApiError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            Self::Network(k) => k.class(),
+            Self::Http { status } if *status == 429 || *status >= 500 => ErrorClass::Transient,
+            // -14 is not repeated now: the bot rests (an hour) and the poller resumes it.
+            Self::SessionTimeout | Self::Ret { .. } | Self::Http { .. } => ErrorClass::Permanent,
+        }
     }
 }
 
@@ -185,12 +174,12 @@ impl Api {
         sent: Result<reqwest::Response, reqwest::Error>,
     ) -> Result<Value, ApiError> {
         let out = async {
-            let resp = sent.map_err(|e| ApiError::Network(net_kind(&e)))?;
+            let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)))?;
             let status = resp.status().as_u16();
             let body = resp
                 .bytes()
                 .await
-                .map_err(|e| ApiError::Network(net_kind(&e)))?;
+                .map_err(|e| ApiError::Network(NetKind::of(&e)))?;
             if body.len() > MAX_ANSWER {
                 return Err(ApiError::Network(NetKind::Body));
             }
@@ -396,7 +385,7 @@ impl Api {
             Ok(r) => r,
             Err(e) => {
                 metric("cdn_upload", "network");
-                return Err(ApiError::Network(net_kind(&e)));
+                return Err(ApiError::Network(NetKind::of(&e)));
             }
         };
         let status = resp.status().as_u16();
@@ -437,7 +426,7 @@ impl Api {
             .timeout(timeout)
             .send()
             .await
-            .map_err(|e| ApiError::Network(net_kind(&e)))?;
+            .map_err(|e| ApiError::Network(NetKind::of(&e)))?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             metric("cdn_download", &format!("http_{status}"));
@@ -448,7 +437,7 @@ impl Api {
         while let Some(chunk) = s
             .try_next()
             .await
-            .map_err(|e| ApiError::Network(net_kind(&e)))?
+            .map_err(|e| ApiError::Network(NetKind::of(&e)))?
         {
             if out.len() as u64 + chunk.len() as u64 > max {
                 metric("cdn_download", "too_large");

@@ -19,6 +19,7 @@ use switchyard_core::provider::{
 };
 use switchyard_protocol::ErrorCode;
 use switchyard_protocol::im::ActivityStatus;
+use switchyard_provider_kit::{RetryPolicy, retrying};
 use tokio::time::Instant;
 
 use crate::card::{TOOL_SEND, TOOL_SEND_MEDIA};
@@ -196,36 +197,25 @@ impl<'a> Target<'a> {
             "item_list": [item],
             "context_token": ctx,
         }});
-        let mut wait = Duration::from_millis(200);
-        for attempt in 0.. {
-            match self
-                .rt
-                .api
-                .bot(
-                    &self.creds.base_url,
-                    &self.creds.token,
-                    "sendmessage",
-                    "sendmessage",
-                    body.clone(),
-                    None,
-                )
-                .await
-            {
-                Ok(_) => {
-                    metrics::counter!("switchyard_wechat_sent_total").increment(1);
-                    return Ok(());
-                }
-                Err(e)
-                    if e.is_transient() && attempt < 3 && Instant::now() + wait < self.deadline =>
-                {
-                    tracing::info!(error = %e.summary(), attempt, "wechat send repeated with the same client_id");
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-                Err(e) => return Err(self.fail(e).await),
+        // Repeats carry the same `client_id`: iLink keeps one message.
+        let sent = retrying(&RetryPolicy::new(self.deadline, true), || {
+            self.rt.api.bot(
+                &self.creds.base_url,
+                &self.creds.token,
+                "sendmessage",
+                "sendmessage",
+                body.clone(),
+                None,
+            )
+        })
+        .await;
+        match sent {
+            Ok(_) => {
+                metrics::counter!("switchyard_wechat_sent_total").increment(1);
+                Ok(())
             }
+            Err(e) => Err(self.fail(e).await),
         }
-        Err(crate::internal("unreachable"))
     }
 
     async fn open(
