@@ -1,5 +1,5 @@
-//! The delivery machine ([`Outflow`]) and the group commit ([`OutboxCommitter`]) over an
-//! in-memory SQLite store and the in-process bus: no sockets, no HTTP. Each test drives the
+//! The delivery machine ([`Outflow`]) and the group commit ([`OutboxCommitter`]) over the
+//! in-memory store and the in-process bus: no sockets, no HTTP. Each test drives the
 //! machine with the events a session would feed it and checks what it would send and what
 //! the store holds afterwards.
 
@@ -16,13 +16,13 @@ use switchyard_core::engine::{
 use switchyard_core::ephemeral::MemoryEphemeral;
 use switchyard_core::files::LocalFileStore;
 use switchyard_core::ids::now_ms;
+use switchyard_core::memstore::MemoryStore;
 use switchyard_core::model::{ChannelRecord, Enqueue, EnqueueOutcome, OutboxRecord, OutboxState};
 use switchyard_core::store::Store;
 use switchyard_protocol::BuildInfo;
 use switchyard_protocol::Envelope;
 use switchyard_protocol::im::ChatAckPayload;
 use switchyard_protocol::packet::HelloPayload;
-use switchyard_store_sqlite::SqliteStore;
 
 struct Kit {
     conn: Connector,
@@ -36,9 +36,8 @@ async fn kit() -> Kit {
 
 async fn kit_with(commit: CommitLimits) -> Kit {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     store.migrate().await.unwrap();
-    let store: Arc<dyn Store> = Arc::new(store);
     let hub = Arc::new(Hub {
         store: store.clone(),
         bus: Arc::new(LocalBus::new()),
