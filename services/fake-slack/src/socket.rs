@@ -91,7 +91,10 @@ async fn serve(inner: Arc<Inner>, app_id: String, socket: WebSocket) {
             },
         }
     }
+    // Gone before the close completes: a client that waits for the close handshake sees
+    // its connection counted out.
     if let Some(app) = inner.lock().apps.get_mut(&app_id) {
         app.conns.remove(&id);
     }
+    let _ = sink.send(Message::Close(None)).await;
 }

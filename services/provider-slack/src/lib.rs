@@ -138,8 +138,10 @@ pub(crate) struct Runtime {
     pub admission: kit::admission::Admission,
     pub host: OnceLock<Arc<dyn ProviderServices>>,
     pub kick: Notify,
-    /// Fingerprints of credentials Slack refused.
+    /// Fingerprints of credentials Slack refused, and of those known not to be (so the
+    /// supervisor's reloads do not read a mark per binding each time).
     revoked: Mutex<HashSet<String>>,
+    known_good: Mutex<HashSet<String>>,
     /// The last value written for small per-channel records (saves repeated writes).
     written: Mutex<HashMap<String, String>>,
 }
@@ -175,7 +177,33 @@ impl Runtime {
         {
             return true;
         }
-        matches!(host.kv_get(&format!("revoked:{fp}")).await, Ok(Some(v)) if v == "1")
+        if self
+            .known_good
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&fp)
+        {
+            return false;
+        }
+        match host.kv_get(&format!("revoked:{fp}")).await {
+            Ok(Some(v)) if v == "1" => {
+                self.revoked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(fp);
+                true
+            }
+            Ok(_) => {
+                let mut good = self.known_good.lock().unwrap_or_else(|p| p.into_inner());
+                if good.len() > 100_000 {
+                    good.clear();
+                }
+                good.insert(fp);
+                false
+            }
+            // Not knowing is not revoked: the consumer tries, and Slack says.
+            Err(_) => false,
+        }
     }
 
     /// Slack refused the credentials (revoked token, uninstalled app, deactivated account):
@@ -188,6 +216,10 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(fp.clone());
+        self.known_good
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fp);
         if first {
             tracing::warn!(connector_channel_id = %channel_id, "slack refused a binding's token; its channels are marked revoked");
             metrics::counter!("switchyard_slack_bindings_revoked_total").increment(1);
@@ -268,6 +300,7 @@ impl SlackProvider {
                 host: OnceLock::new(),
                 kick: Notify::new(),
                 revoked: Mutex::new(HashSet::new()),
+                known_good: Mutex::new(HashSet::new()),
                 written: Mutex::new(HashMap::new()),
             }),
         }

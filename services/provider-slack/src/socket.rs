@@ -306,6 +306,12 @@ async fn serve(
             }
         }
     }
+    // The close handshake completes (bounded) before a new connection may open, so this
+    // app never has two connections from this deployment, not even for a moment.
     let _ = sink.send(Message::Close(None)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+    .await;
     ended
 }

@@ -176,7 +176,10 @@ async fn only_users_new_messages_are_delivered_and_a_mention_once() {
 async fn events_api_checks_challenge_signature_window_bounds_and_retries() {
     let fs = fake().await;
     let cluster = Cluster::new();
-    let pod = Pod::start(cluster.clone(), "pod-a", config(&fs.api_base()), true).await;
+    // A small bound, so the oversized body below is sent whole before the refusal.
+    let mut cfg = config(&fs.api_base());
+    cfg.max_event_bytes = 16 * 1024;
+    let pod = Pod::start(cluster.clone(), "pod-a", cfg, true).await;
     pod.bind("cch_h", http_fields()).await;
     let url = pod.events_url("cch_h");
     fs.set_events_url(APP, &url);
@@ -250,7 +253,7 @@ async fn events_api_checks_challenge_signature_window_bounds_and_retries() {
         401
     );
     // An oversized body is refused for its size before any signature check.
-    let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(2 * 1024 * 1024));
+    let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(64 * 1024));
     assert_eq!(
         post(now, "not-the-secret", big)
             .await
