@@ -454,3 +454,41 @@ async fn slack_inbound_throughput_one_pod() {
     })
     .await;
 }
+
+/// A channel that negotiated only IM v1 gets the legacy `message.push`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_v1_channels_get_message_push() {
+    let fs = FakeSlack::start().await;
+    fake_app(&fs);
+    let pod = Pod::start(opts(&fs)).await;
+    let sim = slack_sim(&pod);
+    let conn = sim.connect().await.expect("connect /ws");
+    conn.hello(CARD, None, &[IM_V1])
+        .await
+        .expect("hello")
+        .expect_kind("connector.hello.ack")
+        .expect("hello ack");
+    let (ch, _) = open(&conn, None).await;
+    let ack = bind(
+        &conn,
+        &ch,
+        json!({"bot_token": BOT_TOKEN, "app_token": APP_TOKEN}),
+    )
+    .await;
+    assert_eq!(ack.str_at("/status"), Some("authenticated"), "{ack:?}");
+    eventually(WAIT, "socket", || async {
+        (fs.connections(APP) == 1).then_some(())
+    })
+    .await;
+    let pushed = fs.push_message(APP, dm("legacy hello"));
+    let push = conn
+        .next_push_of("message.push", WAIT)
+        .await
+        .expect("message.push");
+    assert_eq!(push.connector_channel_id.as_deref(), Some(ch.as_str()));
+    let id = format!("{}:{}", pushed.channel, pushed.ts);
+    assert_eq!(push.str_at("/message_id"), Some(id.as_str()));
+    assert_eq!(push.str_at("/raw_text"), Some("legacy hello"));
+    assert_eq!(push.str_at("/provider"), Some("slack"));
+    assert_no_secrets(&conn, &[BOT_TOKEN, APP_TOKEN]);
+}
