@@ -1,7 +1,9 @@
 //! The delivery machine ([`Outflow`]) and the group commit ([`OutboxCommitter`]) over the
-//! in-memory store and the in-process bus: no sockets, no HTTP. Each test drives the
-//! machine with the events a session would feed it and checks what it would send and what
-//! the store holds afterwards.
+//! in-memory store and the in-process bus, with the probe provider's Card: no sockets, no
+//! HTTP. Each test drives the machine with the events a session would feed it and checks
+//! what it would send and what the store holds afterwards.
+
+mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,10 +21,11 @@ use switchyard_core::ids::now_ms;
 use switchyard_core::memstore::MemoryStore;
 use switchyard_core::model::{ChannelRecord, Enqueue, EnqueueOutcome, OutboxRecord, OutboxState};
 use switchyard_core::store::Store;
-use switchyard_protocol::BuildInfo;
 use switchyard_protocol::Envelope;
 use switchyard_protocol::im::ChatAckPayload;
 use switchyard_protocol::packet::HelloPayload;
+
+use common::ProbeProvider;
 
 struct Kit {
     conn: Connector,
@@ -51,16 +54,7 @@ async fn kit_with(commit: CommitLimits) -> Kit {
         committer: OutboxCommitter::start(store.clone(), commit),
         quotas: switchyard_core::quota::Quotas::new(Default::default()),
     });
-    let build = BuildInfo {
-        version: "0".into(),
-        git_tag: "t".into(),
-        git_rev: "r".into(),
-        build_time: "b".into(),
-    };
-    let provider = Arc::new(switchyard_provider_webhook::WebhookProvider::new(
-        switchyard_provider_webhook::WebhookConfig::new(build, true),
-    ));
-    let conn = Connector::new(hub, provider);
+    let conn = Connector::new(hub, Arc::new(ProbeProvider::new()));
     Kit {
         conn,
         store,
