@@ -151,8 +151,10 @@ impl Tables {
         done.iter().filter(|(ch, m)| self.ack_outbox(ch, m)).count() as u64
     }
 
+    /// One state per existing channel of `ids`, a repeated id included once (`IN`).
     pub(super) fn route_states(&self, ids: &[String], now: i64) -> Vec<RouteState> {
-        ids.iter()
+        let ids: std::collections::BTreeSet<&String> = ids.iter().collect();
+        ids.into_iter()
             .filter_map(|id| self.channels.get(id))
             .map(|c| RouteState {
                 channel_id: c.id.clone(),
