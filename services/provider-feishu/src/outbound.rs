@@ -15,12 +15,11 @@
 use std::time::Duration;
 
 use reqwest::Method;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use switchyard_core::ProviderServices;
 use switchyard_core::crypto::sha256_hex;
 use switchyard_core::files::collect;
-use switchyard_core::ids::now_ms;
 use switchyard_core::provider::{
     AuthStep, Binding, OutboundMessage, ProviderError, ProviderErrorKind, ToolCall,
 };
@@ -37,7 +36,6 @@ use crate::{Runtime, credentials, sent_result};
 mod stream;
 
 pub(crate) use stream::delta;
-use stream::{Stream, read_stream, stream_key};
 
 /// Text per message; Feishu's limit is 150 KB of request body, this keeps messages readable.
 pub(crate) const MAX_TEXT_CHARS: usize = 8000;
@@ -628,16 +626,13 @@ pub(crate) async fn activity(
 /// then ends the turn. When deltas showed it, the first part edits that message in place.
 pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
     let t = Target::new(rt, msg.binding, rt.cfg.send_budget).await?;
-    let skey = stream_key(t.channel_id, msg.message_id);
-    let mut stream = read_stream(t.host, &skey).await;
-    let until = Instant::now() + Duration::from_secs(3);
-    while matches!(stream, Some(Stream { id: None, .. })) && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        stream = read_stream(t.host, &skey).await;
-    }
+    let stream = stream::delta_stream(&t, msg.message_id);
+    let shown = stream
+        .settled::<String, Conversation>(Duration::from_secs(3))
+        .await;
     // The streamed message's own target, else the open turn's, else (a turn that is only
     // this final) the latest conversation: nothing to record, the turn ends here.
-    let conv = match stream.as_ref().and_then(|s| s.dest.clone()) {
+    let conv = match shown.as_ref().map(|s| s.extra.clone()) {
         Some(c) => Some(c),
         None => match t.read_turn().await {
             Some(c) => Some(c),
@@ -651,15 +646,14 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
             "no Feishu conversation yet: nobody has written to the bot",
         ));
     };
-    if let Some(s) = &stream {
+    if let Some(s) = &shown {
         // The settling edit keeps the edit rate too.
-        let wait = (s.at + rt.cfg.edit_interval.as_millis() as i64 - now_ms()).max(0) as u64;
-        tokio::time::sleep(Duration::from_millis(wait)).await;
+        tokio::time::sleep(stream.edit_wait(s)).await;
     }
-    let streamed = stream.and_then(|s| s.id);
+    let streamed = shown.and_then(|s| s.id);
     match send_final(&t, &msg, &dest_of(&conv), streamed.as_deref()).await {
         Ok(()) => {
-            let _ = t.host.ephemeral().delete(&skey).await;
+            stream.finish().await;
             t.end_turn().await;
             Ok(())
         }

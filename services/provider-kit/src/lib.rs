@@ -9,11 +9,14 @@
 //!   refused, rate limited with a wait, not sent, transient, permanent): the provider
 //!   classifies its API's answers, the kit owns the loop, the budget, the back-off with
 //!   jitter and the target's retry-after.
+//! - [`stream`]: the streaming-delta policy: the first delta creates the message, later ones
+//!   edit it within the target's edit limits, the final message settles it.
 //!
 //! `docs/providers.md` describes how a provider uses them.
 
 pub mod lease;
 pub mod retry;
+pub mod stream;
 
 use std::time::Duration;
 
@@ -21,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use lease::{Consumers, Held, Lease, LeaseConfig, LeaseStore, Lost, Term};
 pub use retry::{Classify, ErrorClass, NetKind, RetryPolicy, retrying};
+pub use stream::{DeltaStream, EditLimits, Edited, Shown, Streaming};
 
 /// Waits `d` unless `stop` is cancelled first; false when stopped.
 pub async fn pause(stop: &CancellationToken, d: Duration) -> bool {

@@ -9,7 +9,6 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use switchyard_core::ProviderServices;
 use switchyard_core::crypto::{Secret, sha256_hex};
-use switchyard_core::ids::now_ms;
 use switchyard_core::provider::{
     AuthStep, Binding, OutboundMessage, ProviderError, ProviderErrorKind, ToolCall,
 };
@@ -25,7 +24,6 @@ use crate::{Runtime, credentials, limits, sent_result};
 mod stream;
 
 pub(crate) use stream::delta;
-use stream::{Stream, read_stream, stream_key};
 
 /// Telegram's text limit, in UTF-16 code units.
 pub(crate) const MAX_TEXT: usize = 4096;
@@ -709,15 +707,11 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
 /// message in place (never a second copy); the rest is sent after it.
 pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
     let t = Target::new(rt, msg.binding, rt.cfg.send_budget).await?;
-    let skey = stream_key(t.channel_id, msg.message_id);
-    let mut stream = read_stream(t.host, &skey).await;
-    // A first delta still being sent: wait for its id rather than send a second message.
-    let waited_until = Instant::now() + Duration::from_secs(3);
-    while matches!(stream, Some(Stream { id: None, .. })) && Instant::now() < waited_until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        stream = read_stream(t.host, &skey).await;
-    }
-    let streamed = stream.and_then(|s| s.id);
+    let stream = stream::delta_stream(&t, msg.message_id);
+    let streamed = stream
+        .settled::<i64, ()>(Duration::from_secs(3))
+        .await
+        .and_then(|s| s.id);
     let chunks = split_text(msg.text.unwrap_or_default(), MAX_TEXT);
     let mut steps = Vec::new();
     if streamed.is_none()
@@ -750,7 +744,7 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
     }
     t.run(&steps, &call_key("msg", t.channel_id, msg.message_id))
         .await?;
-    let _ = t.host.ephemeral().delete(&skey).await;
+    stream.finish().await;
     Ok(())
 }
 

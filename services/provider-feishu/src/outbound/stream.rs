@@ -1,39 +1,69 @@
-//! Streaming: the first delta of an answer creates a message, later ones edit it (see [`delta`]).
+//! Streaming: the first delta of an answer creates a message, later ones edit it (the kit's
+//! delta policy; see [`delta`]).
 
-use super::*;
+use std::time::Duration;
 
-/// The message shown while deltas stream.
-#[derive(Serialize, Deserialize, Default)]
-pub(super) struct Stream {
-    /// None while the first send is in flight.
-    pub(super) id: Option<String>,
-    /// Hash of the text shown.
-    pub(super) shown: String,
-    pub(super) edits: u32,
-    /// When the message was last created or edited, ms.
-    pub(super) at: i64,
-    /// Where the message is shown (and the rest of it goes).
-    #[serde(default)]
-    pub(super) dest: Option<Conversation>,
-}
+use async_trait::async_trait;
+use serde_json::json;
+use switchyard_core::provider::{Binding, ProviderError};
+use switchyard_provider_kit::{DeltaStream, EditLimits, Edited, Streaming};
 
-pub(super) fn stream_key(channel_id: &str, message_id: &str) -> String {
-    format!(
-        "fs:stream:{channel_id}:{}",
-        sha256_hex(message_id.as_bytes())
+use super::{MAX_TEXT_CHARS, STREAM_TTL, Target, dest_of, uuid_for};
+use crate::Runtime;
+use crate::inbound::Conversation;
+
+/// The streamed message of one answer: edits keep `edit_interval` and stop at
+/// `max_stream_edits` (Feishu limits edits per message).
+pub(super) fn delta_stream(t: &Target<'_>, message_id: &str) -> DeltaStream {
+    let limits = EditLimits {
+        interval: t.rt.cfg.edit_interval,
+        max_edits: Some(t.rt.cfg.max_stream_edits),
+        ttl: STREAM_TTL,
+    };
+    DeltaStream::new(
+        t.host.ephemeral(),
+        "fs:stream",
+        t.channel_id,
+        message_id,
+        limits,
     )
 }
 
-pub(super) async fn read_stream(host: &dyn ProviderServices, key: &str) -> Option<Stream> {
-    match host.ephemeral().get(key).await {
-        Ok(Some(b)) => serde_json::from_slice(&b).ok(),
-        _ => None,
+/// A message shown in the conversation of the turn (kept with it: the rest of the answer
+/// goes there too).
+struct Shows<'a> {
+    t: &'a Target<'a>,
+    message_id: &'a str,
+}
+
+#[async_trait]
+impl Streaming for Shows<'_> {
+    type Id = String;
+    type Extra = Conversation;
+
+    async fn prepare(&self) -> Result<Option<Conversation>, ProviderError> {
+        self.t.turn().await
+    }
+
+    async fn create(&self, text: &str, conv: &Conversation) -> Result<String, ProviderError> {
+        let key = format!("msg:{}:{}", self.t.channel_id, self.message_id);
+        let uuid = uuid_for(&key, "stream");
+        self.t
+            .send(&dest_of(conv), "text", &json!({"text": text}), &uuid)
+            .await
+    }
+
+    async fn edit(&self, id: &String, text: &str) -> Result<Edited, ProviderError> {
+        match self.t.edit(id, text).await {
+            Ok(()) => Ok(Edited::Done),
+            Err(e) if e.retry_after().is_some() => Ok(Edited::Skipped),
+            Err(e) => Err(self.t.fail(e).await),
+        }
     }
 }
 
-/// Shows the text so far: the first delta creates a message, later ones edit it at most once
-/// per `edit_interval` and at most `max_stream_edits` times (Feishu limits edits per
-/// message); the final message settles the text. Deltas are best effort.
+/// Shows the text so far: the first delta creates a message, later ones edit it within
+/// Feishu's limits; the final message settles the text. Deltas are best effort.
 pub(crate) async fn delta(
     rt: &Runtime,
     binding: &Binding,
@@ -45,80 +75,6 @@ pub(crate) async fn delta(
         return Ok(());
     }
     let t = Target::new(rt, binding, Duration::from_secs(3)).await?;
-    let eph = t.host.ephemeral();
-    let key = stream_key(t.channel_id, message_id);
-    let hash = sha256_hex(shown.as_bytes());
-    let interval = rt.cfg.edit_interval.as_millis() as i64;
-    match read_stream(t.host, &key).await {
-        None => {
-            let Some(conv) = t.turn().await? else {
-                return Ok(());
-            };
-            let claim = serde_json::to_vec(&Stream {
-                dest: Some(conv.clone()),
-                ..Stream::default()
-            })
-            .unwrap_or_default();
-            if !eph
-                .put_if_absent(&key, claim, STREAM_TTL)
-                .await
-                .unwrap_or(false)
-            {
-                return Ok(());
-            }
-            let uuid = uuid_for(&format!("msg:{}:{message_id}", t.channel_id), "stream");
-            match t
-                .send(&dest_of(&conv), "text", &json!({"text": shown}), &uuid)
-                .await
-            {
-                Ok(id) => {
-                    let s = Stream {
-                        id: Some(id),
-                        shown: hash,
-                        edits: 0,
-                        at: now_ms(),
-                        dest: Some(conv),
-                    };
-                    let _ = eph
-                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
-                        .await;
-                    Ok(())
-                }
-                Err(e) => {
-                    let _ = eph.delete(&key).await;
-                    Err(e)
-                }
-            }
-        }
-        Some(Stream { id: None, .. }) => Ok(()),
-        Some(Stream {
-            id: Some(id),
-            shown: prev,
-            edits,
-            at,
-            dest,
-        }) => {
-            // Deltas of one message come one after another, so the state read is current.
-            if prev == hash || edits >= rt.cfg.max_stream_edits || now_ms() - at < interval {
-                return Ok(());
-            }
-            match t.edit(&id, &shown).await {
-                Ok(()) => {
-                    let s = Stream {
-                        id: Some(id),
-                        shown: hash,
-                        edits: edits + 1,
-                        at: now_ms(),
-                        dest,
-                    };
-                    let _ = eph
-                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
-                        .await;
-                    Ok(())
-                }
-                Err(e) if e.retry_after().is_some() => Ok(()),
-                Err(e) => Err(t.fail(e).await),
-            }
-        }
-    }
+    let shows = Shows { t: &t, message_id };
+    delta_stream(&t, message_id).delta(&shows, &shown).await
 }

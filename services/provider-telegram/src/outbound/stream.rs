@@ -1,26 +1,67 @@
-//! Streaming: the first delta of an answer sends a message, later ones edit it (see [`delta`]).
+//! Streaming: the first delta of an answer sends a message, later ones edit it (the kit's
+//! delta policy; see [`delta`]).
 
-use super::*;
+use std::time::Duration;
 
-/// The message shown while deltas stream: `id` is None while the first send is in flight.
-#[derive(serde::Serialize, Deserialize, Default)]
-pub(super) struct Stream {
-    pub(super) id: Option<i64>,
-    /// Hash of the text shown, to skip edits that change nothing.
-    pub(super) shown: String,
-}
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use switchyard_core::provider::{Binding, ProviderError};
+use switchyard_provider_kit::{DeltaStream, EditLimits, Edited, Streaming};
 
-pub(super) fn stream_key(channel_id: &str, message_id: &str) -> String {
-    format!(
-        "tg:stream:{channel_id}:{}",
-        sha256_hex(message_id.as_bytes())
+use super::{MAX_TEXT, STREAM_TTL, Target, prefix_units};
+use crate::{Runtime, limits};
+
+/// The streamed message of one answer.
+pub(super) fn delta_stream(t: &Target<'_>, message_id: &str) -> DeltaStream {
+    let limits = EditLimits {
+        interval: t.rt.cfg.edit_interval,
+        max_edits: None,
+        ttl: STREAM_TTL,
+    };
+    DeltaStream::new(
+        t.host.ephemeral(),
+        "tg:stream",
+        t.channel_id,
+        message_id,
+        limits,
     )
 }
 
-pub(super) async fn read_stream(host: &dyn ProviderServices, key: &str) -> Option<Stream> {
-    match host.ephemeral().get(key).await {
-        Ok(Some(b)) => serde_json::from_slice(&b).ok(),
-        _ => None,
+/// A message shown in the channel's chat.
+struct Shows<'a>(&'a Target<'a>);
+
+#[async_trait]
+impl Streaming for Shows<'_> {
+    type Id = i64;
+    type Extra = ();
+
+    async fn prepare(&self) -> Result<Option<()>, ProviderError> {
+        Ok(Some(()))
+    }
+
+    async fn create(&self, text: &str, _: &()) -> Result<i64, ProviderError> {
+        self.0.send_text(text, None).await
+    }
+
+    async fn edit(&self, id: &i64, text: &str) -> Result<Edited, ProviderError> {
+        let t = self.0;
+        let eph = t.host.ephemeral();
+        if !limits::try_bot(eph.as_ref(), t.rt.cfg.limits, &t.creds.bot_key()).await {
+            return Ok(Edited::Skipped);
+        }
+        let params = json!({"chat_id": t.chat(), "message_id": id, "text": text});
+        match t
+            .rt
+            .api
+            .call::<Value>(&t.creds.token, "editMessageText", &params, None)
+            .await
+        {
+            Ok(_) => Ok(Edited::Done),
+            Err(e) if e.is_not_modified() || e.retry_after().is_some() => Ok(Edited::Skipped),
+            // The shown message stayed in the old group; the final message goes anew.
+            Err(e) if t.follow(&e).await? => Ok(Edited::Skipped),
+            Err(e) => Err(t.fail(e).await),
+        }
     }
 }
 
@@ -37,87 +78,5 @@ pub(crate) async fn delta(
         return Ok(());
     }
     let t = Target::new(rt, binding, Duration::from_secs(2)).await?;
-    let eph = t.host.ephemeral();
-    let key = stream_key(t.channel_id, message_id);
-    let hash = sha256_hex(shown.as_bytes());
-    match read_stream(t.host, &key).await {
-        None => {
-            let claim = serde_json::to_vec(&Stream::default()).unwrap_or_default();
-            if !eph
-                .put_if_absent(&key, claim, STREAM_TTL)
-                .await
-                .unwrap_or(false)
-            {
-                return Ok(());
-            }
-            match t.send_text(shown, None).await {
-                Ok(id) => {
-                    let s = Stream {
-                        id: Some(id),
-                        shown: hash,
-                    };
-                    let _ = eph
-                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
-                        .await;
-                    // The next edit waits a full interval after the first send.
-                    let interval = rt.cfg.edit_interval.as_millis().max(1) as i64;
-                    let _ = eph
-                        .put_if_absent(
-                            &format!("{key}:e:{}", now_ms() / interval),
-                            vec![1],
-                            rt.cfg.edit_interval * 2,
-                        )
-                        .await;
-                    Ok(())
-                }
-                Err(e) => {
-                    let _ = eph.delete(&key).await;
-                    Err(e)
-                }
-            }
-        }
-        Some(Stream { id: None, .. }) => Ok(()),
-        Some(Stream {
-            id: Some(id),
-            shown: prev,
-        }) => {
-            if prev == hash {
-                return Ok(());
-            }
-            let interval = rt.cfg.edit_interval.as_millis().max(1) as i64;
-            if !eph
-                .put_if_absent(
-                    &format!("{key}:e:{}", now_ms() / interval),
-                    vec![1],
-                    rt.cfg.edit_interval * 2,
-                )
-                .await
-                .unwrap_or(false)
-                || !limits::try_bot(eph.as_ref(), rt.cfg.limits, &t.creds.bot_key()).await
-            {
-                return Ok(());
-            }
-            let params = json!({"chat_id": t.chat(), "message_id": id, "text": shown});
-            match rt
-                .api
-                .call::<Value>(&t.creds.token, "editMessageText", &params, None)
-                .await
-            {
-                Ok(_) => {
-                    let s = Stream {
-                        id: Some(id),
-                        shown: hash,
-                    };
-                    let _ = eph
-                        .put(&key, serde_json::to_vec(&s).unwrap_or_default(), STREAM_TTL)
-                        .await;
-                    Ok(())
-                }
-                Err(e) if e.is_not_modified() || e.retry_after().is_some() => Ok(()),
-                // The shown message stayed in the old group; the final message goes anew.
-                Err(e) if t.follow(&e).await? => Ok(()),
-                Err(e) => Err(t.fail(e).await),
-            }
-        }
-    }
+    delta_stream(&t, message_id).delta(&Shows(&t), shown).await
 }
