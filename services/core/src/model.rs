@@ -313,3 +313,62 @@ pub struct Overview {
     pub hosts_online: u64,
     pub approvals_pending: u64,
 }
+
+/// What the console's search narrows a page to: every field is optional (None matches all),
+/// the fields given must all match. Pages keep their order and their cursors.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsoleFilter {
+    /// The tenant_id, exactly.
+    pub tenant_id: Option<String>,
+    /// The Card id, exactly (channels and failures; runs have no Card).
+    pub card_id: Option<String>,
+    /// Channels: a Descriptor status (`connected`); failures: the outbox state (`failed`,
+    /// `pending`); runs: a run state (`running`).
+    pub status: Option<String>,
+    /// The start of an id: the channel's (channels), the channel's or the message's
+    /// (failures), the run's (runs).
+    pub id_prefix: Option<String>,
+}
+
+impl ConsoleFilter {
+    pub fn is_empty(&self) -> bool {
+        self.tenant_id.is_none()
+            && self.card_id.is_none()
+            && self.status.is_none()
+            && self.id_prefix.is_none()
+    }
+
+    fn is(want: &Option<String>, have: &str) -> bool {
+        want.as_deref().is_none_or(|w| w == have)
+    }
+
+    fn starts(&self, ids: &[&str]) -> bool {
+        self.id_prefix
+            .as_deref()
+            .is_none_or(|p| ids.iter().any(|id| id.starts_with(p)))
+    }
+
+    pub fn matches_channel(&self, c: &ChannelSummary) -> bool {
+        Self::is(&self.tenant_id, &c.tenant_id)
+            && Self::is(&self.card_id, &c.card_id)
+            && Self::is(&self.status, c.status.as_str())
+            && self.starts(&[&c.id])
+    }
+
+    pub fn matches_failure(&self, f: &DeliveryFailure) -> bool {
+        let state = match f.state {
+            OutboxState::Pending => "pending",
+            OutboxState::Failed => "failed",
+        };
+        Self::is(&self.tenant_id, &f.tenant_id)
+            && Self::is(&self.card_id, &f.card_id)
+            && Self::is(&self.status, state)
+            && self.starts(&[&f.channel_id, &f.message_id])
+    }
+
+    pub fn matches_run(&self, r: &crate::hoststore::RunRecord) -> bool {
+        Self::is(&self.tenant_id, &r.tenant_id)
+            && Self::is(&self.status, r.state.as_str())
+            && self.starts(&[&r.id])
+    }
+}

@@ -7,7 +7,7 @@ use crate::error::BackendResult;
 use crate::model::*;
 
 /// Schema version this build understands; `serve` refuses any other.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 #[async_trait]
 pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
@@ -287,6 +287,75 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
         after: Option<(i64, &str)>,
         limit: u32,
     ) -> BackendResult<Vec<crate::hoststore::ApprovalRecord>>;
+    /// [`Store::page_channels`] narrowed by the console's search, in the same order and
+    /// with the same cursor. The SQL stores answer with one indexed query; this default
+    /// (for stores without one) reads unfiltered pages until `limit` rows match.
+    async fn search_channels(
+        &self,
+        filter: &ConsoleFilter,
+        after: Option<&str>,
+        bound_only: bool,
+        limit: u32,
+    ) -> BackendResult<Vec<ChannelSummary>> {
+        let mut out = Vec::new();
+        let mut cursor = after.map(str::to_owned);
+        loop {
+            let page = self
+                .page_channels(cursor.as_deref(), bound_only, limit)
+                .await?;
+            let done = page.len() < limit as usize;
+            cursor = page.last().map(|c| c.id.clone());
+            out.extend(page.into_iter().filter(|c| filter.matches_channel(c)));
+            if done || out.len() >= limit as usize {
+                out.truncate(limit as usize);
+                return Ok(out);
+            }
+        }
+    }
+    /// [`Store::page_failures`] narrowed by the console's search (same order and cursor);
+    /// the default reads unfiltered pages until `limit` rows match.
+    async fn search_failures(
+        &self,
+        filter: &ConsoleFilter,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> BackendResult<Vec<DeliveryFailure>> {
+        let mut out = Vec::new();
+        let mut cursor = before_seq;
+        loop {
+            let page = self.page_failures(cursor, limit).await?;
+            let done = page.len() < limit as usize;
+            cursor = page.last().map(|f| f.seq);
+            out.extend(page.into_iter().filter(|f| filter.matches_failure(f)));
+            if done || out.len() >= limit as usize {
+                out.truncate(limit as usize);
+                return Ok(out);
+            }
+        }
+    }
+    /// [`Store::page_runs`] narrowed by the console's search (same order and cursor); the
+    /// default reads unfiltered pages until `limit` rows match.
+    async fn search_runs(
+        &self,
+        filter: &ConsoleFilter,
+        before: Option<(i64, &str)>,
+        limit: u32,
+    ) -> BackendResult<Vec<crate::hoststore::RunRecord>> {
+        let mut out = Vec::new();
+        let mut cursor = before.map(|(at, id)| (at, id.to_owned()));
+        loop {
+            let page = self
+                .page_runs(cursor.as_ref().map(|(at, id)| (*at, id.as_str())), limit)
+                .await?;
+            let done = page.len() < limit as usize;
+            cursor = page.last().map(|r| (r.created_at, r.id.clone()));
+            out.extend(page.into_iter().filter(|r| filter.matches_run(r)));
+            if done || out.len() >= limit as usize {
+                out.truncate(limit as usize);
+                return Ok(out);
+            }
+        }
+    }
     /// Counts for the overview, each counting at most `at_most` rows.
     async fn overview(&self, at_most: u64) -> BackendResult<Overview>;
 }

@@ -43,6 +43,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../../migrations/postgres/0004_console.sql"),
     ),
+    (
+        5,
+        include_str!("../../../migrations/postgres/0005_console_search.sql"),
+    ),
 ];
 
 /// How long a caller waits for a pooled connection (or for a new one while Postgres is down)

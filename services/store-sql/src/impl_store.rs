@@ -534,6 +534,34 @@ macro_rules! impl_store {
                     $crate::ops::page_approvals(self, status, after, limit).await
                 }
 
+                async fn search_channels(
+                    &self,
+                    filter: &ConsoleFilter,
+                    after: Option<&str>,
+                    bound_only: bool,
+                    limit: u32,
+                ) -> BackendResult<Vec<ChannelSummary>> {
+                    $crate::ops::search_channels(self, filter, after, bound_only, limit).await
+                }
+
+                async fn search_failures(
+                    &self,
+                    filter: &ConsoleFilter,
+                    before_seq: Option<i64>,
+                    limit: u32,
+                ) -> BackendResult<Vec<DeliveryFailure>> {
+                    $crate::ops::search_failures(self, filter, before_seq, limit).await
+                }
+
+                async fn search_runs(
+                    &self,
+                    filter: &ConsoleFilter,
+                    before: Option<(i64, &str)>,
+                    limit: u32,
+                ) -> BackendResult<Vec<RunRecord>> {
+                    $crate::ops::search_runs(self, filter, before, limit).await
+                }
+
                 async fn overview(&self, at_most: u64) -> BackendResult<Overview> {
                     $crate::ops::overview(self, at_most).await
                 }

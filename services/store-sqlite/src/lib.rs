@@ -34,6 +34,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../../migrations/sqlite/0004_console.sql"),
     ),
+    (
+        5,
+        include_str!("../../../migrations/sqlite/0005_console_search.sql"),
+    ),
 ];
 
 /// Creates a missing database file readable by this user only (0600); SQLite gives its WAL

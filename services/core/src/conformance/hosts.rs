@@ -1663,3 +1663,80 @@ pub async fn console_pages(s: &dyn Store) {
             .expect("decide");
     }
 }
+
+/// The console's search on runs: by tenant, by state and by run id prefix, newest first
+/// with the page's cursor.
+pub async fn console_search_runs(s: &dyn Store) {
+    use crate::model::ConsoleFilter;
+    const FUTURE: i64 = 4_100_000_000_000;
+    let t1 = tenant(s).await;
+    let t2 = tenant(s).await;
+    let h1 = enrolled_at(s, &t1.id, now_ms()).await;
+    let h2 = enrolled_at(s, &t2.id, now_ms()).await;
+    let p = new_id("rsrch");
+    let mut runs = Vec::new();
+    for (i, (h, state)) in [
+        (&h1, RunState::Running),
+        (&h2, RunState::Running),
+        (&h1, RunState::Completed),
+        (&h2, RunState::Queued),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut r = run_rec(h, state, FUTURE + i as i64);
+        r.id = format!("{p}-{i}");
+        runs.push(insert_run(s, r).await);
+    }
+    let find = |f: ConsoleFilter, before: Option<(i64, String)>, limit: u32| async move {
+        let found = s
+            .search_runs(
+                &f,
+                before.as_ref().map(|(at, id)| (*at, id.as_str())),
+                limit,
+            )
+            .await
+            .expect("search runs");
+        ids(&found, |r| &r.id)
+    };
+    let want = |is: &[usize]| is.iter().map(|&i| runs[i].id.clone()).collect::<Vec<_>>();
+    let prefix = |tenant: Option<&str>, state: Option<&str>| ConsoleFilter {
+        tenant_id: tenant.map(str::to_owned),
+        status: state.map(str::to_owned),
+        id_prefix: Some(p.clone()),
+        ..ConsoleFilter::default()
+    };
+    assert_eq!(
+        find(prefix(None, None), None, 50).await,
+        want(&[3, 2, 1, 0])
+    );
+    assert_eq!(
+        find(prefix(Some(&t1.id), None), None, 50).await,
+        want(&[2, 0])
+    );
+    assert_eq!(
+        find(prefix(None, Some("running")), None, 50).await,
+        want(&[1, 0])
+    );
+    assert_eq!(
+        find(prefix(Some(&t2.id), Some("queued")), None, 50).await,
+        want(&[3])
+    );
+    let exact = ConsoleFilter {
+        id_prefix: Some(runs[2].id.clone()),
+        ..ConsoleFilter::default()
+    };
+    assert_eq!(find(exact, None, 50).await, want(&[2]));
+    // One at a time through the cursor.
+    let first = find(prefix(None, Some("running")), None, 1).await;
+    assert_eq!(first, want(&[1]));
+    assert_eq!(
+        find(
+            prefix(None, Some("running")),
+            Some((runs[1].created_at, runs[1].id.clone())),
+            1
+        )
+        .await,
+        want(&[0])
+    );
+}

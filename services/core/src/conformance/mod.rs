@@ -37,7 +37,7 @@ macro_rules! store_conformance_tests {
                 pending_outbox_order_and_filters, outbox_backlog, ack_fail_and_attempts,
                 purge_outbox, claims, expired_claims_are_replaced, purge_claims, files,
                 expired_files, leases, lease_release, kv, enqueue_batch_rules, ack_batch,
-                route_states, console_pages, console_channels_and_failures,
+                route_states, console_pages, console_channels_and_failures, console_search,
             ], concurrent: [
                 lease_is_atomic, last_socket_race, enqueue_is_atomic, enqueue_batch_is_atomic,
                 claim_is_atomic, quota_inserts_are_atomic,
@@ -51,7 +51,7 @@ macro_rules! store_conformance_tests {
                 a_lost_host_resumes_on_its_session, agents, runs_insert_and_compare_and_set,
                 host_runs, channel_runs, stale_runs, run_events, artifacts,
                 approvals_are_decided_once, expire_approvals, undelivered_decisions, purge_runs,
-                console_pages, artifacts_count_in_stored_bytes,
+                console_pages, artifacts_count_in_stored_bytes, console_search_runs,
             ], concurrent: [enrollment_is_consumed_once_under_concurrency, concurrent_appends] }
         }
     };

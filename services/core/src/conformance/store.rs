@@ -2659,3 +2659,157 @@ pub async fn console_channels_and_failures(s: &dyn Store) {
         "{o:?}"
     );
 }
+
+/// The console's search on channels, bindings and failures: each filter alone and together,
+/// keeping the page's order, its cursor and its limit.
+pub async fn console_search(s: &dyn Store) {
+    let a = connector(s).await;
+    let b = connector(s).await;
+    let p = new_id("srch");
+    let mut chans = Vec::new();
+    // Six channels in id order: tenants a, b, a, b, a, b; the last three bound and connected.
+    for i in 0..6 {
+        let c = if i % 2 == 0 { &a } else { &b };
+        let mut ch = channel_rec(c, now_ms());
+        ch.id = format!("{p}-{}{i}", if i < 3 { "x" } else { "y" });
+        if i >= 3 {
+            ch.binding = Some(vec![i as u8]);
+            ch.binding_key = Some(new_id("bk"));
+            ch.status = ConnectionStatus::Connected;
+        }
+        s.insert_channel(&ch).await.expect("insert channel");
+        chans.push(ch);
+    }
+    let ids = |v: &[ChannelSummary]| v.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+    let want = |is: &[usize]| is.iter().map(|&i| chans[i].id.clone()).collect::<Vec<_>>();
+    let search = |f: ConsoleFilter, after: Option<String>, bound: bool, limit: u32| async move {
+        s.search_channels(&f, after.as_deref(), bound, limit)
+            .await
+            .expect("search channels")
+    };
+    let of = |tenant: Option<&str>, card: Option<&str>, status: Option<&str>, prefix: &str| {
+        ConsoleFilter {
+            tenant_id: tenant.map(str::to_owned),
+            card_id: card.map(str::to_owned),
+            status: status.map(str::to_owned),
+            id_prefix: Some(prefix.to_owned()),
+        }
+    };
+
+    // By id prefix alone: exactly the channels whose id starts with it.
+    let all = search(of(None, None, None, &p), None, false, 50).await;
+    assert_eq!(ids(&all), want(&[0, 1, 2, 3, 4, 5]));
+    let x = search(of(None, None, None, &format!("{p}-x")), None, false, 50).await;
+    assert_eq!(ids(&x), want(&[0, 1, 2]));
+    let none = search(of(None, None, None, &format!("{p}-z")), None, false, 50).await;
+    assert!(none.is_empty(), "{none:?}");
+    // By tenant, by card (each tenant's connector has its own Card), by status.
+    let ta = search(of(Some(&a.tenant_id), None, None, &p), None, false, 50).await;
+    assert_eq!(ids(&ta), want(&[0, 2, 4]));
+    let cb = search(of(None, Some(&b.card_id), None, &p), None, false, 50).await;
+    assert_eq!(ids(&cb), want(&[1, 3, 5]));
+    let connected = search(of(None, None, Some("connected"), &p), None, false, 50).await;
+    assert_eq!(ids(&connected), want(&[3, 4, 5]));
+    assert!(
+        connected
+            .iter()
+            .all(|c| c.status == ConnectionStatus::Connected)
+    );
+    // Together, and with bound_only (the bindings page).
+    let both = search(
+        of(Some(&a.tenant_id), None, Some("created"), &p),
+        None,
+        false,
+        50,
+    )
+    .await;
+    assert_eq!(ids(&both), want(&[0, 2]));
+    let bound_b = search(of(Some(&b.tenant_id), None, None, &p), None, true, 50).await;
+    assert_eq!(ids(&bound_b), want(&[3, 5]));
+    // The limit and the cursor page through the matches only.
+    let first = search(of(Some(&a.tenant_id), None, None, &p), None, false, 2).await;
+    assert_eq!(ids(&first), want(&[0, 2]));
+    let next = search(
+        of(Some(&a.tenant_id), None, None, &p),
+        Some(first[1].id.clone()),
+        false,
+        2,
+    )
+    .await;
+    assert_eq!(ids(&next), want(&[4]));
+    // An empty filter is the plain page.
+    let plain = s
+        .search_channels(&ConsoleFilter::default(), Some(&p), false, 3)
+        .await
+        .expect("search");
+    assert_eq!(
+        ids(&plain),
+        ids(&s.page_channels(Some(&p), false, 3).await.expect("page"))
+    );
+
+    // Failures: one failed on channel 0 (tenant a), one retried on channel 3 (tenant b).
+    let now = now_ms();
+    let m0 = message(&chans[0].id, now, now + HOUR);
+    let m3 = message(&chans[3].id, now, now + HOUR);
+    for m in [&m0, &m3] {
+        s.enqueue_outbox(m, 100, now + 2 * HOUR)
+            .await
+            .expect("enqueue");
+    }
+    assert!(
+        s.fail_outbox(&chans[0].id, &m0.message_id, "rejected")
+            .await
+            .expect("fail")
+    );
+    s.record_attempt(&chans[3].id, &m3.message_id, Some("timeout"))
+        .await
+        .expect("attempt");
+    let failures = |f: ConsoleFilter, before: Option<i64>| async move {
+        s.search_failures(&f, before, 50)
+            .await
+            .expect("search failures")
+            .into_iter()
+            .map(|f| f.message_id)
+            .collect::<Vec<_>>()
+    };
+    let by = |tenant: Option<&str>, card: Option<&str>, status: Option<&str>, prefix: &str| {
+        of(tenant, card, status, prefix)
+    };
+    assert_eq!(
+        failures(by(None, None, None, &p), None).await,
+        [m3.message_id.clone(), m0.message_id.clone()],
+        "newest first, by channel id prefix"
+    );
+    assert_eq!(
+        failures(by(Some(&a.tenant_id), None, None, &p), None).await,
+        [m0.message_id.clone()]
+    );
+    assert_eq!(
+        failures(by(None, Some(&b.card_id), None, &p), None).await,
+        [m3.message_id.clone()]
+    );
+    assert_eq!(
+        failures(by(None, None, Some("failed"), &p), None).await,
+        [m0.message_id.clone()]
+    );
+    assert_eq!(
+        failures(by(None, None, Some("pending"), &p), None).await,
+        [m3.message_id.clone()]
+    );
+    // The prefix also finds a failure by its message id.
+    let by_message = ConsoleFilter {
+        id_prefix: Some(m0.message_id[..m0.message_id.len() - 4].to_owned()),
+        ..ConsoleFilter::default()
+    };
+    assert_eq!(failures(by_message, None).await, [m0.message_id.clone()]);
+    // The cursor moves past the newest.
+    let newest = s
+        .search_failures(&by(None, None, None, &p), None, 1)
+        .await
+        .expect("search failures");
+    assert_eq!(newest.len(), 1);
+    assert_eq!(
+        failures(by(None, None, None, &p), Some(newest[0].seq)).await,
+        [m0.message_id.clone()]
+    );
+}

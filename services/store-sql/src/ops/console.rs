@@ -8,7 +8,7 @@ use switchyard_protocol::ConnectionStatus;
 
 use crate::host_records::{approval, host, run};
 use crate::records::{connector, tenant};
-use crate::{Handles, SqlRow, all, capped, corrupt, count, get, json_col, stmt};
+use crate::{Arg, Handles, SqlRow, all, capped, corrupt, count, get, json_col, stmt};
 
 fn lim(limit: u32) -> i64 {
     i64::from(limit.clamp(1, 1000))
@@ -100,14 +100,60 @@ pub async fn page_connectors(
     )
 }
 
-pub async fn page_channels(
-    s: &impl Handles,
-    after: Option<&str>,
-    bound_only: bool,
-    limit: u32,
-) -> BackendResult<Vec<ChannelSummary>> {
-    // Each count walks one channel's slice of outbox_delivery (channel_id, state, seq).
-    const SELECT: &str = "SELECT c.id, c.tenant_id, c.connector_id, c.card_id, c.status, c.view, \
+/// A search's conditions with their values, numbered in order of appearance (`$n` first
+/// appears in order, as both dialects read it).
+#[derive(Default)]
+struct Where<'a> {
+    sql: String,
+    args: Vec<Arg<'a>>,
+}
+
+impl<'a> Where<'a> {
+    fn next(&mut self) -> usize {
+        self.args.len() + 1
+    }
+
+    /// `AND <cond>`, where `{}` in `cond` is the placeholder of `v`.
+    fn and(&mut self, cond: &str, v: impl Into<Arg<'a>>) {
+        let n = self.next();
+        self.sql.push_str(" AND ");
+        self.sql.push_str(&cond.replace("{}", &format!("${n}")));
+        self.args.push(v.into());
+    }
+
+    fn eq(&mut self, col: &str, v: Option<&'a str>) {
+        if let Some(v) = v {
+            self.and(&format!("{col} = {{}}"), v);
+        }
+    }
+
+    /// Rows whose `cols` (any of them) start with `prefix`. The range on the first column
+    /// lets its index start and stop the walk: console ids are ASCII letters, digits, `_`
+    /// and `-`, so every id with the prefix sorts at or after it and before `prefix` +
+    /// `zzzz`, in byte order and in the linguistic collations (which skip `_` and `-` at the
+    /// first level); the `substr` test keeps the match exact whatever the collation.
+    fn prefix(&mut self, cols: &[&str], prefix: Option<&'a str>) {
+        let Some(p) = prefix else { return };
+        let len = i32::try_from(p.chars().count()).unwrap_or(i32::MAX);
+        let tests: Vec<String> = cols
+            .iter()
+            .map(|c| {
+                let (l, v) = (self.args.len() + 1, self.args.len() + 2);
+                self.args.push(Arg::Int4(len));
+                self.args.push(p.into());
+                format!("substr({c}, 1, ${l}) = ${v}")
+            })
+            .collect();
+        self.sql.push_str(&format!(" AND ({})", tests.join(" OR ")));
+        if let [only] = cols {
+            self.and(&format!("{only} >= {{}}"), p);
+            self.and(&format!("{only} < {{}}"), format!("{p}zzzz"));
+        }
+    }
+}
+
+// Each count walks one channel's slice of outbox_delivery (channel_id, state, seq).
+const CHANNEL_SELECT: &str = "SELECT c.id, c.tenant_id, c.connector_id, c.card_id, c.status, c.view, \
          CAST(CASE WHEN c.binding IS NULL THEN 0 ELSE 1 END AS BIGINT) AS bound, \
          CAST(CASE WHEN c.route_socket IS NULL THEN 0 ELSE 1 END AS BIGINT) AS routed, c.created_at, c.updated_at, \
          (SELECT COUNT(*) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'pending') AS pending, \
@@ -115,13 +161,54 @@ pub async fn page_channels(
           ORDER BY o.seq LIMIT 1) AS oldest_pending_at, \
          (SELECT COUNT(*) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'failed') AS failed \
          FROM channels c ";
+
+pub async fn page_channels(
+    s: &impl Handles,
+    after: Option<&str>,
+    bound_only: bool,
+    limit: u32,
+) -> BackendResult<Vec<ChannelSummary>> {
     let sql = if bound_only {
-        format!("{SELECT} WHERE c.id > $1 AND c.binding IS NOT NULL ORDER BY c.id LIMIT $2")
+        format!("{CHANNEL_SELECT} WHERE c.id > $1 AND c.binding IS NOT NULL ORDER BY c.id LIMIT $2")
     } else {
-        format!("{SELECT} WHERE c.id > $1 ORDER BY c.id LIMIT $2")
+        format!("{CHANNEL_SELECT} WHERE c.id > $1 ORDER BY c.id LIMIT $2")
     };
     let q = stmt(&sql).bind(after.unwrap_or("")).bind(lim(limit));
     all(q.fetch_all(&mut s.read(), "page channels").await?, summary)
+}
+
+/// [`page_channels`] narrowed by the console's search: one keyset query, walking
+/// `channels_tenant_id`, `channels_card_id`, `channels_status_id` or the primary key.
+pub async fn search_channels(
+    s: &impl Handles,
+    f: &ConsoleFilter,
+    after: Option<&str>,
+    bound_only: bool,
+    limit: u32,
+) -> BackendResult<Vec<ChannelSummary>> {
+    let mut w = Where::default();
+    w.and("c.id > {}", after.unwrap_or(""));
+    if bound_only {
+        w.sql.push_str(" AND c.binding IS NOT NULL");
+    }
+    w.eq("c.tenant_id", f.tenant_id.as_deref());
+    w.eq("c.card_id", f.card_id.as_deref());
+    w.eq("c.status", f.status.as_deref());
+    w.prefix(&["c.id"], f.id_prefix.as_deref());
+    let n = w.next();
+    let sql = format!(
+        "{CHANNEL_SELECT} WHERE {} ORDER BY c.id LIMIT ${n}",
+        w.sql.trim_start_matches(" AND ")
+    );
+    let mut q = stmt(&sql);
+    for a in w.args {
+        q = q.bind(a);
+    }
+    let q = q.bind(lim(limit));
+    all(
+        q.fetch_all(&mut s.read(), "search channels").await?,
+        summary,
+    )
 }
 
 pub async fn page_failures(
@@ -137,6 +224,38 @@ pub async fn page_failures(
     .bind(before_seq.unwrap_or(i64::MAX))
     .bind(lim(limit));
     all(q.fetch_all(&mut s.read(), "page failures").await?, failure)
+}
+
+const FAILURE_SELECT: &str = "SELECT o.seq, o.channel_id, c.tenant_id, c.card_id, o.message_id, \
+     o.state, o.attempts, o.last_error, o.created_at FROM outbox o JOIN channels c ON c.id = o.channel_id \
+     WHERE o.last_error IS NOT NULL";
+
+/// [`page_failures`] narrowed by the console's search: one query walking `outbox_errors`
+/// (or `outbox_failed` for the failed ones) newest first, each row joined to its channel by
+/// primary key. The outbox is bounded (rows expire and failed ones are purged), so the walk is.
+pub async fn search_failures(
+    s: &impl Handles,
+    f: &ConsoleFilter,
+    before_seq: Option<i64>,
+    limit: u32,
+) -> BackendResult<Vec<DeliveryFailure>> {
+    let mut w = Where::default();
+    w.and("o.seq < {}", before_seq.unwrap_or(i64::MAX));
+    w.eq("c.tenant_id", f.tenant_id.as_deref());
+    w.eq("c.card_id", f.card_id.as_deref());
+    w.eq("o.state", f.status.as_deref());
+    w.prefix(&["o.channel_id", "o.message_id"], f.id_prefix.as_deref());
+    let n = w.next();
+    let sql = format!("{FAILURE_SELECT}{} ORDER BY o.seq DESC LIMIT ${n}", w.sql);
+    let mut q = stmt(&sql);
+    for a in w.args {
+        q = q.bind(a);
+    }
+    let q = q.bind(lim(limit));
+    all(
+        q.fetch_all(&mut s.read(), "search failures").await?,
+        failure,
+    )
 }
 
 pub async fn page_hosts(
@@ -170,6 +289,37 @@ pub async fn page_runs(
     .bind(id)
     .bind(lim(limit));
     all(q.fetch_all(&mut s.read(), "page runs").await?, run)
+}
+
+/// [`page_runs`] narrowed by the console's search: one keyset query, walking
+/// `runs_tenant_created`, `runs_state_created` or `runs_created` newest first.
+pub async fn search_runs(
+    s: &impl Handles,
+    f: &ConsoleFilter,
+    before: Option<(i64, &str)>,
+    limit: u32,
+) -> BackendResult<Vec<RunRecord>> {
+    let (at, id) = before.unwrap_or((i64::MAX, ""));
+    let mut w = Where::default();
+    w.sql
+        .push_str(" AND (created_at < $1 OR (created_at = $1 AND id < $2))");
+    w.args.push(at.into());
+    w.args.push(id.into());
+    w.eq("tenant_id", f.tenant_id.as_deref());
+    w.eq("state", f.status.as_deref());
+    w.prefix(&["id"], f.id_prefix.as_deref());
+    let n = w.next();
+    let sql = format!(
+        "SELECT {} FROM runs WHERE {} ORDER BY created_at DESC, id DESC LIMIT ${n}",
+        crate::run_cols!(),
+        w.sql.trim_start_matches(" AND ")
+    );
+    let mut q = stmt(&sql);
+    for a in w.args {
+        q = q.bind(a);
+    }
+    let q = q.bind(lim(limit));
+    all(q.fetch_all(&mut s.read(), "search runs").await?, run)
 }
 
 pub async fn page_approvals(
