@@ -11,6 +11,7 @@ mod files;
 mod janitor;
 mod outflow;
 mod services;
+mod session;
 mod tools;
 
 use std::sync::Arc;
@@ -31,6 +32,9 @@ pub use delivery::{Delivery, DeliveryKind};
 pub use files::{DownloadAuth, DownloadCheck, UploadedFile, clean_filename, file_type_of};
 pub use janitor::{Janitor, JanitorReport};
 pub use outflow::{AckOutcome, AckVerdict, Outflow, OutflowLimits, retryable};
+pub use session::{
+    Done, Emit, Notices, Session, SessionEnd, SessionInput, SessionLimits, SessionStep, Work,
+};
 pub use tools::tool_call_key;
 
 /// Every duration and bound of the state machines. Defaults are production values; tests
