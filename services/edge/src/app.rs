@@ -429,26 +429,28 @@ pub async fn run(
     let providers_stop = CancellationToken::new();
     let doorbells = Doorbells::new(hub.bus.clone());
     let limits = SessionLimits {
-        max_frame_bytes: cfg.limits.max_frame_bytes,
-        tools_per_socket: cfg.limits.tools_per_socket,
-        channel_queue: cfg.limits.channel_queue,
-        opens_per_socket: cfg.limits.opens_per_socket,
+        session: switchyard_core::engine::SessionLimits {
+            max_frame_bytes: cfg.limits.max_frame_bytes,
+            tools_per_socket: cfg.limits.tools_per_socket,
+            channel_queue: cfg.limits.channel_queue,
+            opens_per_socket: cfg.limits.opens_per_socket,
+            auth_per_socket: cfg.limits.auth_per_socket,
+            delivery: OutflowLimits {
+                window: cfg.delivery.window,
+                ack_timeout: cfg.delivery.ack_timeout.0,
+                retry_pause: cfg.delivery.retry_pause.0,
+            },
+            hello_timeout: cfg.limits.hello_timeout.0,
+            sweep_interval: cfg.delivery.sweep_interval.0,
+            drain_timeout: cfg.drain_timeout.0,
+        },
         send: crate::sendq::SendLimits {
             packets: cfg.limits.socket_send_queue,
             bytes: cfg.limits.socket_send_queue_bytes,
             stall: cfg.limits.socket_stall.0,
         },
-        hello_timeout: cfg.limits.hello_timeout.0,
         ws_ping_interval: cfg.limits.ws_ping_interval.0,
-        auth_per_socket: cfg.limits.auth_per_socket,
         ws_read_buffer: cfg.limits.ws_read_buffer_bytes,
-        delivery: OutflowLimits {
-            window: cfg.delivery.window,
-            ack_timeout: cfg.delivery.ack_timeout.0,
-            retry_pause: cfg.delivery.retry_pause.0,
-        },
-        sweep_interval: cfg.delivery.sweep_interval.0,
-        drain_timeout: cfg.drain_timeout.0,
     };
     // The operator API is not mounted here: it lives on the internal (metrics) listener.
     let mut app = Router::new();

@@ -38,6 +38,32 @@ impl Drop for Subscription {
     }
 }
 
+/// A session's next doorbell, or None when some were lost (a lagging or closed
+/// subscription: the session resyncs from the store). Pends forever without a
+/// subscription.
+pub async fn next(bells: &mut Option<Subscription>) -> Option<Doorbell> {
+    match bells {
+        Some(sub) => match sub.rx.recv().await {
+            Ok(b) => Some(b),
+            Err(broadcast::error::RecvError::Lagged(_)) => None,
+            Err(broadcast::error::RecvError::Closed) => {
+                *bells = None;
+                None
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// A doorbell already queued (`Some(None)`: some were lost), without waiting.
+pub fn try_next(bells: &mut Option<Subscription>) -> Option<Option<Doorbell>> {
+    match bells.as_mut()?.rx.try_recv() {
+        Ok(b) => Some(Some(b)),
+        Err(broadcast::error::TryRecvError::Lagged(_)) => Some(None),
+        Err(_) => None,
+    }
+}
+
 impl Doorbells {
     pub fn new(bus: Arc<dyn Bus>) -> Arc<Self> {
         Arc::new(Self {

@@ -149,7 +149,7 @@ async fn ws(State(s): State<ConnState>, headers: HeaderMap, upgrade: WebSocketUp
     }
     // Frames up to 4x the packet limit are read so that an oversize packet gets a clear
     // error; beyond that the socket closes with 1009.
-    let max = s.limits.max_frame_bytes.saturating_mul(4);
+    let max = s.limits.session.max_frame_bytes.saturating_mul(4);
     let sessions = s.sessions.clone();
     upgrade
         .protocols([SUBPROTOCOL])

@@ -36,6 +36,38 @@ pub struct Handoff {
     pub written: mpsc::UnboundedSender<String>,
 }
 
+/// Reports back to a session's loop (the writer's [`Handoff`]s, finished work) through a
+/// queue created with its first use: an idle socket carries none.
+pub struct Reports<T>(Option<(mpsc::UnboundedSender<T>, mpsc::UnboundedReceiver<T>)>);
+
+impl<T> Default for Reports<T> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<T> Reports<T> {
+    pub fn sender(&mut self) -> mpsc::UnboundedSender<T> {
+        self.0.get_or_insert_with(mpsc::unbounded_channel).0.clone()
+    }
+
+    pub fn try_next(&mut self) -> Option<T> {
+        self.0.as_mut()?.1.try_recv().ok()
+    }
+
+    /// The next report; pends forever before the first use (the loop holds a sender, so
+    /// the queue never closes).
+    pub async fn next(&mut self) -> T {
+        match &mut self.0 {
+            Some((_, rx)) => match rx.recv().await {
+                Some(t) => t,
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct SendLimits {
     /// Packets queued for the writer.
@@ -160,6 +192,13 @@ impl SendQueue {
             self.overflow.cancel();
         }
         false
+    }
+}
+
+/// Tool progress notices: queued when there is room, dropped otherwise.
+impl switchyard_core::engine::Notices for SendQueue {
+    fn notice(&self, env: Envelope) {
+        self.try_push(env);
     }
 }
 
