@@ -482,9 +482,15 @@ pub async fn run(
     // The operator API (/admin/v1) and the console (/console). With `admin_listen` set (the
     // chart sets it) they get their own address, so network access to /metrics is not
     // console access; unset, they stay on the internal listener, where CONTRACT.md puts them.
+    let pulse = Arc::new(crate::console::Pulse::new(
+        &pod,
+        cfg.console.sample_interval.0,
+        hub.ephemeral.clone(),
+    ));
     let admin_routes = crate::hosts::operator_router(gateway.clone()).merge(
         crate::console::router(crate::console::ConsoleState {
             hosts: hosts.clone(),
+            pulse: pulse.clone(),
             operators: gateway.operators.clone(),
         }),
     );
@@ -544,6 +550,7 @@ pub async fn run(
     // in their own spans).
     let pod_span = tracing::info_span!("pod", pod = %pod);
     let background = TaskTracker::new();
+    background.spawn(pulse.run(stopped.clone()).instrument(pod_span.clone()));
     background.spawn(
         quota_loop(hub.clone(), cfg.quotas.refresh_interval.0, stopped.clone())
             .instrument(pod_span.clone()),

@@ -48,8 +48,8 @@ pub fn init_logging(cfg: &LogConfig) {
     };
 }
 
-/// Buckets of every `*_seconds` histogram: 1 ms to 1 min.
-const LATENCY_BUCKETS: &[f64] = &[
+/// Buckets of every `*_seconds` histogram: 1 ms to 1 min (the console's charts read them).
+pub const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 

@@ -71,6 +71,7 @@ pub struct Config {
     pub operator_tokens: SecretList,
     pub operator_auth: OperatorAuthConfig,
     pub hosts: HostsSection,
+    pub console: crate::console::ConsoleConfig,
 }
 
 impl Default for Config {
@@ -116,6 +117,7 @@ impl Default for Config {
             operator_tokens: SecretList::default(),
             operator_auth: OperatorAuthConfig::default(),
             hosts: HostsSection::default(),
+            console: crate::console::ConsoleConfig::default(),
         }
     }
 }

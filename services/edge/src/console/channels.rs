@@ -167,85 +167,123 @@ pub(super) const CHANNEL_HEADERS: [&str; 10] = [
     "failed",
 ];
 
+/// Every Descriptor status, the channels and bindings pages' status choices.
+pub(super) const CHANNEL_STATUSES: [&str; 8] = [
+    "created",
+    "authenticating",
+    "connected",
+    "degraded",
+    "offline",
+    "expired",
+    "revoked",
+    "error",
+];
+
+/// The channels or bindings page: the search form, one search query, the rows.
+async fn channel_list(
+    st: &ConsoleState,
+    who: &Operator,
+    c: &Cursor,
+    s: &Search,
+    bound_only: bool,
+) -> Result<(String, Vec<switchyard_core::model::ChannelSummary>), Response> {
+    let path = if bound_only {
+        "/console/bindings"
+    } else {
+        "/console/channels"
+    };
+    let filter = s
+        .filter(&CHANNEL_STATUSES)
+        .map_err(|m| error_page(StatusCode::BAD_REQUEST, Some(who), m))?;
+    let list = st
+        .hosts
+        .hub
+        .store
+        .search_channels(&filter, c.after(), bound_only, PAGE)
+        .await
+        .map_err(|e| backend(who, e))?;
+    let rows = channel_rows(&list, bound_only);
+    let mut headers_ = CHANNEL_HEADERS.to_vec();
+    if bound_only {
+        headers_.push("health");
+    }
+    let mut body = s.form(path, &CHANNEL_STATUSES, true, "connector_channel_id");
+    body.push_str(&table(&headers_, &rows));
+    body.push_str(&next_link(
+        path,
+        "after",
+        full(&list)
+            .then(|| list.last().map(|t| t.id.clone()))
+            .flatten(),
+        &s.query(),
+    ));
+    Ok((body, list))
+}
+
 pub(super) async fn channels(
     State(st): State<ConsoleState>,
     Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
+    Query(s): Query<Search>,
 ) -> Response {
     let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
-    let list = match st
-        .hosts
-        .hub
-        .store
-        .page_channels(c.after(), false, PAGE)
-        .await
-    {
-        Ok(l) => l,
-        Err(e) => return backend(&who, e),
-    };
-    let mut body = table(&CHANNEL_HEADERS, &channel_rows(&list, false));
-    body.push_str(&next_link(
-        "/console/channels",
-        "after",
-        full(&list)
-            .then(|| list.last().map(|t| t.id.clone()))
-            .flatten(),
-        "",
-    ));
-    ok("Channels", &who, &body)
+    match channel_list(&st, &who, &c, &s, false).await {
+        Ok((body, _)) => ok("Channels", &who, &body),
+        Err(r) => r,
+    }
 }
 
 pub(super) async fn bindings(
     State(st): State<ConsoleState>,
     Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
+    Query(s): Query<Search>,
 ) -> Response {
     let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
-    let list = match st
-        .hosts
-        .hub
-        .store
-        .page_channels(c.after(), true, PAGE)
-        .await
-    {
-        Ok(l) => l,
-        Err(e) => return backend(&who, e),
-    };
-    let mut headers_ = CHANNEL_HEADERS.to_vec();
-    headers_.push("health");
     let mut body = String::from(
         "<p class=\"muted\">Provider bindings (Telegram, WeChat, Feishu, webhook, agent hosts): \
          bound channels; credentials are never shown.</p>",
     );
-    body.push_str(&table(&headers_, &channel_rows(&list, true)));
-    body.push_str(&next_link(
-        "/console/bindings",
-        "after",
-        full(&list)
-            .then(|| list.last().map(|t| t.id.clone()))
-            .flatten(),
-        "",
-    ));
-    ok("Provider bindings", &who, &body)
+    match channel_list(&st, &who, &c, &s, true).await {
+        Ok((list, _)) => {
+            body.push_str(&list);
+            ok("Provider bindings", &who, &body)
+        }
+        Err(r) => r,
+    }
 }
+
+/// The failures page's status choices: the outbox states a failure row can be in.
+const FAILURE_STATUSES: [&str; 2] = ["failed", "pending"];
 
 pub(super) async fn failures(
     State(st): State<ConsoleState>,
     Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
+    Query(s): Query<Search>,
 ) -> Response {
     let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
+    let filter = match s.filter(&FAILURE_STATUSES) {
+        Ok(f) => f,
+        Err(m) => return error_page(StatusCode::BAD_REQUEST, Some(&who), m),
+    };
     let before = c.before.as_deref().and_then(|b| b.parse::<i64>().ok());
-    let list = match st.hosts.hub.store.page_failures(before, PAGE).await {
+    let list = match st
+        .hosts
+        .hub
+        .store
+        .search_failures(&filter, before, PAGE)
+        .await
+    {
         Ok(l) => l,
         Err(e) => return backend(&who, e),
     };
@@ -266,7 +304,13 @@ pub(super) async fn failures(
             ]
         })
         .collect();
-    let mut body = table(
+    let mut body = s.form(
+        "/console/failures",
+        &FAILURE_STATUSES,
+        true,
+        "channel or message id",
+    );
+    body.push_str(&table(
         &[
             "message created",
             "channel",
@@ -277,14 +321,14 @@ pub(super) async fn failures(
             "reason",
         ],
         &rows,
-    );
+    ));
     body.push_str(&next_link(
         "/console/failures",
         "before",
         full(&list)
             .then(|| list.last().map(|f| f.seq.to_string()))
             .flatten(),
-        "",
+        &s.query(),
     ));
     ok("Recent delivery failures", &who, &body)
 }

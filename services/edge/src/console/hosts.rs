@@ -128,13 +128,19 @@ pub(super) async fn runs(
     State(st): State<ConsoleState>,
     Extension(caller): Extension<Caller>,
     Query(c): Query<Cursor>,
+    Query(s): Query<Search>,
 ) -> Response {
     let who = match viewer(&caller) {
         Ok(w) => w,
         Err(r) => return r,
     };
+    let states = switchyard_protocol::hosts::RunState::ALL.map(|s| s.as_str());
+    let filter = match s.filter(&states) {
+        Ok(f) => f,
+        Err(m) => return error_page(StatusCode::BAD_REQUEST, Some(&who), m),
+    };
     let before = split_cursor(c.before.as_deref());
-    let list = match st.hosts.hub.store.page_runs(before, PAGE).await {
+    let list = match st.hosts.hub.store.search_runs(&filter, before, PAGE).await {
         Ok(l) => l,
         Err(e) => return backend(&who, e),
     };
@@ -152,19 +158,20 @@ pub(super) async fn runs(
             ]
         })
         .collect();
-    let mut body = table(
+    let mut body = s.form("/console/runs", &states, false, "run_id");
+    body.push_str(&table(
         &[
             "run_id", "created", "agent", "host", "state", "goal", "events",
         ],
         &rows,
-    );
+    ));
     body.push_str(&next_link(
         "/console/runs",
         "before",
         full(&list)
             .then(|| list.last().map(|r| format!("{}.{}", r.created_at, r.id)))
             .flatten(),
-        "",
+        &s.query(),
     ));
     ok("Runs", &who, &body)
 }

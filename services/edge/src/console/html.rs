@@ -111,7 +111,10 @@ th{background:#eef1f5}code{font-size:12px}\
 .ok{color:#17702b}.bad{color:#b3261e}.warn{color:#8a5a00}.muted{color:#777}\
 .cards{display:flex;gap:1em;flex-wrap:wrap}.card{background:#fff;border:1px solid #ddd;padding:.7em 1em;min-width:9em}\
 .card b{display:block;font-size:1.6em}.notice{background:#fff7d6;border:1px solid #e6cf70;padding:.6em}\
-form.inline{display:inline}button{cursor:pointer}";
+form.inline{display:inline}button{cursor:pointer}\
+form.search{background:#fff;border:1px solid #ddd;padding:.5em;margin:.5em 0}\
+.charts{display:flex;gap:1em;flex-wrap:wrap}figure.chart{margin:0;background:#fff;border:1px solid #ddd;padding:.4em}\
+figure.chart figcaption{font-weight:600;font-size:13px}.legend{font-size:12px;max-width:420px}";
 
 /// The page around `body`, with the navigation and the logout form when signed in.
 pub fn layout(title: &str, operator: Option<(&str, &str)>, body: &str) -> String {

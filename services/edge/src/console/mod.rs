@@ -12,8 +12,11 @@
 
 mod auth;
 mod channels;
+mod charts;
 mod hosts;
 mod html;
+mod pulse;
+mod search;
 mod tenants;
 
 use std::fmt::Write as _;
@@ -37,6 +40,9 @@ use html::{
     clip, code, esc, layout, link, mask, next_link, opt_time, post_button, span, table, time,
 };
 
+pub use pulse::{ConsoleConfig, Pulse};
+use search::Search;
+
 use auth::{Caller, CsrfForm, Operator, actor, guard, login, login_form, logout, viewer};
 use channels::{bindings, channels, connectors, failures};
 use hosts::{approval_deny, approval_grant, approvals, hosts_page, run_page, runs};
@@ -55,6 +61,8 @@ const MAX_FORM_BYTES: usize = 16 * 1024;
 #[derive(Clone)]
 pub struct ConsoleState {
     pub hosts: Arc<Hosts>,
+    /// This pod's sampler of the charts' series, and the reader of every pod's.
+    pub pulse: Arc<Pulse>,
     /// Operators, with their limiter.
     pub operators: crate::operators::Operators,
 }

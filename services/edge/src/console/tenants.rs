@@ -47,7 +47,27 @@ pub(super) async fn overview(
         "<p class=\"muted\">Pod {} · counts stop at {COUNT_CAP}.</p>",
         esc(&st.hosts.hub.pod_id)
     );
+    let (pods, span) = pulse(&st).await;
+    let _ = write!(
+        body,
+        "<h2>Last {}</h2><p class=\"muted\" id=\"pulse-pods\" data-pods=\"{}\">A point per {} from \
+         each pod's own counters ({} reporting: the thick lines are the deployment's sum, the \
+         thin ones each pod's).</p>",
+        esc(&span),
+        pods.len(),
+        esc(&html::span(st.pulse.interval_ms())),
+        pods.len()
+    );
+    let at = charts::points(now_ms(), st.pulse.interval_ms());
+    body.push_str(&charts::section(&charts::deployment(&pods, &at), &span));
     ok("Overview", &who, &body)
+}
+
+/// Every pod's pulse rows and how far back the charts reach.
+async fn pulse(st: &ConsoleState) -> (Vec<pulse::PodRows>, String) {
+    let pods = st.pulse.pods().await;
+    let span = html::span(st.pulse.interval_ms() * pulse::POINTS as i64);
+    (pods, span)
 }
 
 pub(super) async fn tenants(
@@ -225,7 +245,86 @@ pub(super) async fn tenant_page(
         "Create API key",
         "",
     ));
+    match tenant_now(&st, &tenant.id).await {
+        Ok(now) => body.push_str(&now),
+        Err(e) => return backend(&who, e),
+    }
+    let (pods, span) = pulse(&st).await;
+    let at = charts::points(now_ms(), st.pulse.interval_ms());
+    let _ = write!(
+        body,
+        "<h2>Deployment, last {}</h2><p class=\"muted\">These series are the deployment's, \
+         not this tenant's: the metrics count by Card and never by tenant (a label per tenant \
+         would grow without bound). The tenant's own figures are above.</p>",
+        esc(&span)
+    );
+    let mine: Vec<charts::Chart> = charts::deployment(&pods, &at)
+        .into_iter()
+        .filter(|c| ["accepted", "delivered", "failed", "latency"].contains(&c.id))
+        .collect();
+    body.push_str(&charts::section(&mine, &span));
     ok(&format!("Tenant {}", tenant.name), &who, &body)
+}
+
+/// The tenant's own figures now, from the store: channels and live sockets (bounded
+/// counts), and the outbox of its first page of channels, with links to its filtered pages.
+async fn tenant_now(st: &ConsoleState, tenant_id: &str) -> Result<String, BackendError> {
+    let store = &st.hosts.hub.store;
+    let channels = store.count_tenant_channels(tenant_id, COUNT_CAP).await?;
+    let sockets = store.count_tenant_sockets(tenant_id, COUNT_CAP).await?;
+    let filter = switchyard_core::model::ConsoleFilter {
+        tenant_id: Some(tenant_id.to_owned()),
+        ..Default::default()
+    };
+    let first = store.search_channels(&filter, None, false, PAGE).await?;
+    let pending: u64 = first.iter().map(|c| c.pending).sum();
+    let failed: u64 = first.iter().map(|c| c.failed).sum();
+    let of = if full(&first) {
+        format!(" (in its first {PAGE} channels)")
+    } else {
+        String::new()
+    };
+    let q = format!("?tenant={}", html::url(tenant_id));
+    let mut out = String::from("<h2>This tenant now</h2><div class=\"cards\" id=\"tenant-now\">");
+    for (label, n, href) in [
+        (
+            "channels",
+            capped(channels),
+            format!("/console/channels{q}"),
+        ),
+        (
+            "live sockets",
+            capped(sockets),
+            format!("/console/channels{q}"),
+        ),
+        (
+            &*format!("outbox messages{of}"),
+            pending.to_string(),
+            format!("/console/channels{q}"),
+        ),
+        (
+            &*format!("failed deliveries{of}"),
+            failed.to_string(),
+            format!("/console/failures{q}"),
+        ),
+    ] {
+        let _ = write!(
+            out,
+            "<a class=\"card\" href=\"{}\"><b>{}</b>{}</a>",
+            esc(&href),
+            esc(&n),
+            esc(label)
+        );
+    }
+    let _ = write!(
+        out,
+        "</div><p>{} · {} · {} · {}</p>",
+        link(&format!("/console/channels{q}"), "its channels"),
+        link(&format!("/console/bindings{q}"), "its bindings"),
+        link(&format!("/console/failures{q}"), "its failures"),
+        link(&format!("/console/runs{q}"), "its runs")
+    );
+    Ok(out)
 }
 
 pub(super) async fn key_create(
