@@ -359,6 +359,49 @@ async fn a_refused_packet_on_one_channel_leaves_the_others_working() {
 }
 
 #[tokio::test]
+async fn per_socket_bounds_refuse_with_busy_and_queue_opens() {
+    let k = kit().await;
+    let mut w = Wire::new(
+        &k,
+        SessionLimits {
+            tools_per_socket: 1,
+            auth_per_socket: 1,
+            opens_per_socket: 1,
+            ..limits()
+        },
+    );
+    w.hello(&["xagent.im.v2"]).await;
+    let a = w.open().await;
+    w.hold = true;
+    for _ in 0..3 {
+        w.text(packet("channel.open", None, json!({}))).await;
+    }
+    assert_eq!(
+        w.session.in_flight(),
+        1,
+        "one open at a time, the rest wait"
+    );
+    let tool = json!({"tool_id": "send", "arguments": {}});
+    w.text(packet("tool.invoke", Some(&a), tool.clone())).await;
+    w.text(packet("tool.invoke", Some(&a), tool)).await;
+    w.text(packet("auth.status", Some(&a), json!({}))).await;
+    w.text(packet("auth.status", Some(&a), json!({}))).await;
+    let got = w.take();
+    assert_eq!(
+        kinds(&got),
+        ["tool.invoke.ack", "auth.status.ack"],
+        "{got:?}"
+    );
+    assert!(got.iter().all(|e| code(e) == Some("busy")), "{got:?}");
+    w.settle().await;
+    let got = w.take();
+    let opened = got.iter().filter(|e| e.kind == "channel.open.ack").count();
+    assert_eq!(opened, 3, "the waiting opens ran in turn: {got:?}");
+    assert!(got.iter().any(|e| e.kind == "tool.invoke.ack"));
+    assert!(got.iter().any(|e| e.kind == "auth.status.ack"));
+}
+
+#[tokio::test]
 async fn a_draining_session_refuses_new_work_and_settles() {
     let k = kit().await;
     let mut w = Wire::new(&k, limits());

@@ -135,7 +135,7 @@ impl Session {
                     _ = until(Some(self.core.next_wake())) => Box::pin(self.tick()).await,
                 }
                 Box::pin(self.flush()).await;
-                if self.core.is_drained() {
+                if !self.ended && self.core.is_drained() {
                     self.render(SessionEnd::Drained).await;
                 }
             }
