@@ -40,6 +40,15 @@ pub fn jittered(d: Duration) -> Duration {
     Duration::from_millis(ms / 2 + rand::random::<u64>() % ms)
 }
 
+/// The wait before a consumer reconnects after `failures` failed connections in a row:
+/// `first` doubled for each failure after the first (at most five times), capped at `max`,
+/// then jittered. Slack's Socket Mode and Discord's Gateway consumers use it between
+/// connections under their lease.
+pub fn reconnect_wait(first: Duration, max: Duration, failures: u32) -> Duration {
+    let grown = first.saturating_mul(2u32.pow(failures.clamp(1, 6) - 1));
+    jittered(grown.min(max))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,6 +60,23 @@ mod tests {
             assert!(j >= Duration::from_millis(50) && j < Duration::from_millis(150));
         }
         assert!(jittered(Duration::ZERO) < Duration::from_millis(3));
+    }
+
+    #[test]
+    fn reconnect_waits_double_per_failure_up_to_the_cap() {
+        let (first, max) = (Duration::from_millis(100), Duration::from_secs(2));
+        let within = |w: Duration, d: Duration| w >= d / 2 && w < d * 3 / 2;
+        for _ in 0..200 {
+            assert!(
+                within(reconnect_wait(first, max, 0), first),
+                "0 counts as 1"
+            );
+            assert!(within(reconnect_wait(first, max, 1), first));
+            assert!(within(reconnect_wait(first, max, 3), first * 4));
+            // 100 ms * 32 = 3.2 s, over the cap: the cap, jittered.
+            assert!(within(reconnect_wait(first, max, 6), max));
+            assert!(within(reconnect_wait(first, max, u32::MAX), max));
+        }
     }
 
     #[tokio::test]

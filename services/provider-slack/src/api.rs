@@ -15,7 +15,8 @@ use switchyard_core::files::ByteStream;
 use switchyard_core::provider::{ProviderError, ProviderErrorKind};
 use switchyard_protocol::ErrorCode;
 
-use crate::kit::retry::{Class, Classify};
+pub(crate) use switchyard_provider_kit::NetKind;
+use switchyard_provider_kit::{Classify, ErrorClass as Class};
 
 /// Slack's error codes that mean the token no longer works (every method's "Errors"
 /// table: the token was revoked, the app uninstalled, the workspace or bot deactivated).
@@ -39,14 +40,6 @@ const TRANSIENT: &[&str] = &[
 /// Largest Web API answer read.
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NetKind {
-    /// Nothing reached Slack.
-    Connect,
-    Timeout,
-    Other,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ApiError {
     /// `{"ok": false, "error": code}`.
@@ -62,18 +55,12 @@ impl Classify for ApiError {
     fn class(&self) -> Class {
         match self {
             Self::Slack(e) if AUTH_REFUSED.contains(&e.as_str()) => Class::AuthRefused,
-            Self::Slack(e) if TRANSIENT.contains(&e.as_str()) => Class::Transient {
-                nothing_happened: false,
-            },
+            Self::Slack(e) if TRANSIENT.contains(&e.as_str()) => Class::Transient,
             Self::Slack(_) => Class::Permanent,
             Self::RateLimited(d) => Class::RateLimited(*d),
-            Self::Http(s) if *s >= 500 => Class::Transient {
-                nothing_happened: false,
-            },
+            Self::Http(s) if *s >= 500 => Class::Transient,
             Self::Http(_) => Class::Permanent,
-            Self::Network(k) => Class::Transient {
-                nothing_happened: *k == NetKind::Connect,
-            },
+            Self::Network(k) => k.class(),
         }
     }
 }
@@ -84,10 +71,7 @@ impl ApiError {
     }
 
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self.class(),
-            Class::Transient { .. } | Class::RateLimited(_)
-        )
+        self.class().is_transient()
     }
 
     pub fn error(&self) -> Option<&str> {
@@ -123,7 +107,7 @@ impl ApiError {
                     d.as_secs().max(1)
                 ),
             ),
-            Class::Transient { .. } => match self {
+            Class::NotSent | Class::Transient => match self {
                 Self::Network(NetKind::Timeout) => {
                     ProviderError::transient("Slack did not answer in time; retry later")
                 }
@@ -144,16 +128,6 @@ impl ApiError {
                 },
             ),
         }
-    }
-}
-
-fn net_kind(e: &reqwest::Error) -> NetKind {
-    if e.is_timeout() {
-        NetKind::Timeout
-    } else if e.is_connect() {
-        NetKind::Connect
-    } else {
-        NetKind::Other
     }
 }
 
@@ -243,7 +217,7 @@ impl Api {
         _method: &'static str,
         sent: reqwest::Result<reqwest::Response>,
     ) -> Result<Value, ApiError> {
-        let resp = sent.map_err(|e| ApiError::Network(net_kind(&e)))?;
+        let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)))?;
         let status = resp.status().as_u16();
         if status == 429 {
             return Err(ApiError::RateLimited(retry_after(resp.headers())));
@@ -251,7 +225,7 @@ impl Api {
         let mut body = Vec::new();
         let mut s = resp.bytes_stream();
         while let Some(chunk) = s.next().await {
-            let chunk = chunk.map_err(|e| ApiError::Network(net_kind(&e)))?;
+            let chunk = chunk.map_err(|e| ApiError::Network(NetKind::of(&e)))?;
             if body.len() + chunk.len() > MAX_ANSWER_BYTES {
                 return Err(ApiError::Http(status));
             }
@@ -289,7 +263,7 @@ impl Api {
             .body(bytes)
             .send()
             .await;
-        let resp = sent.map_err(|e| ApiError::Network(net_kind(&e)))?;
+        let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)))?;
         let status = resp.status().as_u16();
         let r = match status {
             200..=299 => Ok(()),
@@ -316,7 +290,7 @@ impl Api {
             .bearer_auth(token.expose())
             .send()
             .await;
-        let resp = sent.map_err(|e| ApiError::Network(net_kind(&e)))?;
+        let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)))?;
         let status = resp.status().as_u16();
         if status == 429 {
             return Err(ApiError::RateLimited(retry_after(resp.headers())));
@@ -393,11 +367,6 @@ mod tests {
                 .retryable()
         );
         assert!(ApiError::Http(503).to_provider().retryable());
-        assert_eq!(
-            ApiError::Network(NetKind::Connect).class(),
-            Class::Transient {
-                nothing_happened: true
-            }
-        );
+        assert_eq!(ApiError::Network(NetKind::Connect).class(), Class::NotSent);
     }
 }

@@ -17,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
+use switchyard_core::admission::Refused;
 use switchyard_core::bounded_body;
 use switchyard_core::client_error::ClientError;
 use switchyard_core::crypto::{ct_eq, hmac_sha256};
@@ -25,7 +26,6 @@ use switchyard_core::limits;
 
 use crate::Runtime;
 use crate::inbound::{Handled, handle_event, seen};
-use crate::kit::admission::Refused;
 use crate::registry::Bound;
 
 #[derive(Clone)]
@@ -61,6 +61,10 @@ async fn event(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // A full pool is answered before the store is asked whose channel this is.
+    if st.rt.admission.pod_full() {
+        return Refused::Pod.client_error().into_response();
+    }
     let host = st.host.as_ref();
     // A channel bound a moment ago (here or on another pod) is read directly rather than
     // answered 404: Slack checks the Request URL right after it is entered.
@@ -88,17 +92,11 @@ async fn event(
             "no such channel, or it takes no HTTP events",
         );
     };
-    let _slot = match st.rt.admission.admit(&bound.tenant_id, &channel_id) {
+    // The slot is held while the body arrives: one events URL, which anyone may call, takes
+    // at most its channel's and its tenant's share of the pod's pool.
+    let _slot = match st.rt.admission.admit(Some(&bound.tenant_id), &channel_id) {
         Ok(s) => s,
-        Err(r) => {
-            limits::hit(r.limit());
-            let status = if r == Refused::Pod {
-                StatusCode::SERVICE_UNAVAILABLE
-            } else {
-                StatusCode::TOO_MANY_REQUESTS
-            };
-            return refused(status, "busy", "too many requests in flight; retry later");
-        }
+        Err(r) => return r.client_error().into_response(),
     };
     let body = match bounded_body::read_bounded(
         &headers,

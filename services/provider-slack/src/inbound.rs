@@ -17,8 +17,8 @@ use switchyard_protocol::im::FileItem;
 use tokio::time::Instant;
 
 use crate::Runtime;
-use crate::kit::retry::retrying;
 use crate::registry::Bound;
+use switchyard_provider_kit::{RetryPolicy, retrying};
 
 /// How long an event id is remembered as handled (Slack's retries end within an hour).
 const SEEN_TTL: Duration = Duration::from_secs(2 * 3600);
@@ -190,7 +190,7 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderServices, bound: &Bound, f: &Sla
         return Fetch::Skipped(format!("[{name} was not downloaded: too large]"));
     }
     let deadline = Instant::now() + rt.cfg.request_timeout * 2;
-    let got = retrying(deadline, true, || {
+    let got = retrying(&RetryPolicy::new(deadline, true), || {
         rt.api.download(
             url,
             &bound.creds.bot_token,

@@ -14,8 +14,9 @@
 //!   `files.completeUploadExternal`; 429s wait for their `Retry-After`; a refused token
 //!   marks the channel `revoked`.
 //!
-//! The plumbing another provider would share (error classes and retries, the leased
-//! consumer, admission, the delta policy) is in [`kit`], apart from Slack's own code.
+//! The plumbing every provider shares comes from `switchyard-provider-kit` (error classes and
+//! the retrying call, the leased consumer, the delta policy) and from core (ingress
+//! admission); this crate holds only what is Slack's own.
 //! Secrets (tokens, signing secret, Socket Mode URLs) live only in the encrypted binding,
 //! [`switchyard_core::crypto::Secret`] and request headers, which are never logged.
 
@@ -24,7 +25,6 @@ mod card;
 mod creds;
 mod events;
 mod inbound;
-mod kit;
 mod outbound;
 mod registry;
 mod socket;
@@ -37,6 +37,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use switchyard_core::ProviderServices;
+use switchyard_core::admission::{IngressAdmission, IngressShares};
 use switchyard_core::provider::{
     AuthRequest, AuthStep, Binding, OutboundMessage, Provider, ProviderError, ProviderErrorKind,
     ToolCall,
@@ -135,7 +136,8 @@ pub(crate) struct Runtime {
     pub api: api::Api,
     pub registry: registry::Registry,
     pub names: inbound::names::Names,
-    pub admission: kit::admission::Admission,
+    /// Core's ingress admission for the Events API: slots of the pod, the tenant, the channel.
+    pub admission: Arc<IngressAdmission>,
     pub host: OnceLock<Arc<dyn ProviderServices>>,
     pub kick: Notify,
     /// Fingerprints of credentials Slack refused, and of those known not to be (so the
@@ -283,11 +285,11 @@ impl SlackProvider {
         describe_metrics();
         let card = card::build(cfg.build.clone(), cfg.api_key_required);
         let api = api::Api::new(&cfg.api_base, cfg.request_timeout);
-        let admission = kit::admission::Admission::new(
-            cfg.max_http_concurrent,
-            cfg.max_http_concurrent_per_tenant,
-            cfg.max_http_concurrent_per_channel,
-        );
+        let admission = IngressAdmission::new(IngressShares {
+            per_pod: cfg.max_http_concurrent,
+            per_tenant: cfg.max_http_concurrent_per_tenant,
+            per_channel: cfg.max_http_concurrent_per_channel,
+        });
         Self {
             card,
             skill: card::skill(),

@@ -12,17 +12,20 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use switchyard_core::ProviderServices;
 use switchyard_core::crypto::{Secret, sha256_hex};
 use switchyard_core::files::collect;
-use switchyard_core::ids::now_ms;
 use switchyard_core::provider::{
     AuthStep, Binding, OutboundMessage, ProviderError, ProviderErrorKind, ToolCall,
 };
 use switchyard_protocol::ErrorCode;
 use switchyard_protocol::im::ActivityStatus;
+use switchyard_provider_kit::{
+    Classify, DeltaStream, EditLimits, Edited, ErrorClass, RetryPolicy, Streaming, retrying,
+};
 use tokio::time::Instant;
 
 use crate::api::{ApiError, Args};
@@ -31,8 +34,6 @@ use crate::creds::{
     Credentials, FIELD_APP_TOKEN, FIELD_BOT_TOKEN, FIELD_SIGNING_SECRET, binding_key, token_ok,
 };
 use crate::inbound::{Conversation, conversation_key, dm_key, message_id, parse_message_id};
-use crate::kit::delta::{DeltaPolicy, Shown, Step as DeltaStep, StreamState, text_hash};
-use crate::kit::retry::{Class, Classify, retrying};
 use crate::{Runtime, credentials};
 
 /// Slack asks to keep a message's text to 4,000 characters (chat.postMessage, "Truncating
@@ -109,7 +110,7 @@ pub(crate) async fn validate_binding(
     };
     let deadline = Instant::now() + rt.cfg.request_timeout * 2;
     let none = Args::Form(vec![]);
-    let me = match retrying(deadline, true, || {
+    let me = match retrying(&RetryPolicy::new(deadline, true), || {
         rt.api.call(&c.bot_token, "auth.test", &none)
     })
     .await
@@ -247,7 +248,7 @@ impl Target<'_> {
             body["thread_ts"] = json!(t);
         }
         let args = Args::Json(body);
-        match retrying(self.deadline, false, || {
+        match retrying(&RetryPolicy::new(self.deadline, false), || {
             self.rt
                 .api
                 .call(&self.creds.bot_token, "chat.postMessage", &args)
@@ -268,7 +269,7 @@ impl Target<'_> {
     /// `chat.update` of a message this bot posted.
     async fn update(&self, channel: &str, ts: &str, text: &str) -> Result<(), ApiError> {
         let args = Args::Json(json!({"channel": channel, "ts": ts, "text": text}));
-        retrying(self.deadline, true, || {
+        retrying(&RetryPolicy::new(self.deadline, true), || {
             self.rt
                 .api
                 .call(&self.creds.bot_token, "chat.update", &args)
@@ -315,7 +316,7 @@ impl Target<'_> {
             ("filename", name.clone()),
             ("length", bytes.len().to_string()),
         ]);
-        let got = retrying(self.deadline, true, || {
+        let got = retrying(&RetryPolicy::new(self.deadline, true), || {
             self.rt
                 .api
                 .call(&self.creds.bot_token, "files.getUploadURLExternal", &form)
@@ -335,7 +336,7 @@ impl Target<'_> {
         };
         let body = bytes::Bytes::from(bytes);
         let timeout = self.rt.cfg.transfer_timeout;
-        if let Err(e) = retrying(self.deadline, true, || {
+        if let Err(e) = retrying(&RetryPolicy::new(self.deadline, true), || {
             self.rt.api.upload(url, body.clone(), timeout)
         })
         .await
@@ -353,7 +354,7 @@ impl Target<'_> {
             args.push(("initial_comment", c.to_owned()));
         }
         let args = Args::Form(args);
-        match retrying(self.deadline, true, || {
+        match retrying(&RetryPolicy::new(self.deadline, true), || {
             self.rt
                 .api
                 .call(&self.creds.bot_token, "files.completeUploadExternal", &args)
@@ -478,16 +479,20 @@ impl Target<'_> {
         }
     }
 
-    fn stream(&self, message_id: &str) -> StreamState<'_> {
-        StreamState {
-            host: self.host,
-            key: format!(
-                "sl:stream:{}:{}",
-                self.channel_id,
-                sha256_hex(message_id.as_bytes())
-            ),
+    /// The streamed message of one answer (the kit's delta policy within Slack's limits).
+    fn stream(&self, message_id: &str) -> DeltaStream {
+        let limits = EditLimits {
+            interval: self.rt.cfg.edit_interval,
+            max_edits: Some(self.rt.cfg.max_stream_edits),
             ttl: STREAM_TTL,
-        }
+        };
+        DeltaStream::new(
+            self.host.ephemeral(),
+            "sl:stream",
+            self.channel_id,
+            message_id,
+            limits,
+        )
     }
 }
 
@@ -619,10 +624,41 @@ pub(crate) async fn activity(
     }
 }
 
-fn policy(rt: &Runtime) -> DeltaPolicy {
-    DeltaPolicy {
-        edit_interval: rt.cfg.edit_interval,
-        max_edits: rt.cfg.max_stream_edits,
+/// A message of the stream: where it was posted and its ts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Posted {
+    channel: String,
+    ts: String,
+}
+
+/// The streamed message, posted in the conversation of the open turn.
+struct Shows<'a>(&'a Target<'a>);
+
+#[async_trait]
+impl Streaming for Shows<'_> {
+    type Id = Posted;
+    type Extra = Conversation;
+
+    /// The turn's conversation, fixed before the message is claimed: the final goes there too.
+    async fn prepare(&self) -> Result<Option<Conversation>, ProviderError> {
+        self.0.turn().await
+    }
+
+    async fn create(&self, text: &str, conv: &Conversation) -> Result<Posted, ProviderError> {
+        let ts = self.0.post(conv, text).await?;
+        Ok(Posted {
+            channel: conv.channel.clone(),
+            ts,
+        })
+    }
+
+    async fn edit(&self, p: &Posted, text: &str) -> Result<Edited, ProviderError> {
+        match self.0.update(&p.channel, &p.ts, text).await {
+            Ok(()) => Ok(Edited::Done),
+            // A delta is best effort: the final message settles what a rate limit skipped.
+            Err(e) if matches!(e.class(), ErrorClass::RateLimited(_)) => Ok(Edited::Skipped),
+            Err(e) => Err(self.0.fail(e).await),
+        }
     }
 }
 
@@ -639,74 +675,19 @@ pub(crate) async fn delta(
         return Ok(());
     }
     let t = Target::new(rt, binding, Duration::from_secs(5))?;
-    let state = t.stream(message_id);
-    let hash = text_hash(&shown);
-    let current = state.read().await;
-    match policy(rt).decide(current.as_ref(), &hash, now_ms()) {
-        DeltaStep::Skip => Ok(()),
-        DeltaStep::Create => {
-            let Some(conv) = t.turn().await? else {
-                return Ok(());
-            };
-            let dest = serde_json::to_value(&conv).unwrap_or(Value::Null);
-            if !state.claim(&dest).await {
-                return Ok(());
-            }
-            match t.post(&conv, &shown).await {
-                Ok(ts) => {
-                    state
-                        .put(&Shown {
-                            id: Some(ts),
-                            hash,
-                            edits: 0,
-                            at: now_ms(),
-                            dest,
-                        })
-                        .await;
-                    Ok(())
-                }
-                Err(e) => {
-                    state.clear().await;
-                    Err(e)
-                }
-            }
-        }
-        DeltaStep::Edit(ts) => {
-            let Some(mut s) = current else { return Ok(()) };
-            let Ok(conv) = serde_json::from_value::<Conversation>(s.dest.clone()) else {
-                return Ok(());
-            };
-            match t.update(&conv.channel, &ts, &shown).await {
-                Ok(()) => {
-                    s.hash = hash;
-                    s.edits += 1;
-                    s.at = now_ms();
-                    state.put(&s).await;
-                    Ok(())
-                }
-                Err(e) if matches!(e.class(), Class::RateLimited(_)) => Ok(()),
-                Err(e) => Err(t.fail(e).await),
-            }
-        }
-    }
+    t.stream(message_id).delta(&Shows(&t), &shown).await
 }
 
 /// Delivers xAgent's final message to the target of its turn, then ends the turn. When
 /// deltas showed it, the first part updates that message in place.
 pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
     let t = Target::new(rt, msg.binding, rt.cfg.send_budget)?;
-    let state = t.stream(msg.message_id);
-    let mut shown = state.read().await;
+    let stream = t.stream(msg.message_id);
     // A first delta still being posted: wait for its ts rather than post a second message.
-    let until = Instant::now() + Duration::from_secs(3);
-    while matches!(shown, Some(Shown { id: None, .. })) && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        shown = state.read().await;
-    }
-    let conv = match shown
-        .as_ref()
-        .and_then(|s| serde_json::from_value::<Conversation>(s.dest.clone()).ok())
-    {
+    let shown = stream
+        .settled::<Posted, Conversation>(Duration::from_secs(3))
+        .await;
+    let conv = match shown.as_ref().map(|s| s.extra.clone()) {
         Some(c) => Some(c),
         None => match t.read_turn().await {
             Some(c) => Some(c),
@@ -721,9 +702,9 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
         ));
     };
     if let Some(s) = &shown {
-        tokio::time::sleep(policy(rt).settle_wait(s)).await;
+        tokio::time::sleep(stream.edit_wait(s)).await;
     }
-    let streamed = shown.and_then(|s| s.id);
+    let streamed = shown.and_then(|s| s.id).map(|p| p.ts);
     let mut steps: Vec<Step> = split_text(msg.text.unwrap_or_default(), MAX_TEXT_CHARS)
         .into_iter()
         .enumerate()
@@ -742,7 +723,7 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
     let key = progress_key("msg", t.channel_id, msg.message_id);
     match t.run(&conv, &steps, &key).await {
         Ok(_) => {
-            state.clear().await;
+            stream.finish().await;
             t.end_turn().await;
             Ok(())
         }

@@ -2,7 +2,7 @@
 //!
 //! Every pod runs a supervisor that reloads the bound channels (periodically, and when a
 //! binding is made or released here) and runs a task per app under the leased single
-//! consumer of [`crate::kit::lease`] (lease `socket:<app_key>`): only the holder connects
+//! consumer of the provider kit's [`Lease`] (lease `socket:<app_key>`): only the holder connects
 //! (`apps.connections.open` with the app-level token, then the WebSocket it names). An
 //! envelope is acknowledged with its `envelope_id` only once its message is durably stored;
 //! one not acknowledged is sent again by Slack, and the event id and the store's
@@ -18,21 +18,14 @@ use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use switchyard_core::ProviderServices;
-use tokio::task::JoinHandle;
+use switchyard_provider_kit::{Consumers, Lease, LeaseConfig, pause, reconnect_wait};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::Runtime;
 use crate::inbound::{Handled, handle_event};
-use crate::kit::lease::{self, Ended, Held, LeaseConfig};
 use crate::registry::Bound;
-
-struct Task {
-    fingerprint: String,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
 
 /// The supervisor loop of one pod; ends (giving its leases up) when `stop` is cancelled.
 pub(crate) async fn supervise(
@@ -40,28 +33,19 @@ pub(crate) async fn supervise(
     host: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
-    let mut tasks: HashMap<String, Task> = HashMap::new();
+    let mut tasks = Consumers::new(&stop);
     loop {
-        reconcile(&rt, &host, &mut tasks, &stop).await;
+        reconcile(&rt, &host, &mut tasks).await;
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(rt.cfg.refresh_interval) => {}
             _ = rt.kick.notified() => {}
         }
     }
-    for t in tasks.values() {
-        t.stop.cancel();
-    }
-    let all = tasks.into_values().map(|t| t.task);
-    let _ = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(all)).await;
+    tasks.shutdown().await;
 }
 
-async fn reconcile(
-    rt: &Arc<Runtime>,
-    host: &Arc<dyn ProviderServices>,
-    tasks: &mut HashMap<String, Task>,
-    stop: &CancellationToken,
-) {
+async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &mut Consumers) {
     if let Err(e) = rt.registry.refresh(host.as_ref()).await {
         tracing::warn!(error = %e, "bound slack channels not reloaded; retried at the next refresh");
         return;
@@ -83,36 +67,34 @@ async fn reconcile(
             .collect();
         wanted.insert(key, (fp.join(","), live));
     }
-    tasks.retain(|key, t| {
-        let keep =
-            wanted.get(key).is_some_and(|(fp, _)| *fp == t.fingerprint) && !t.task.is_finished();
-        if !keep {
-            t.stop.cancel();
-        }
-        keep
-    });
+    tasks.retain(
+        &wanted
+            .iter()
+            .map(|(k, (fp, _))| (k.clone(), fp.clone()))
+            .collect(),
+    );
     for (key, (fp, bounds)) in wanted {
-        if tasks.contains_key(&key) {
-            continue;
-        }
-        let child = stop.child_token();
-        let task = tokio::spawn(run_app(
-            rt.clone(),
-            host.clone(),
-            key.clone(),
-            bounds,
-            child.clone(),
-        ));
-        tasks.insert(
-            key,
-            Task {
-                fingerprint: fp,
-                stop: child,
-                task,
-            },
-        );
+        let (rt, host, app_key) = (rt.clone(), host.clone(), key.clone());
+        tasks.ensure(&key, &fp, move |stop| {
+            run_app(rt, host, app_key, bounds, stop)
+        });
     }
     metrics::gauge!("switchyard_slack_socket_apps").set(tasks.len() as f64);
+}
+
+/// How one connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// `stop` was cancelled.
+    Stopped,
+    /// A renewal failed: another pod may hold the lease now.
+    LostLease,
+    /// Slack refused the credentials: the consumer stops for good.
+    Revoked,
+    /// A drop or failure: connect again after a back-off.
+    Failed,
+    /// Slack asked for a new connection: connect again at once.
+    Again,
 }
 
 async fn run_app(
@@ -126,36 +108,38 @@ async fn run_app(
         ttl: rt.cfg.lease_ttl,
         retry: rt.cfg.lease_retry,
         backoff: rt.cfg.reconnect_backoff,
-        max_backoff: rt.cfg.max_reconnect_backoff,
     };
-    let ended = lease::run(
-        host.clone(),
-        format!("socket:{app_key}"),
-        cfg,
-        stop.clone(),
-        |held| {
-            let (rt, host, bounds, stop, key) = (
-                rt.clone(),
-                host.clone(),
-                bounds.clone(),
-                stop.clone(),
-                app_key.clone(),
-            );
-            async move {
-                let e = serve(&rt, host.as_ref(), &key, &bounds, held, &stop).await;
-                if matches!(e, Ended::Failed | Ended::Again) {
-                    metrics::counter!("switchyard_slack_reconnects_total").increment(1);
+    let name = format!("socket:{app_key}");
+    let mut lease = Lease::new(host.clone(), name, "slack socket mode", cfg);
+    let mut failures: u32 = 0;
+    while lease.hold(&stop).await.is_some() {
+        let ended = serve(&rt, host.as_ref(), &app_key, &bounds, &mut lease, &stop).await;
+        if matches!(ended, Ended::Failed | Ended::Again) {
+            metrics::counter!("switchyard_slack_reconnects_total").increment(1);
+        }
+        match ended {
+            Ended::Stopped => break,
+            Ended::Revoked => {
+                if let Some(b) = bounds.first() {
+                    rt.on_revoked(host.as_ref(), &b.creds, &b.channel_id).await;
                 }
-                e
+                break;
             }
-        },
-    )
-    .await;
-    if ended == Ended::Revoked
-        && let Some(b) = bounds.first()
-    {
-        rt.on_revoked(host.as_ref(), &b.creds, &b.channel_id).await;
+            Ended::LostLease | Ended::Again => failures = 0,
+            Ended::Failed => {
+                failures = failures.saturating_add(1);
+                let wait = reconnect_wait(
+                    rt.cfg.reconnect_backoff,
+                    rt.cfg.max_reconnect_backoff,
+                    failures,
+                );
+                if !pause(&stop, wait).await {
+                    break;
+                }
+            }
+        }
     }
+    lease.release().await;
 }
 
 type Done = (String, Handled);
@@ -166,7 +150,7 @@ async fn serve(
     host: &dyn ProviderServices,
     app_key: &str,
     bounds: &[Arc<Bound>],
-    held: Held,
+    lease: &mut Lease,
     stop: &CancellationToken,
 ) -> Ended {
     let Some(token) = bounds.first().and_then(|b| b.creds.app_token.clone()) else {
@@ -196,8 +180,6 @@ async fn serve(
     metrics::counter!("switchyard_slack_connections_total").increment(1);
     tracing::info!(app_key, "slack socket mode connection open");
     let (mut sink, mut stream) = ws.split();
-    let mut renew = tokio::time::interval(held.renew_every());
-    renew.tick().await;
     let mut ping = tokio::time::interval(rt.cfg.ping_interval);
     ping.tick().await;
     let mut last_seen = Instant::now();
@@ -281,8 +263,8 @@ async fn serve(
                     break Ended::Failed;
                 }
             }
-            _ = renew.tick() => {
-                if !held.renew().await {
+            _ = lease.renewal_due() => {
+                if lease.renew().await.is_err() {
                     break Ended::LostLease;
                 }
             }

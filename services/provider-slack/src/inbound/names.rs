@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use crate::Runtime;
 use crate::api::Args;
-use crate::kit::retry::retrying;
 use crate::registry::Bound;
+use switchyard_provider_kit::{RetryPolicy, retrying};
 
 const NAME_TTL: Duration = Duration::from_secs(30 * 60);
 const REFUSED_TTL: Duration = Duration::from_secs(5 * 60);
@@ -96,7 +96,7 @@ pub(crate) async fn sender_name(rt: &Runtime, bound: &Bound, user: &str) -> Opti
     }
     let deadline = now + rt.cfg.request_timeout;
     let args = Args::Form(vec![("user", user.to_owned())]);
-    match retrying(deadline, true, || {
+    match retrying(&RetryPolicy::new(deadline, true), || {
         rt.api.call(&bound.creds.bot_token, "users.info", &args)
     })
     .await
