@@ -14,8 +14,8 @@ use switchyard_core::provider::{ProviderError, ProviderErrorKind};
 use switchyard_protocol::ErrorCode;
 use tokio::time::Instant;
 
-use crate::kit::retry::{Class, Classify};
 use crate::ratelimit::{Headers, Limiter};
+use switchyard_provider_kit::{Classify, ErrorClass as Class, RetryPolicy};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum ApiError {
@@ -65,7 +65,9 @@ impl ApiError {
                 ErrorCode::RateLimited.as_str(),
                 format!("Discord rate limit; retry in {} ms", d.as_millis()),
             ),
-            Class::Transient => ProviderError::transient("Discord is unavailable; retry later"),
+            Class::NotSent | Class::Transient => {
+                ProviderError::transient("Discord is unavailable; retry later")
+            }
             Class::Permanent => {
                 let (status, code, message) = match self {
                     Self::Discord {
@@ -89,6 +91,21 @@ impl ApiError {
             }
         }
     }
+}
+
+/// Runs a Discord call with the kit's retrying loop. Every call here is safe to repeat
+/// (reads, edits, typing, and creates carrying an enforced nonce), so trouble is repeated
+/// until the deadline, 200 ms doubling up to 5 s between tries; 429s wait their
+/// `retry_after`. The buckets in `crate::ratelimit` keep most 429s from happening at all.
+pub(crate) async fn retrying<T, F, Fut>(deadline: Instant, attempt: F) -> Result<T, ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ApiError>>,
+{
+    let policy = RetryPolicy::new(deadline, true)
+        .repeats(u32::MAX)
+        .max_backoff(Duration::from_secs(5));
+    switchyard_provider_kit::retrying(&policy, attempt).await
 }
 
 #[derive(Deserialize)]
@@ -300,7 +317,7 @@ impl Api {
             method: Method::GET,
             path: "/users/@me".into(),
         };
-        crate::kit::retry::retrying(deadline, || self.call(&c, &Body::None, deadline)).await
+        retrying(deadline, || self.call(&c, &Body::None, deadline)).await
     }
 
     /// `GET /gateway/bot`: the Gateway URL to connect to.
@@ -318,8 +335,7 @@ impl Api {
             method: Method::GET,
             path: "/gateway/bot".into(),
         };
-        let v =
-            crate::kit::retry::retrying(deadline, || self.call(&c, &Body::None, deadline)).await?;
+        let v = retrying(deadline, || self.call(&c, &Body::None, deadline)).await?;
         v.get("url")
             .and_then(Value::as_str)
             .filter(|u| u.starts_with("wss://") || u.starts_with("ws://"))

@@ -14,9 +14,12 @@
 //!   for Discord's per-route buckets and the global limit and honour 429 `retry_after`; a 401
 //!   marks the bot's channels `revoked`.
 //!
-//! `kit` holds what a later provider kit would share (retry classes, leased consumer, delta
-//! policy). The token lives only in the encrypted binding, [`switchyard_core::crypto::Secret`],
-//! the `Authorization` header and Identify/Resume payloads, none of which are logged.
+//! The retrying call and its error classes and the leased Gateway consumer come from
+//! `switchyard-provider-kit`; what is Discord's own stays here: the per-route rate-limit
+//! buckets (`ratelimit.rs`) and the streamed answer split over several messages
+//! (`parts.rs`). The token lives only in the encrypted binding,
+//! [`switchyard_core::crypto::Secret`], the `Authorization` header and Identify/Resume
+//! payloads, none of which are logged.
 
 mod api;
 mod bots;
@@ -24,8 +27,8 @@ mod card;
 mod creds;
 mod gateway;
 mod inbound;
-mod kit;
 mod outbound;
+mod parts;
 mod ratelimit;
 mod telemetry;
 

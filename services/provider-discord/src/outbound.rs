@@ -25,14 +25,14 @@ use switchyard_core::provider::{
 };
 use switchyard_protocol::ErrorCode;
 use switchyard_protocol::im::ActivityStatus;
+use switchyard_provider_kit::{Classify, ErrorClass};
 use tokio::time::Instant;
 
-use crate::api::{ApiError, Body, Call};
+use crate::api::{ApiError, Body, Call, retrying};
 use crate::card::{TOOL_MESSAGE_REPLY, TOOL_MESSAGE_SEND, TOOL_MESSAGE_SEND_FILE};
 use crate::creds::{Credentials, binding_key, snowflake_ok};
 use crate::inbound::{Conversation, conversation_key};
-use crate::kit::delta::{self, Step};
-use crate::kit::retry::{Class, Classify, retrying};
+use crate::parts::{self, Step};
 use crate::{Runtime, credentials, sent_result};
 
 /// Discord's limit for `content`.
@@ -65,7 +65,7 @@ pub(crate) async fn validate_binding(
                 "Discord refused the bot token; copy it again from the Developer Portal (Bot > Reset Token)",
             ));
         }
-        Err(e) if e.class() != Class::Permanent => return Err(e.to_provider()),
+        Err(e) if e.class() != ErrorClass::Permanent => return Err(e.to_provider()),
         Err(_) => {
             return Ok(failed(
                 ErrorCode::TargetAuthFailed.as_str(),
@@ -449,7 +449,7 @@ async fn send_text(
     key: &str,
 ) -> Result<Vec<String>, ProviderError> {
     let mut ids = Vec::new();
-    for (i, part) in delta::split(text, MAX_CHARS).iter().enumerate() {
+    for (i, part) in parts::split(text, MAX_CHARS).iter().enumerate() {
         ids.push(
             t.create(dest, part, i == 0, &format!("{key}:text:{i}"), &[])
                 .await?,
@@ -559,7 +559,7 @@ async fn write_stream(host: &dyn ProviderServices, key: &str, s: &Stream) {
         .await;
 }
 
-/// Brings the shown messages to `parts` ([`delta::plan`]); the stream state after it.
+/// Brings the shown messages to `parts` ([`parts::plan`]); the stream state after it.
 async fn apply(
     t: &Target<'_>,
     mut s: Stream,
@@ -567,7 +567,7 @@ async fn apply(
     parts: &[String],
     key: &str,
 ) -> Result<Stream, ProviderError> {
-    for step in delta::plan(&s.shown, parts, fingerprint) {
+    for step in parts::plan(&s.shown, parts, fingerprint) {
         match step {
             Step::Edit { index, text } => match t.edit(&s.ids[index], &text).await {
                 Ok(()) => s.shown[index] = fingerprint(&text),
@@ -612,7 +612,7 @@ pub(crate) async fn delta(
     message_id: &str,
     text: &str,
 ) -> Result<(), ProviderError> {
-    let parts = delta::split(text, MAX_CHARS);
+    let parts = parts::split(text, MAX_CHARS);
     if parts.is_empty() {
         return Ok(());
     }
@@ -641,7 +641,7 @@ pub(crate) async fn delta(
         }
         Some(s) if s.ids.is_empty() => return Ok(()),
         Some(s) => {
-            if !delta::edit_due(s.at, now_ms(), rt.cfg.edit_interval.as_millis() as i64) {
+            if !parts::edit_due(s.at, now_ms(), rt.cfg.edit_interval.as_millis() as i64) {
                 return Ok(());
             }
             s
@@ -697,7 +697,7 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
     };
     let key = format!("msg:{}:{}", t.channel_id, msg.message_id);
     let shown = stream.filter(|s| !s.ids.is_empty()).unwrap_or_default();
-    let parts = delta::split(msg.text.unwrap_or_default(), MAX_CHARS);
+    let parts = parts::split(msg.text.unwrap_or_default(), MAX_CHARS);
     let result = async {
         apply(&t, shown, &dest, &parts, &key).await?;
         let mut files = Vec::new();

@@ -5,6 +5,12 @@
 //! waits until its bucket and the bot's global limit allow it, as discord.py's `http.py` and
 //! twilight's `twilight-http-ratelimiting` do; the state is this pod's (each pod's requests
 //! are answered with the bucket's remaining count, so pods converge on what Discord says).
+//!
+//! This stays Discord's own, apart from the provider kit: the kit's retrying call waits out
+//! a 429 once it is answered, while these buckets hold a request back before it is sent, by
+//! route and channel. Discord announces its limits per bucket on every answer and asks apps
+//! to "parse response headers to prevent hitting the limit" (rate-limits.mdx), which no
+//! other target here does.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -99,6 +99,9 @@ pub struct RetryPolicy {
     pub repeats: u32,
     /// The first back-off; each repeat doubles it, jittered over [d/2, 3d/2).
     pub backoff: Duration,
+    /// The back-off stops doubling here (no bound unless set): a call that repeats until
+    /// its deadline keeps trying at this pace rather than one last long wait.
+    pub max_backoff: Duration,
     /// Told each wait a rate limit asked for, before it is waited (a metric, a log line).
     pub on_rate_limited: fn(Duration),
 }
@@ -111,12 +114,18 @@ impl RetryPolicy {
             idempotent,
             repeats: 3,
             backoff: Duration::from_millis(200),
+            max_backoff: Duration::MAX,
             on_rate_limited: |_| {},
         }
     }
 
     pub fn backoff(mut self, first: Duration) -> Self {
         self.backoff = first;
+        self
+    }
+
+    pub fn max_backoff(mut self, max: Duration) -> Self {
+        self.max_backoff = max;
         self
     }
 
@@ -153,7 +162,7 @@ where
                     && (class == ErrorClass::NotSent || policy.idempotent) =>
             {
                 repeats += 1;
-                let w = jittered(backoff);
+                let w = jittered(backoff.min(policy.max_backoff));
                 backoff = backoff.saturating_mul(2);
                 w
             }
@@ -251,6 +260,27 @@ mod tests {
         // 100 + 200 + 400 ms, each jittered over [d/2, 3d/2).
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(350) && waited < Duration::from_millis(1050));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_capped_back_off_keeps_repeating_until_the_deadline() {
+        let started = Instant::now();
+        let p = RetryPolicy::new(Instant::now() + Duration::from_secs(10), true)
+            .backoff(Duration::from_millis(100))
+            .max_backoff(Duration::from_millis(400))
+            .repeats(u32::MAX);
+        let t = ErrorClass::Transient;
+        let (out, attempts) = run(p, &[t; 100]).await;
+        assert_eq!(out, Err(Fail(t)));
+        // 100 + 200 ms, then at most 400 ms (jittered below 600 ms) per repeat until no wait
+        // fits before the deadline: at least 10 s / 600 ms more attempts.
+        assert!(attempts >= 17, "{attempts} attempts");
+        assert!(started.elapsed() <= Duration::from_secs(10));
+        // Without the cap the doubling wait passes the deadline after 7 repeats.
+        let uncapped = RetryPolicy::new(Instant::now() + Duration::from_secs(10), true)
+            .backoff(Duration::from_millis(100))
+            .repeats(u32::MAX);
+        assert!(run(uncapped, &[t; 100]).await.1 <= 9);
     }
 
     #[tokio::test(start_paused = true)]

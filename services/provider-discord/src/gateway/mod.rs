@@ -2,7 +2,7 @@
 //!
 //! Every pod runs a supervisor that reloads the bound bots (periodically, and when a binding
 //! is made or released here) and a task per bot that runs sessions under the lease
-//! `gw:<bot_key>` ([`crate::kit::lease`]). The holder connects to the URL of
+//! `gw:<bot_key>` (the provider kit's [`Lease`]). The holder connects to the URL of
 //! `GET /gateway/bot`, identifies after Hello, heartbeats at Hello's interval (the first
 //! after a random share of it) and reconnects when a heartbeat goes unacked.
 //!
@@ -26,7 +26,7 @@ use futures::stream::FuturesOrdered;
 use futures::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use switchyard_core::ProviderServices;
-use tokio::task::JoinHandle;
+use switchyard_provider_kit::{Consumers, Lease, LeaseConfig, pause, reconnect_wait};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use yawc::close::CloseCode;
@@ -36,13 +36,6 @@ use self::codec::{CloseKind, Event, Incoming};
 use crate::Runtime;
 use crate::bots::Bot;
 use crate::inbound::{Handled, handle_message};
-use crate::kit::lease::{self, Ended, Held, LeaseConfig};
-
-struct Task {
-    fingerprint: String,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
 
 /// What a Resume needs, kept per bot across connections and pods.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -63,28 +56,19 @@ pub(crate) async fn supervise(
     host: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
-    let mut tasks: HashMap<String, Task> = HashMap::new();
+    let mut tasks = Consumers::new(&stop);
     loop {
-        reconcile(&rt, &host, &mut tasks, &stop).await;
+        reconcile(&rt, &host, &mut tasks).await;
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(rt.cfg.refresh_interval) => {}
             _ = rt.kick.notified() => {}
         }
     }
-    for t in tasks.values() {
-        t.stop.cancel();
-    }
-    let all = tasks.into_values().map(|t| t.task);
-    let _ = tokio::time::timeout(Duration::from_secs(5), futures::future::join_all(all)).await;
+    tasks.shutdown().await;
 }
 
-async fn reconcile(
-    rt: &Arc<Runtime>,
-    host: &Arc<dyn ProviderServices>,
-    tasks: &mut HashMap<String, Task>,
-    stop: &CancellationToken,
-) {
+async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &mut Consumers) {
     if let Err(e) = rt.registry.refresh(host.as_ref()).await {
         tracing::warn!(error = %e, "bound discord bots not reloaded; retried at the next refresh");
         return;
@@ -97,28 +81,15 @@ async fn reconcile(
         }
         wanted.insert(bot.key.clone(), (fp, bot));
     }
-    tasks.retain(|key, t| {
-        let keep =
-            wanted.get(key).is_some_and(|(fp, _)| *fp == t.fingerprint) && !t.task.is_finished();
-        if !keep {
-            t.stop.cancel();
-        }
-        keep
-    });
+    tasks.retain(
+        &wanted
+            .iter()
+            .map(|(k, (fp, _))| (k.clone(), fp.clone()))
+            .collect(),
+    );
     for (key, (fp, bot)) in wanted {
-        if tasks.contains_key(&key) {
-            continue;
-        }
-        let child = stop.child_token();
-        let task = tokio::spawn(run_bot(rt.clone(), host.clone(), bot, child.clone()));
-        tasks.insert(
-            key,
-            Task {
-                fingerprint: fp,
-                stop: child,
-                task,
-            },
-        );
+        let (rt, host) = (rt.clone(), host.clone());
+        tasks.ensure(&key, &fp, move |stop| run_bot(rt, host, bot, stop));
     }
     metrics::gauge!("switchyard_discord_gateway_bots").set(tasks.len() as f64);
 }
@@ -139,6 +110,21 @@ async fn store_state(host: &dyn ProviderServices, bot: &Bot, s: Option<&ResumeSt
     }
 }
 
+/// How one session under the lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The pod stops (drain): the lease is given up for a successor.
+    Stopped,
+    /// A renewal failed or came late: the session closed; the lease is tried again.
+    LostLease,
+    /// The bot cannot go on (credentials refused, a fatal close): the lease is given up.
+    Fatal,
+    /// Start a new session at once (Discord asked to reconnect).
+    Again,
+    /// The session failed: a new one after a growing pause.
+    Failed,
+}
+
 async fn run_bot(
     rt: Arc<Runtime>,
     host: Arc<dyn ProviderServices>,
@@ -149,25 +135,40 @@ async fn run_bot(
         ttl: rt.cfg.lease_ttl,
         retry: rt.cfg.lease_retry,
         backoff: rt.cfg.reconnect_backoff,
-        max_backoff: rt.cfg.max_reconnect_backoff,
     };
     let name = format!("gw:{}", bot.key);
-    let end = lease::run(host.clone(), name, cfg, stop.clone(), |held| {
-        let (rt, host, bot, stop) = (rt.clone(), host.clone(), bot.clone(), stop.clone());
-        async move {
-            // Read at every session start: the previous holder (maybe another pod) kept it.
-            let state = load_state(host.as_ref(), &bot).await;
-            let (end, state) = Session::new(&rt, host.as_ref(), &bot, state, &stop)
-                .run(held)
-                .await;
-            store_state(host.as_ref(), &bot, state.as_ref()).await;
-            end
+    let mut lease = Lease::new(host.clone(), name, "discord gateway", cfg);
+    let mut failures: u32 = 0;
+    while lease.hold(&stop).await.is_some() {
+        // Read at every session start: the previous holder (maybe another pod) kept it.
+        let state = load_state(host.as_ref(), &bot).await;
+        let (end, state) = Session::new(&rt, host.as_ref(), &bot, state, &stop)
+            .run(&mut lease)
+            .await;
+        store_state(host.as_ref(), &bot, state.as_ref()).await;
+        match end {
+            Ended::Stopped => break,
+            Ended::Fatal => {
+                tracing::warn!(bot_key = %bot.key, "discord gateway stopped for this bot until it is bound again");
+                break;
+            }
+            Ended::LostLease | Ended::Again => failures = 0,
+            Ended::Failed => {
+                failures = failures.saturating_add(1);
+                // A zero setting still does not spin.
+                let wait = reconnect_wait(
+                    rt.cfg.reconnect_backoff,
+                    rt.cfg.max_reconnect_backoff,
+                    failures,
+                )
+                .max(Duration::from_millis(25));
+                if !pause(&stop, wait).await {
+                    break;
+                }
+            }
         }
-    })
-    .await;
-    if end == Ended::Fatal {
-        tracing::warn!(bot_key = %bot.key, "discord gateway stopped for this bot until it is bound again");
     }
+    lease.release().await;
 }
 
 type Inflight<'a> = FuturesOrdered<Pin<Box<dyn Future<Output = (u64, Handled)> + Send + 'a>>>;
@@ -202,15 +203,15 @@ impl<'a> Session<'a> {
         }
     }
 
-    async fn run(mut self, mut held: Held) -> (Ended, Option<ResumeState>) {
-        let end = self.connect_and_serve(&mut held).await;
+    async fn run(mut self, lease: &mut Lease) -> (Ended, Option<ResumeState>) {
+        let end = self.connect_and_serve(lease).await;
         if end == Ended::Fatal {
             self.state = None;
         }
         (end, self.state)
     }
 
-    async fn connect_and_serve(&mut self, held: &mut Held) -> Ended {
+    async fn connect_and_serve(&mut self, lease: &mut Lease) -> Ended {
         let rt = self.rt;
         let bot = self.bot;
         let token = bot.creds.token.expose();
@@ -299,7 +300,11 @@ impl<'a> Session<'a> {
         let ended = loop {
             tokio::select! {
                 _ = stop.cancelled() => break Ended::Stopped,
-                ok = held.renew() => if !ok { break Ended::LostLease },
+                _ = lease.renewal_due() => {
+                    if lease.renew().await.is_err() {
+                        break Ended::LostLease;
+                    }
+                }
                 Some((seq, handled)) = inflight.next(), if !inflight.is_empty() => match handled {
                     Handled::Done => self.advance(seq),
                     Handled::Retry => break Ended::Failed,

@@ -1,6 +1,12 @@
-//! The streaming-delta policy: an answer is shown as messages created once and then edited
-//! in place, split at the target's size limit, edited at most once per interval. Pure: the
-//! caller keeps the state where every pod sees it and makes the calls the plan names.
+//! The plan of a streamed answer shown as several messages: the text split at Discord's
+//! 2000 characters, each part created once and then edited in place, at most once per
+//! interval. Pure: the caller keeps the state where every pod sees it and makes the calls
+//! the plan names.
+//!
+//! This stays Discord's own rather than the kit's `DeltaStream`, which shows an answer as
+//! one message: a Discord answer past 2000 characters streams into several messages (each
+//! created with its own enforced nonce, so a repeat creates none twice) while typing is
+//! renewed, and the final message edits every part.
 
 /// One call the caller makes to bring what is shown to `parts`.
 #[derive(Debug, Clone, PartialEq, Eq)]
