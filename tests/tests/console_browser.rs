@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use switchyard_core::hoststore::ApprovalStatus;
+use switchyard_e2e::PodOptions;
 use switchyard_e2e::console::*;
 use switchyard_e2e::webdriver::{Driver, find_browser};
 
@@ -39,6 +40,69 @@ fn browser() -> Option<(PathBuf, PathBuf)> {
 
 /// How long a form's POST and its redirect may take to land in the browser.
 const NAVIGATION: Duration = Duration::from_secs(10);
+/// The charts' interval in this test: 60 points reach back 3 minutes, longer than the test.
+const SAMPLE: Duration = Duration::from_secs(3);
+
+/// The sum of every point of a chart's per-Card series, read from the page's SVG
+/// (`data-values` of each `card:` series).
+fn chart_total(html: &str, chart: &str) -> f64 {
+    let start = html
+        .find(&format!("id=\"chart-{chart}\""))
+        .unwrap_or_else(|| panic!("chart {chart} drawn"));
+    let end = start + html[start..].find("</figure>").expect("chart end");
+    html[start..end]
+        .split("<g class=\"series\" ")
+        .skip(1)
+        .filter(|g| g.starts_with("data-series=\"card:"))
+        .map(|g| {
+            let values = g
+                .split("data-values=\"")
+                .nth(1)
+                .and_then(|v| v.split('"').next())
+                .expect("data-values");
+            values
+                .split(',')
+                .filter(|v| !v.is_empty())
+                .map(|v| v.parse::<f64>().expect("a number"))
+                .sum::<f64>()
+        })
+        .sum()
+}
+
+/// Inbound messages stored, from the pod's own /metrics.
+async fn stored_total(metrics_url: &str) -> f64 {
+    let text = reqwest::get(format!("{metrics_url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("switchyard_inbound_messages_total{") && l.contains("outcome=\"stored\"")
+        })
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// Reloads the overview until the accepted chart's total is `want` (the sampler closes an
+/// interval every [`SAMPLE`]).
+async fn overview_until(b: &switchyard_e2e::webdriver::Session, base: &str, want: f64) -> String {
+    let deadline = std::time::Instant::now() + SAMPLE * 5;
+    loop {
+        b.goto(base).await.unwrap();
+        let html = b.source().await.unwrap();
+        let total = chart_total(&html, "accepted");
+        if total == want {
+            return html;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the accepted chart shows {total}, the pod stored {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
 
 #[tokio::test]
 async fn operator_uses_the_console_in_chromium() {
@@ -53,7 +117,10 @@ async fn operator_uses_the_console_in_chromium() {
     };
     let shots = artifacts_dir();
     std::fs::create_dir_all(&shots).unwrap();
-    let mut cf = ConsoleFixture::start().await;
+    let mut cf = ConsoleFixture::start_with(PodOptions::default().with(|c| {
+        c.console.sample_interval = switchyard::config::Dur(SAMPLE);
+    }))
+    .await;
     let base = cf.console_url();
     let secrets = cf.secrets();
     let driver = Driver::start(&chromedriver).await.expect("chromedriver");
@@ -82,6 +149,54 @@ async fn operator_uses_the_console_in_chromium() {
     assert!(overview.contains(OPERATOR));
     b.screenshot(&shots.join("02-overview.png")).await.unwrap();
     sources.push(("overview", overview));
+
+    // The charts are drawn from real data: the accepted series sums to what the pod stored,
+    // and grows by exactly the messages sent next.
+    let metrics = cf.fx.pod.metrics_url();
+    let before = stored_total(&metrics).await;
+    assert!(
+        before >= cf.pending as f64,
+        "the fixture's messages were stored"
+    );
+    overview_until(&b, &base, before).await;
+    let sent = 5;
+    for i in 0..sent {
+        assert_eq!(cf.fx.inbound_text(&format!("chart-{i}"), "hi").await, 202);
+        let _ = cf.fx.next_chat().await;
+    }
+    let after = stored_total(&metrics).await;
+    assert_eq!(after, before + sent as f64);
+    let html = overview_until(&b, &base, after).await;
+    assert!(!html.contains("<script"), "no script on the overview");
+    // A figure for docs/console.md.
+    let docs_img = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/img");
+    std::fs::create_dir_all(&docs_img).unwrap();
+    b.screenshot(&docs_img.join("console-overview.png"))
+        .await
+        .unwrap();
+    b.screenshot(&shots.join("02b-overview-charts.png"))
+        .await
+        .unwrap();
+
+    // The channels page's search finds the bound channel by the start of its id.
+    let prefix = &cf.fx.channel_id[..cf.fx.channel_id.len() - 8];
+    b.goto(&format!("{base}/channels")).await.unwrap();
+    b.css("#f-q")
+        .await
+        .unwrap()
+        .send_keys(prefix)
+        .await
+        .unwrap();
+    b.css("#f-search").await.unwrap().click().await.unwrap();
+    b.wait_for_url(NAVIGATION, |u| u.contains("/console/channels?"))
+        .await
+        .expect("the search ran");
+    let found = b.source().await.unwrap();
+    assert!(found.contains(&cf.fx.channel_id), "found by prefix");
+    assert!(!found.contains(&cf.device_channel), "only the matches");
+    b.screenshot(&shots.join("02c-channels-search.png"))
+        .await
+        .unwrap();
     // The browser holds a session cookie it cannot hand to scripts.
     let cookies = b.cookies().await.unwrap();
     let session = cookies
@@ -113,7 +228,11 @@ async fn operator_uses_the_console_in_chromium() {
         .text()
         .await
         .unwrap();
-    assert_eq!(depth, cf.pending.to_string(), "outbox depth");
+    assert_eq!(
+        depth,
+        (cf.pending + sent).to_string(),
+        "outbox depth: the fixture's messages and the charts' ones, none acked"
+    );
     b.screenshot(&shots.join("03-channels.png")).await.unwrap();
     sources.push(("channels", b.source().await.unwrap()));
 

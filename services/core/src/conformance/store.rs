@@ -2777,31 +2777,31 @@ pub async fn console_search(s: &dyn Store) {
     };
     assert_eq!(
         failures(by(None, None, None, &p), None).await,
-        [m3.message_id.clone(), m0.message_id.clone()],
+        [m3.message_id.as_str(), m0.message_id.as_str()],
         "newest first, by channel id prefix"
     );
     assert_eq!(
         failures(by(Some(&a.tenant_id), None, None, &p), None).await,
-        [m0.message_id.clone()]
+        [m0.message_id.as_str()]
     );
     assert_eq!(
         failures(by(None, Some(&b.card_id), None, &p), None).await,
-        [m3.message_id.clone()]
+        [m3.message_id.as_str()]
     );
     assert_eq!(
         failures(by(None, None, Some("failed"), &p), None).await,
-        [m0.message_id.clone()]
+        [m0.message_id.as_str()]
     );
     assert_eq!(
         failures(by(None, None, Some("pending"), &p), None).await,
-        [m3.message_id.clone()]
+        [m3.message_id.as_str()]
     );
     // The prefix also finds a failure by its message id.
     let by_message = ConsoleFilter {
         id_prefix: Some(m0.message_id[..m0.message_id.len() - 4].to_owned()),
         ..ConsoleFilter::default()
     };
-    assert_eq!(failures(by_message, None).await, [m0.message_id.clone()]);
+    assert_eq!(failures(by_message, None).await, [m0.message_id.as_str()]);
     // The cursor moves past the newest.
     let newest = s
         .search_failures(&by(None, None, None, &p), None, 1)
@@ -2810,6 +2810,6 @@ pub async fn console_search(s: &dyn Store) {
     assert_eq!(newest.len(), 1);
     assert_eq!(
         failures(by(None, None, None, &p), Some(newest[0].seq)).await,
-        [m0.message_id.clone()]
+        [m0.message_id.as_str()]
     );
 }

@@ -261,6 +261,8 @@ fn by_card(
         .iter()
         .flat_map(|p| p.rows.iter().flat_map(|r| field(r).keys()))
         .collect();
+    // Cards with nothing in the hour stay out of the legend; with none at all, one line of
+    // zeros says the pods reported.
     let mut out: Vec<Series> = cards
         .into_iter()
         .map(|card| Series {
@@ -269,7 +271,15 @@ fn by_card(
             values: summed(g, n, |r| field(r).get(card).copied().unwrap_or(0) as f64),
             bold: true,
         })
+        .filter(|s| s.values.iter().flatten().any(|v| *v > 0.0))
         .collect();
+    if out.is_empty() {
+        out.push(one(
+            "all",
+            "all Cards",
+            summed(g, n, |r| field(r).values().sum::<u64>() as f64),
+        ));
+    }
     out.extend(per_pod(pods, g, |r| field(r).values().sum::<u64>() as f64));
     out
 }
@@ -510,5 +520,11 @@ mod tests {
         // One pod: no per-pod lines.
         let alone = deployment(&pods[..1], &at);
         assert!(alone[0].series.iter().all(|s| !s.key.starts_with("pod:")));
+        // A Card with nothing in the hour is left out; with nothing at all, one line of zeros.
+        assert!(!alone[0].series.iter().any(|s| s.key == "card:im.telegram"));
+        let failed = &alone[2];
+        assert_eq!(failed.series.len(), 1);
+        assert_eq!(failed.series[0].key, "all");
+        assert_eq!(failed.series[0].values[POINTS - 1], Some(0.0));
     }
 }

@@ -127,11 +127,12 @@ impl<'a> Where<'a> {
         }
     }
 
-    /// Rows whose `cols` (any of them) start with `prefix`. The range on the first column
-    /// lets its index start and stop the walk: console ids are ASCII letters, digits, `_`
-    /// and `-`, so every id with the prefix sorts at or after it and before `prefix` +
-    /// `zzzz`, in byte order and in the linguistic collations (which skip `_` and `-` at the
-    /// first level); the `substr` test keeps the match exact whatever the collation.
+    /// Rows whose `cols` (any of them) start with `prefix`. With one column, a range on it
+    /// lets its index start and stop the walk: an id of ASCII letters, digits, `_` and `-`
+    /// that starts with the prefix sorts at or after it and, unless `zzzz` follows the
+    /// prefix in it, before `prefix` + `zzzz`, in byte order and in the linguistic
+    /// collations (which skip `_` and `-` at the first level). Generated ids are hex after
+    /// their `_`, so none is missed; the `substr` test keeps the match exact.
     fn prefix(&mut self, cols: &[&str], prefix: Option<&'a str>) {
         let Some(p) = prefix else { return };
         let len = i32::try_from(p.chars().count()).unwrap_or(i32::MAX);
