@@ -43,8 +43,8 @@ fn fake_app(fs: &FakeSlack) {
 fn opts(fs: &FakeSlack) -> PodOptions {
     let base = fs.api_base();
     PodOptions::default().with(move |c| {
-        c.slack.api_base = base;
-        c.slack.lease_ttl = switchyard::config::Dur(Duration::from_secs(3));
+        c.providers.set("slack", "api_base", base).unwrap();
+        c.providers.set("slack", "lease_ttl", "3s").unwrap();
     })
 }
 

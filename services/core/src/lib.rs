@@ -25,6 +25,7 @@ pub mod model;
 pub mod netguard;
 pub mod provider;
 pub mod quota;
+pub mod settings;
 pub mod store;
 
 #[cfg(any(test, feature = "conformance"))]

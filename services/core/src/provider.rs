@@ -13,6 +13,7 @@ use switchyard_protocol::{AuthFlow, Card, ConnectionStatus};
 use crate::error::BackendError;
 use crate::files::ByteStream;
 use crate::model::{AuthStatus, FileRecord};
+pub use crate::settings::{IngressBounds, ProviderFactory, SharedSettings};
 
 /// Decrypted credentials of one bound channel, handed to the provider for one call.
 #[derive(Clone)]

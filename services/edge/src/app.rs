@@ -17,7 +17,6 @@ use switchyard_core::crypto::{Cipher, UrlSigner};
 use switchyard_core::engine::{Connector, Hub, Janitor, OutboxCommitter, OutflowLimits};
 use switchyard_core::hosts::Hosts;
 use switchyard_core::ids::{now_ms, random_secret};
-use switchyard_core::provider::Provider;
 use switchyard_core::store::Store;
 use switchyard_protocol::BuildInfo;
 use tokio::net::TcpListener;
@@ -28,6 +27,7 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::doorbells::Doorbells;
 use crate::http::{ConnState, connector_router};
+pub use crate::providers::providers;
 use crate::session::SessionLimits;
 
 mod backends;
@@ -47,85 +47,6 @@ pub fn build_info() -> BuildInfo {
         git_rev: env!("SWITCHYARD_GIT_REV").to_owned(),
         build_time: env!("SWITCHYARD_BUILD_TIME").to_owned(),
     }
-}
-
-
-/// The providers this build mounts; `gateway` is what the agent-host connector serves for
-/// hosts next to its own routes.
-pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<Arc<dyn Provider>> {
-    let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);
-    wh.max_inbound_bytes = cfg.limits.max_inbound_bytes;
-    wh.max_inbound_json_bytes = cfg.ingress.max_json_bytes;
-    wh.inbound_body_timeout = cfg.ingress.body_timeout.0;
-    wh.inbound_body_grace = cfg.ingress.body_grace.0;
-    wh.inbound_min_body_rate = cfg.ingress.min_body_rate;
-    wh.max_inbound_concurrent = cfg.ingress.max_concurrent;
-    wh.max_inbound_concurrent_per_tenant = cfg.ingress.max_concurrent_per_tenant;
-    wh.max_inbound_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
-    wh.outbound = cfg.outbound.policy();
-    let mut dc =
-        switchyard_provider_discord::DiscordConfig::new(build_info(), &cfg.discord.api_base);
-    dc.lease_ttl = cfg.discord.lease_ttl.0;
-    dc.turn_ttl = cfg.discord.turn_ttl.0;
-    let mut tg =
-        switchyard_provider_telegram::TelegramConfig::new(build_info(), &cfg.telegram.api_base);
-    tg.max_webhook_bytes = cfg.ingress.max_json_bytes;
-    tg.webhook_body_timeout = cfg.ingress.body_timeout.0;
-    tg.max_webhook_concurrent = cfg.ingress.max_concurrent;
-    tg.mode = cfg.telegram.mode.provider();
-    let mut wx = switchyard_provider_wechat::WechatConfig::new(
-        build_info(),
-        &cfg.wechat.api_base,
-        &cfg.wechat.cdn_base,
-    );
-    wx.poll_lease_ttl = cfg.wechat.poll_lease_ttl.0;
-    wx.lease_retry = cfg.wechat.lease_retry.0;
-    wx.allowed_base_hosts = cfg.wechat.allowed_base_hosts.clone();
-    wx.session_pause = cfg.wechat.session_pause.0;
-    let mut fs = switchyard_provider_feishu::FeishuConfig::new(
-        build_info(),
-        &cfg.feishu.api_base,
-        &cfg.feishu.lark_api_base,
-    );
-    fs.accounts_base = cfg.feishu.accounts_base.clone();
-    fs.lark_accounts_base = cfg.feishu.lark_accounts_base.clone();
-    fs.lease_ttl = cfg.feishu.lease_ttl.0;
-    fs.turn_ttl = cfg.feishu.turn_ttl.0;
-    fs.max_event_bytes = cfg.ingress.max_json_bytes as usize;
-    fs.http_body_timeout = cfg.ingress.body_timeout.0;
-    fs.http_body_grace = cfg.ingress.body_grace.0;
-    fs.http_min_body_rate = cfg.ingress.min_body_rate;
-    fs.max_http_concurrent = cfg.ingress.max_concurrent;
-    fs.max_http_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
-    let mut sl = switchyard_provider_slack::SlackConfig::new(build_info(), &cfg.slack.api_base);
-    sl.lease_ttl = cfg.slack.lease_ttl.0;
-    sl.turn_ttl = cfg.slack.turn_ttl.0;
-    sl.max_event_bytes = cfg.ingress.max_json_bytes as usize;
-    sl.http_body_timeout = cfg.ingress.body_timeout.0;
-    sl.max_http_concurrent = cfg.ingress.max_concurrent;
-    sl.max_http_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
-    vec![
-        Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh)),
-        Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
-        Arc::new(switchyard_provider_wechat::WechatProvider::new(wx)),
-        Arc::new(switchyard_provider_feishu::FeishuProvider::new(fs)),
-        Arc::new(switchyard_provider_discord::DiscordProvider::new(dc)),
-        Arc::new(switchyard_provider_slack::SlackProvider::new(sl)),
-        Arc::new(
-            switchyard_provider_agent_host::AgentHostProvider::new(
-                build_info(),
-                true,
-                hosts,
-                // A wait ends before the engine's tool timeout cuts it.
-                cfg.limits
-                    .tool_timeout
-                    .0
-                    .saturating_sub(Duration::from_secs(5))
-                    .max(Duration::from_secs(1)),
-            )
-            .with_gateway(gateway),
-        ),
-    ]
 }
 
 /// How the public listener trusts a client certificate passed on by an ingress, if at all.
@@ -595,7 +516,7 @@ pub async fn run(
             .context("mTLS listener configuration")?;
         let router = crate::telemetry::observe(
             Router::new().nest(
-                switchyard_provider_agent_host::PREFIX,
+                crate::providers::AGENT_HOST_PREFIX,
                 crate::hosts::router(gateway.clone(), crate::hosts::CertSource::Tls),
             ),
             "hosts_tls",

@@ -8,7 +8,7 @@ use serde_json::json;
 use switchyard_core::ids::now_ms;
 
 use crate::app::{open_store, prepare_schema};
-use crate::config::{Config, DEFAULT_CONFIG_TOML};
+use crate::config::{Config, default_config_toml};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -398,7 +398,7 @@ async fn tenant_quota(cfg: &Config, args: QuotaArgs) -> anyhow::Result<()> {
 pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve => unreachable!("serve is handled by main"),
-        Command::PrintDefaultConfig => print!("{DEFAULT_CONFIG_TOML}"),
+        Command::PrintDefaultConfig => print!("{}", default_config_toml()),
         Command::Check { timeout } => {
             println!(
                 "{:<10} {:<6} configuration loaded and validated",

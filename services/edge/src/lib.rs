@@ -14,6 +14,7 @@ pub mod hosts;
 pub mod http;
 pub mod listener;
 pub mod operators;
+pub mod providers;
 pub mod readiness;
 pub mod sendq;
 pub mod session;

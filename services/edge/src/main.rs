@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if matches!(cli.command, Command::PrintDefaultConfig) {
-        print!("{}", switchyard::config::DEFAULT_CONFIG_TOML);
+        print!("{}", switchyard::config::default_config_toml());
         return Ok(());
     }
     let cfg = match Config::load(cli.config.as_deref()) {

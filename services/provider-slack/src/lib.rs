@@ -27,6 +27,7 @@ mod events;
 mod inbound;
 mod outbound;
 mod registry;
+mod section;
 mod socket;
 mod telemetry;
 
@@ -49,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::card::{CARD_ID, FLOW_APP_BINDING, TOOL_REPLY, TOOL_SEND, TOOL_SEND_FILE};
 use crate::creds::Credentials;
+pub use crate::section::{SlackFactory, SlackSection};
 pub use crate::telemetry::describe_metrics;
 
 pub const PREFIX: &str = "/slack";

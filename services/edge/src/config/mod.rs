@@ -9,9 +9,11 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use switchyard_core::engine::EngineConfig;
 
+mod providers;
 mod sections;
 mod values;
 
+pub use providers::{LoadedSection, ProviderSections, SectionFactory, factory};
 pub use sections::*;
 pub use values::*;
 
@@ -50,7 +52,6 @@ pub struct Config {
     pub wechat: WechatConfig,
     pub feishu: FeishuConfig,
     pub discord: DiscordConfig,
-    pub slack: SlackConfig,
     pub log: LogConfig,
     /// The pods' mTLS listener for host agents; empty = off.
     pub hosts_tls_listen: String,
@@ -72,6 +73,9 @@ pub struct Config {
     pub operator_auth: OperatorAuthConfig,
     pub hosts: HostsSection,
     pub console: crate::console::ConsoleConfig,
+    /// Each provider's section (`[slack]`, ...), owned by its crate and loaded by name.
+    #[serde(skip)]
+    pub providers: ProviderSections,
 }
 
 impl Default for Config {
@@ -106,7 +110,6 @@ impl Default for Config {
             wechat: WechatConfig::default(),
             feishu: FeishuConfig::default(),
             discord: DiscordConfig::default(),
-            slack: SlackConfig::default(),
             log: LogConfig::default(),
             hosts_tls_listen: "127.0.0.1:8443".into(),
             hosts_ca_cert: None,
@@ -118,6 +121,7 @@ impl Default for Config {
             operator_auth: OperatorAuthConfig::default(),
             hosts: HostsSection::default(),
             console: crate::console::ConsoleConfig::default(),
+            providers: ProviderSections::default(),
         }
     }
 }
@@ -174,13 +178,20 @@ fn key_source(fig: &Figment, path: &[String]) -> String {
 /// An unknown key, or a value that is not one of a setting's choices, names the key, where
 /// it came from (the file, or the variable) and what is allowed; any other error is
 /// figment's own.
-fn unknown_key(fig: &Figment, e: figment::Error) -> ConfigError {
+fn unknown_key(fig: &Figment, section: &[&str], mut e: figment::Error) -> ConfigError {
     use figment::error::Kind;
+    let within = |path: &[String]| -> Vec<String> {
+        section
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain(path.iter().cloned())
+            .collect()
+    };
     for err in e.clone() {
         match &err.kind {
             Kind::UnknownField(field, expected) => {
                 // figment's path ends with the unknown field itself.
-                let mut path = err.path.clone();
+                let mut path = within(&err.path);
                 if path.last() != Some(field) {
                     path.push(field.clone());
                 }
@@ -192,17 +203,52 @@ fn unknown_key(fig: &Figment, e: figment::Error) -> ConfigError {
                 ));
             }
             Kind::UnknownVariant(found, expected) => {
+                let path = within(&err.path);
                 return ConfigError::Invalid(format!(
                     "`{}` = {found:?} in {} is not one of: {}",
-                    err.path.join("."),
-                    key_source(fig, &err.path),
+                    path.join("."),
+                    key_source(fig, &path),
                     expected.join(", ")
                 ));
             }
             _ => {}
         }
     }
+    // Sections are read from figures of their own: the key and its source are the ones of
+    // the loaded files and variables.
+    let path = within(&e.path);
+    e.metadata = fig.find_metadata(&path.join(".")).cloned();
+    e.path = path;
     ConfigError::Load(Box::new(e))
+}
+
+/// The configuration in `fig`: each listed provider's section is taken out and loaded by its
+/// factory, the rest is [`Config`]'s own tables; unknown keys are refused in both.
+fn extract(fig: &Figment) -> Result<Config, ConfigError> {
+    use figment::value::{Dict, Value};
+    let mut rest: Dict = fig.extract().map_err(|e| unknown_key(fig, &[], e))?;
+    let mut sections = Vec::new();
+    for f in crate::providers::factories() {
+        let name = f.name();
+        let section = match rest.remove(name) {
+            None => f.default_section(),
+            Some(Value::Dict(..)) => f
+                .load(&fig.focus(name))
+                .map_err(|e| unknown_key(fig, &[name], *e))?,
+            Some(_) => {
+                return Err(ConfigError::Invalid(format!(
+                    "`{name}` in {} is a table of settings, not a value",
+                    key_source(fig, &[name.to_owned()])
+                )));
+            }
+        };
+        sections.push(section);
+    }
+    let mut cfg: Config = Figment::from(Serialized::defaults(rest))
+        .extract()
+        .map_err(|e| unknown_key(fig, &[], e))?;
+    cfg.providers = ProviderSections(sections);
+    Ok(cfg)
 }
 
 impl Config {
@@ -233,7 +279,7 @@ impl Config {
             "git_rev",
             "git_tag",
         ]));
-        let cfg: Config = fig.extract().map_err(|e| unknown_key(&fig, e))?;
+        let cfg = extract(&fig)?;
         cfg.validate()?;
         if let Some(filter) = std::env::var_os("SWITCHYARD_LOG") {
             check_log_filter(&filter.to_string_lossy())
@@ -246,7 +292,7 @@ impl Config {
     /// quick way to check a file's text.
     pub fn from_toml_str(toml: &str) -> Result<Self, ConfigError> {
         let fig = Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(toml));
-        let cfg: Config = fig.extract().map_err(|e| unknown_key(&fig, e))?;
+        let cfg = extract(&fig)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -279,7 +325,6 @@ impl Config {
             ("feishu.accounts_base", &self.feishu.accounts_base),
             ("discord.api_base", &self.discord.api_base),
             ("feishu.lark_accounts_base", &self.feishu.lark_accounts_base),
-            ("slack.api_base", &self.slack.api_base),
         ] {
             if !url::Url::parse(v).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
                 return Err(ConfigError::Invalid(format!(
@@ -287,6 +332,7 @@ impl Config {
                 )));
             }
         }
+        self.providers.validate().map_err(ConfigError::Invalid)?;
         if let Err(e) = self.hosts.core().timeouts.validate() {
             return Err(ConfigError::Invalid(format!("hosts: {e}")));
         }
@@ -416,302 +462,49 @@ impl Config {
     }
 }
 
-/// The documented default configuration printed by `switchyard print-default-config`.
-pub const DEFAULT_CONFIG_TOML: &str = include_str!("../default-config.toml");
+/// The edge's part of `print-default-config`; each provider's section goes in at
+/// [`PROVIDER_SECTIONS_MARK`].
+const EDGE_DEFAULT_TOML: &str = include_str!("../default-config.toml");
+const PROVIDER_SECTIONS_MARK: &str = "# (each provider's section)\n";
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use switchyard_core::crypto::Secret;
+/// The documented default configuration printed by `switchyard print-default-config`: the
+/// edge's tables with each listed provider's section, as its crate documents it.
+pub fn default_config_toml() -> String {
+    let sections: Vec<&str> = crate::providers::factories()
+        .iter()
+        .map(|f| f.default_toml().trim_end())
+        .collect();
+    EDGE_DEFAULT_TOML.replacen(
+        PROVIDER_SECTIONS_MARK,
+        &format!("{}\n\n", sections.join("\n\n")),
+        1,
+    )
+}
 
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
-        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
-        assert_eq!(parse_duration("1x"), None);
-        assert_eq!(parse_duration(""), None);
-    }
-
-    #[test]
-    // figment's Jail API fixes the closure's error type.
-    #[allow(clippy::result_large_err)]
-    fn printed_default_config_is_the_default() {
-        // Parsed on its own: every key is where the structs expect it (unknown keys are
-        // refused, so a key printed under the wrong table fails here).
-        let parsed: Config = Figment::from(Toml::string(DEFAULT_CONFIG_TOML))
-            .extract()
-            .unwrap();
-        assert_eq!(parsed, Config::default());
-        // Loaded as a config file, the way `serve --config FILE` does.
-        figment::Jail::expect_with(|jail| {
-            jail.clear_env();
-            jail.create_file("printed.toml", DEFAULT_CONFIG_TOML)?;
-            let c = Config::load(Some(Path::new("printed.toml"))).map_err(|e| e.to_string())?;
-            assert_eq!(c, Config::default());
-            Ok(())
-        });
-        // Every top-level key that is not a table is printed before the first table, where
-        // TOML puts it at the top level.
-        let top = DEFAULT_CONFIG_TOML.split("\n[").next().unwrap();
-        for key in [
-            "hosts_tls_listen",
-            "operator_tokens",
-            "listen",
-            "metrics_listen",
-        ] {
-            assert!(
-                top.lines().any(|l| l.starts_with(&format!("{key} ="))),
-                "{key} is printed at the top level"
-            );
+impl Config {
+    /// The settings every provider is built with, from this configuration.
+    pub fn shared_settings(
+        &self,
+        build: switchyard_protocol::BuildInfo,
+    ) -> switchyard_core::provider::SharedSettings {
+        let i = &self.ingress;
+        switchyard_core::provider::SharedSettings {
+            build,
+            public_base_url: self.public_base_url.clone(),
+            ingress: switchyard_core::provider::IngressBounds {
+                max_json_bytes: i.max_json_bytes,
+                body_timeout: i.body_timeout.0,
+                body_grace: i.body_grace.0,
+                min_body_rate: i.min_body_rate,
+                max_concurrent: i.max_concurrent,
+                max_concurrent_per_tenant: i.max_concurrent_per_tenant,
+                max_concurrent_per_channel: i.max_concurrent_per_channel,
+            },
+            outbound: self.outbound.policy(),
+            max_inbound_bytes: self.limits.max_inbound_bytes,
         }
-    }
-
-    #[test]
-    #[allow(clippy::result_large_err)]
-    fn unknown_keys_are_refused_naming_them() {
-        figment::Jail::expect_with(|jail| {
-            // Whatever SWITCHYARD_* the test runner has (scripts/test.sh exports some) would
-            // be refused as unknown keys.
-            jail.clear_env();
-            jail.set_env("SWITCHYARD_LEASE__CONECTOR_GRACE", "2h");
-            let e = Config::load(None).unwrap_err().to_string();
-            assert!(
-                e.contains("lease.conector_grace")
-                    && e.contains("SWITCHYARD_LEASE__CONECTOR_GRACE")
-                    && e.contains("connector_grace"),
-                "{e}"
-            );
-            Ok(())
-        });
-        figment::Jail::expect_with(|jail| {
-            jail.clear_env();
-            jail.set_env("SWITCHYARD_LISTN", "0.0.0.0:1");
-            let e = Config::load(None).unwrap_err().to_string();
-            assert!(
-                e.contains("`listn`") && e.contains("SWITCHYARD_LISTN"),
-                "{e}"
-            );
-            Ok(())
-        });
-        figment::Jail::expect_with(|jail| {
-            jail.clear_env();
-            jail.create_file("typo.toml", "[log]\nhosts_tls_listen = \"\"\n")?;
-            let e = Config::load(Some(Path::new("typo.toml")))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains("log.hosts_tls_listen") && e.contains("typo.toml"),
-                "{e}"
-            );
-            Ok(())
-        });
-        // The file and log-filter variables are not keys.
-        figment::Jail::expect_with(|jail| {
-            jail.clear_env();
-            jail.set_env("SWITCHYARD_LOG", "debug");
-            jail.set_env("SWITCHYARD_LOG__LEVEL", "warn");
-            let c = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(c.log.level, "warn");
-            Ok(())
-        });
-    }
-
-    #[test]
-    #[allow(clippy::result_large_err)]
-    fn every_table_refuses_unknown_keys() {
-        // One typo per table, through the environment: each is refused naming its variable.
-        for var in [
-            "SWITCHYARD_S3__BUKET",
-            "SWITCHYARD_LEASE__GRACE",
-            "SWITCHYARD_DELIVERY__WINDOWS",
-            "SWITCHYARD_LIMITS__MAX_FRAME",
-            "SWITCHYARD_INGRESS__MAX_JSON_BYTE",
-            "SWITCHYARD_OUTBOUND__ALLOW_PRIVATES",
-            "SWITCHYARD_RETENTION__FILES_TTL",
-            "SWITCHYARD_QUOTAS__SOCKET",
-            "SWITCHYARD_TELEGRAM__API",
-            "SWITCHYARD_LOG__LEVELS",
-            "SWITCHYARD_HOSTS__LOST",
-        ] {
-            figment::Jail::expect_with(|jail| {
-                jail.clear_env();
-                jail.set_env(var, "1");
-                let e = Config::load(None).unwrap_err().to_string();
-                assert!(e.contains("unknown key") && e.contains(var), "{var}: {e}");
-                Ok(())
-            });
-        }
-    }
-
-    #[test]
-    #[allow(clippy::result_large_err)]
-    fn choices_and_log_levels_are_checked_at_load() {
-        let refused = |var: &str, value: &str| {
-            let mut out = String::new();
-            figment::Jail::expect_with(|jail| {
-                jail.clear_env();
-                jail.set_env(var, value);
-                out = Config::load(None).unwrap_err().to_string();
-                Ok(())
-            });
-            out
-        };
-        let e = refused("SWITCHYARD_LOG__FORMAT", "JSON");
-        assert!(
-            e.contains("log.format") && e.contains("SWITCHYARD_LOG__FORMAT") && e.contains("json"),
-            "{e}"
-        );
-        let e = refused("SWITCHYARD_TELEGRAM__MODE", "webhooks");
-        assert!(
-            e.contains("telegram.mode") && e.contains("polling") && e.contains("auto"),
-            "{e}"
-        );
-        let e = refused("SWITCHYARD_HOSTS__LOST_POLICY", "retry");
-        assert!(
-            e.contains("hosts.lost_policy") && e.contains("requeue") && e.contains("fail"),
-            "{e}"
-        );
-        let e = refused("SWITCHYARD_LOG__LEVEL", "verbose");
-        assert!(
-            e.contains("log.level") && e.contains("`verbose` is not a log level"),
-            "{e}"
-        );
-        let e = refused("SWITCHYARD_LOG__LEVEL", "switchyard=loud");
-        assert!(e.contains("log.level"), "{e}");
-        let e = refused("SWITCHYARD_LOG", "verbose");
-        assert!(e.contains("SWITCHYARD_LOG:"), "{e}");
-        for ok in ["debug", "WARN", "switchyard=debug,info", "off"] {
-            assert_eq!(check_log_filter(ok), Ok(()), "{ok}");
-        }
-        figment::Jail::expect_with(|jail| {
-            jail.clear_env();
-            jail.set_env("SWITCHYARD_LOG__FORMAT", "json");
-            jail.set_env("SWITCHYARD_TELEGRAM__MODE", "polling");
-            jail.set_env("SWITCHYARD_HOSTS__LOST_POLICY", "fail");
-            let c = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(c.log.format, LogFormat::Json);
-            assert_eq!(c.telegram.mode, TelegramMode::Polling);
-            assert_eq!(
-                c.hosts.core().lost_policy,
-                switchyard_protocol::hosts::HostLostPolicy::Fail
-            );
-            Ok(())
-        });
-    }
-
-    #[test]
-    fn trusted_ingress_mode_needs_a_proof() {
-        let mut c = Config {
-            hosts_client_cert_header: Some("x-ssl-client-cert".into()),
-            ..Config::default()
-        };
-        let e = c.validate().expect_err("no proof configured").to_string();
-        assert!(e.contains("hosts_ingress_secret"), "{e}");
-        c.hosts_ingress_secret = SecretList(vec![Secret::new("short")]);
-        assert!(c.validate().is_err(), "a short secret is refused");
-        c.hosts_ingress_secret = SecretList(vec![Secret::new("0123456789abcdef")]);
-        c.validate().expect("a secret is proof");
-        c.hosts_ingress_secret = SecretList::default();
-        c.hosts_ingress_sources = CidrList(vec!["10.0.0.0/8".parse().unwrap()]);
-        c.validate().expect("a source range is proof");
-    }
-
-    #[test]
-    fn operator_tokens_are_judged_trimmed() {
-        let mut c = Config::default();
-        for bad in [
-            "ops=                ",
-            "ops=   short-token      ",
-            "   =0123456789abcdef",
-            "ops",
-        ] {
-            c.operator_tokens = SecretList(vec![Secret::new(bad)]);
-            assert!(c.validate().is_err(), "{bad:?} was accepted");
-        }
-        let token = "7f3a9c1e5b2d8f4a6c0e9b3d1f7a5c2e";
-        c.operator_tokens = SecretList(vec![Secret::new(format!(" ops = {token} "))]);
-        assert!(c.validate().is_ok());
-        assert_eq!(c.operators(), vec![("ops".to_owned(), token.to_owned())]);
-    }
-
-    /// Finding 4 of issue 23: 16 characters were enough before; a token needs 128 bits of
-    /// randomness now, and the refusal says how to make one.
-    #[test]
-    fn operator_tokens_need_128_bits() {
-        let mut c = Config::default();
-        for weak in [
-            // 16 hex characters (64 bits): accepted before.
-            "0123456789abcdef",
-            // 31 hex characters: 124 bits.
-            "7f3a9c1e5b2d8f4a6c0e9b3d1f7a5c2",
-            // Long but hardly random.
-            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-            "abababababababababababababababababababab",
-            // 21 base64 characters: 126 bits.
-            "q8ZkV2xN4pR7tW1yB5mC9",
-            // Words and a counted run: judged as hex, 100 bits.
-            "operator-token-0123456789",
-        ] {
-            c.operator_tokens = SecretList(vec![Secret::new(format!("ops={weak}"))]);
-            let e = c.validate().expect_err(weak).to_string();
-            assert!(e.contains("128") && e.contains("openssl rand"), "{e}");
-            assert!(!e.contains(weak), "the token is not echoed: {e}");
-        }
-        for strong in [
-            // openssl rand -hex 16 / -hex 32 / -base64 32
-            "7f3a9c1e5b2d8f4a6c0e9b3d1f7a5c2e",
-            "9f2c4e81b7a35d60c1e8f4a2b9d07c3e5a61f8d2c4b7e09a3f5d1c8b6e2a4f70",
-            "q8ZkV2xN4pR7tW1yB5mC9dLs3HfJ0gUe6iOa7bYcXn4=",
-        ] {
-            c.operator_tokens = SecretList(vec![Secret::new(format!("ops={strong}"))]);
-            assert!(c.validate().is_ok(), "{strong} refused");
-        }
-    }
-
-    #[test]
-    #[allow(clippy::result_large_err)]
-    fn outbound_allow_private_is_a_list_of_ranges() {
-        figment::Jail::expect_with(|jail| {
-            jail.clear_env();
-            jail.set_env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/8, ::1/128");
-            let c = Config::load(None).map_err(|e| e.to_string())?;
-            let p = c.outbound.policy();
-            assert!(p.check_ip("127.0.0.1".parse().unwrap()).is_ok());
-            assert!(p.check_ip("::1".parse().unwrap()).is_ok());
-            assert!(p.check_ip("10.0.0.1".parse().unwrap()).is_err());
-            jail.set_env("SWITCHYARD_OUTBOUND__ALLOW_PRIVATE", "127.0.0.0/33");
-            assert!(Config::load(None).is_err());
-            Ok(())
-        });
-        assert!(
-            Config::default()
-                .outbound
-                .policy()
-                .check_ip("169.254.169.254".parse().unwrap())
-                .is_err()
-        );
-    }
-
-    #[test]
-    // figment's Jail API fixes the closure's error type.
-    #[allow(clippy::result_large_err)]
-    fn env_overrides_nested_keys() {
-        figment::Jail::expect_with(|jail| {
-            jail.clear_env();
-            jail.set_env("SWITCHYARD_LISTEN", "0.0.0.0:1234");
-            jail.set_env("SWITCHYARD_LEASE__CONNECTOR_GRACE", "2s");
-            jail.set_env("SWITCHYARD_S3__BUCKET", "b");
-            jail.set_env("SWITCHYARD_SIGNING_KEYS", "k1,k2");
-            let c = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(c.listen, "0.0.0.0:1234");
-            assert_eq!(c.lease.connector_grace, Dur(Duration::from_secs(2)));
-            assert_eq!(c.s3.bucket.as_deref(), Some("b"));
-            assert_eq!(c.signing_keys.0.len(), 2);
-            assert!(!format!("{c:?}").contains("k1"));
-            Ok(())
-        });
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -536,29 +536,6 @@ impl Default for FeishuConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct SlackConfig {
-    /// Slack Web API root: `POST {base}/{method}`. Socket Mode and upload URLs come from
-    /// the API's own answers.
-    pub api_base: String,
-    /// Lifetime of an app's Socket Mode lease (one connection per app in the cluster): how
-    /// soon another pod takes over after the holder dies.
-    pub lease_ttl: Dur,
-    /// Longest an answer's turn keeps its target conversation without a final or `idle`.
-    pub turn_ttl: Dur,
-}
-
-impl Default for SlackConfig {
-    fn default() -> Self {
-        Self {
-            api_base: "https://slack.com/api".into(),
-            lease_ttl: Dur(Duration::from_secs(30)),
-            turn_ttl: Dur(Duration::from_secs(600)),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     pub format: LogFormat,
     /// A level (`trace`, `debug`, `info`, `warn`, `error`, `off`) or a filter of

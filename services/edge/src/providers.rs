@@ -1,0 +1,101 @@
+//! The one list of providers this build mounts: each IM provider crate's factory, one line
+//! each (the crate owns its settings section, defaults, validation and metrics), plus the
+//! two providers the edge wires itself (the generic webhook, built from the shared settings
+//! only, and the agent-host connector, which serves the hosts gateway).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchyard_core::hosts::Hosts;
+use switchyard_core::provider::Provider;
+
+use crate::config::{Config, SectionFactory, factory};
+
+/// The agent-host connector's route prefix (its mTLS listener mounts the same routes).
+pub use switchyard_provider_agent_host::PREFIX as AGENT_HOST_PREFIX;
+
+/// The provider factories whose sections the configuration loads, in mount order.
+pub fn factories() -> Vec<Box<dyn SectionFactory>> {
+    vec![factory::<switchyard_provider_slack::SlackFactory>()]
+}
+
+/// Describes and registers every listed provider's metric families at zero.
+pub fn describe_metrics() {
+    for f in factories() {
+        f.describe_metrics();
+    }
+}
+
+/// The providers this build mounts; `gateway` is what the agent-host connector serves for
+/// hosts next to its own routes.
+pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<Arc<dyn Provider>> {
+    let build_info = crate::app::build_info;
+    let shared = cfg.shared_settings(build_info());
+    let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);
+    wh.max_inbound_bytes = shared.max_inbound_bytes;
+    wh.max_inbound_json_bytes = shared.ingress.max_json_bytes;
+    wh.inbound_body_timeout = shared.ingress.body_timeout;
+    wh.inbound_body_grace = shared.ingress.body_grace;
+    wh.inbound_min_body_rate = shared.ingress.min_body_rate;
+    wh.max_inbound_concurrent = shared.ingress.max_concurrent;
+    wh.max_inbound_concurrent_per_tenant = shared.ingress.max_concurrent_per_tenant;
+    wh.max_inbound_concurrent_per_channel = shared.ingress.max_concurrent_per_channel;
+    wh.outbound = shared.outbound.clone();
+    let mut dc =
+        switchyard_provider_discord::DiscordConfig::new(build_info(), &cfg.discord.api_base);
+    dc.lease_ttl = cfg.discord.lease_ttl.0;
+    dc.turn_ttl = cfg.discord.turn_ttl.0;
+    let mut tg =
+        switchyard_provider_telegram::TelegramConfig::new(build_info(), &cfg.telegram.api_base);
+    tg.max_webhook_bytes = cfg.ingress.max_json_bytes;
+    tg.webhook_body_timeout = cfg.ingress.body_timeout.0;
+    tg.max_webhook_concurrent = cfg.ingress.max_concurrent;
+    tg.mode = cfg.telegram.mode.provider();
+    let mut wx = switchyard_provider_wechat::WechatConfig::new(
+        build_info(),
+        &cfg.wechat.api_base,
+        &cfg.wechat.cdn_base,
+    );
+    wx.poll_lease_ttl = cfg.wechat.poll_lease_ttl.0;
+    wx.lease_retry = cfg.wechat.lease_retry.0;
+    wx.allowed_base_hosts = cfg.wechat.allowed_base_hosts.clone();
+    wx.session_pause = cfg.wechat.session_pause.0;
+    let mut fs = switchyard_provider_feishu::FeishuConfig::new(
+        build_info(),
+        &cfg.feishu.api_base,
+        &cfg.feishu.lark_api_base,
+    );
+    fs.accounts_base = cfg.feishu.accounts_base.clone();
+    fs.lark_accounts_base = cfg.feishu.lark_accounts_base.clone();
+    fs.lease_ttl = cfg.feishu.lease_ttl.0;
+    fs.turn_ttl = cfg.feishu.turn_ttl.0;
+    fs.max_event_bytes = cfg.ingress.max_json_bytes as usize;
+    fs.http_body_timeout = cfg.ingress.body_timeout.0;
+    fs.http_body_grace = cfg.ingress.body_grace.0;
+    fs.http_min_body_rate = cfg.ingress.min_body_rate;
+    fs.max_http_concurrent = cfg.ingress.max_concurrent;
+    fs.max_http_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
+    let mut out: Vec<Arc<dyn Provider>> = vec![
+        Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh)),
+        Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
+        Arc::new(switchyard_provider_wechat::WechatProvider::new(wx)),
+        Arc::new(switchyard_provider_feishu::FeishuProvider::new(fs)),
+        Arc::new(switchyard_provider_discord::DiscordProvider::new(dc)),
+    ];
+    out.extend(cfg.providers.build(&shared));
+    out.push(Arc::new(
+        switchyard_provider_agent_host::AgentHostProvider::new(
+            build_info(),
+            true,
+            hosts,
+            // A wait ends before the engine's tool timeout cuts it.
+            cfg.limits
+                .tool_timeout
+                .0
+                .saturating_sub(Duration::from_secs(5))
+                .max(Duration::from_secs(1)),
+        )
+        .with_gateway(gateway),
+    ));
+    out
+}
