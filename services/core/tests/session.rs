@@ -1,7 +1,9 @@
 //! The xAgent session step ([`Session::step`]) over channels, without sockets: a test
 //! transport feeds it frames, runs the work it hands out in tasks whose results come back
 //! through an mpsc channel, and keeps what it would have written. The store is core's
-//! in-memory one and the Card the generic webhook provider's.
+//! in-memory one and the Card the probe provider's (`tests/common`).
+
+mod common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,7 +21,7 @@ use switchyard_core::ids::now_ms;
 use switchyard_core::memstore::MemoryStore;
 use switchyard_core::model::{Enqueue, EnqueueOutcome, OutboxRecord, OutboxState};
 use switchyard_core::store::Store;
-use switchyard_protocol::{BuildInfo, Envelope, PACKET_SCHEMA};
+use switchyard_protocol::{Envelope, PACKET_SCHEMA};
 use tokio::sync::mpsc;
 
 struct Kit {
@@ -46,15 +48,7 @@ async fn kit() -> Kit {
         committer: OutboxCommitter::start(store.clone(), CommitLimits::default()),
         quotas: switchyard_core::quota::Quotas::new(Default::default()),
     });
-    let build = BuildInfo {
-        version: "0".into(),
-        git_tag: "t".into(),
-        git_rev: "r".into(),
-        build_time: "b".into(),
-    };
-    let provider = Arc::new(switchyard_provider_webhook::WebhookProvider::new(
-        switchyard_provider_webhook::WebhookConfig::new(build, true),
-    ));
+    let provider = Arc::new(common::ProbeProvider::new());
     let (tenant, _) = switchyard_core::engine::create_tenant(store.as_ref(), "t")
         .await
         .unwrap();
