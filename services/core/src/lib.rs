@@ -19,6 +19,7 @@ pub mod files;
 pub mod hosts;
 pub mod hoststore;
 pub mod ids;
+pub mod journal;
 pub mod limits;
 pub mod memstore;
 pub mod model;

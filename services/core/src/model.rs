@@ -372,3 +372,21 @@ impl ConsoleFilter {
             && self.starts(&[&r.id])
     }
 }
+
+/// One step of a message's delivery journal: ids, a step name, a clipped detail (a code, a
+/// socket id, a reason), never message text or secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalRecord {
+    /// Store-assigned, increasing in insert order (0 before it is stored).
+    pub id: i64,
+    pub tenant_id: String,
+    pub channel_id: String,
+    pub message_id: String,
+    /// The step's stable name (`JournalStep::as_str`).
+    pub step: String,
+    /// A short code or reason (at most `journal::MAX_DETAIL` characters).
+    pub detail: String,
+    pub pod_id: String,
+    /// When the step happened, Unix ms.
+    pub at: i64,
+}

@@ -7,7 +7,7 @@ use crate::error::BackendResult;
 use crate::model::*;
 
 /// Schema version this build understands; `serve` refuses any other.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 #[async_trait]
 pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
@@ -358,6 +358,26 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     }
     /// Counts for the overview, each counting at most `at_most` rows.
     async fn overview(&self, at_most: u64) -> BackendResult<Overview>;
+
+    // -- delivery journal --
+    /// Stores journal steps (one statement for the batch); their `id`s are assigned here.
+    async fn insert_journal(&self, entries: &[JournalRecord]) -> BackendResult<()>;
+    /// A message's steps, oldest first (by time, then insert order), at most `limit`.
+    async fn journal_for_message(
+        &self,
+        message_id: &str,
+        limit: u32,
+    ) -> BackendResult<Vec<JournalRecord>>;
+    /// A channel's steps, newest first, those with an `id` below `before_id` when given.
+    async fn journal_for_channel(
+        &self,
+        channel_id: &str,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> BackendResult<Vec<JournalRecord>>;
+    /// Removes steps older than `before` and, per tenant, all but the newest `per_tenant`
+    /// (0 = no cap). Returns how many went.
+    async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64>;
 }
 
 /// What the store holds for a batch of [`Enqueue`] items, read inside the batch's

@@ -53,6 +53,7 @@ async fn kit_with(commit: CommitLimits) -> Kit {
         public_base_url: "http://127.0.0.1:1".into(),
         committer: OutboxCommitter::start(store.clone(), commit),
         quotas: switchyard_core::quota::Quotas::new(Default::default()),
+        journal: switchyard_core::journal::Journal::disabled(),
     });
     let conn = Connector::new(hub, Arc::new(ProbeProvider::new()));
     Kit {

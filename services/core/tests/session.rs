@@ -47,6 +47,7 @@ async fn kit() -> Kit {
         public_base_url: "http://127.0.0.1:1".into(),
         committer: OutboxCommitter::start(store.clone(), CommitLimits::default()),
         quotas: switchyard_core::quota::Quotas::new(Default::default()),
+        journal: switchyard_core::journal::Journal::disabled(),
     });
     let provider = Arc::new(common::ProbeProvider::new());
     let (tenant, _) = switchyard_core::engine::create_tenant(store.as_ref(), "t")

@@ -84,6 +84,7 @@ pub async fn admin_hosts(cfg: &Config) -> anyhow::Result<Arc<Hosts>> {
         config: cfg.engine(),
         committer: OutboxCommitter::start(b.store.clone(), cfg.commit_limits()),
         quotas: switchyard_core::quota::Quotas::new(cfg.quotas.values()),
+        journal: switchyard_core::journal::Journal::disabled(),
         pod_id: format!("cli-{}", random_secret(3)),
         public_base_url: cfg
             .public_base_url
@@ -237,6 +238,11 @@ pub async fn run(
         config: cfg.engine(),
         committer: OutboxCommitter::start(b.store.clone(), cfg.commit_limits()),
         quotas: switchyard_core::quota::Quotas::new(cfg.quotas.values()),
+        journal: switchyard_core::journal::Journal::start(
+            b.store.clone(),
+            &pod,
+            &cfg.journal.core(),
+        ),
         pod_id: pod.clone(),
         public_base_url,
     });

@@ -50,6 +50,14 @@ pub enum Command {
         #[command(subcommand)]
         command: ApprovalCommand,
     },
+    /// Prints a message's delivery journal: each step with its time (Unix ms), pod and
+    /// detail, oldest first.
+    Trace {
+        message_id: String,
+        /// One JSON object with the steps.
+        #[arg(long)]
+        json: bool,
+    },
     /// Prints the full default configuration, every key documented.
     PrintDefaultConfig,
     /// Validates the configuration and reaches every configured backend (store, bus,
@@ -415,6 +423,27 @@ pub async fn admin(cfg: Config, command: Command) -> anyhow::Result<()> {
         }
         Command::Host { command } => host_admin(cfg, command).await?,
         Command::Approval { command } => approval_admin(cfg, command).await?,
+        Command::Trace { message_id, json } => {
+            let store = admin_store(&cfg).await?;
+            let steps = store.journal_for_message(&message_id, 1000).await?;
+            if steps.is_empty() {
+                bail!("no journal steps for message {message_id:?} (never recorded, or purged)");
+            }
+            if json {
+                let rows: Vec<_> = steps
+                    .iter()
+                    .map(|e| json!({"at": e.at, "step": e.step, "detail": e.detail, "pod_id": e.pod_id, "tenant_id": e.tenant_id, "channel_id": e.channel_id}))
+                    .collect();
+                println!("{}", json!({"message_id": message_id, "steps": rows}));
+            } else {
+                for e in &steps {
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}",
+                        e.at, e.step, e.pod_id, e.channel_id, e.detail
+                    );
+                }
+            }
+        }
         Command::Migrate => {
             let store = open_store(&cfg).await?;
             store.migrate().await.context("applying migrations")?;

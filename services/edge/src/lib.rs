@@ -12,6 +12,7 @@ pub mod download;
 pub mod host_ws;
 pub mod hosts;
 pub mod http;
+pub mod journal;
 pub mod listener;
 pub mod operators;
 pub mod providers;

@@ -63,6 +63,7 @@ impl ProviderHarness for AgentHost {
             public_base_url: "http://127.0.0.1:1".into(),
             committer: OutboxCommitter::start(store.clone(), CommitLimits::default()),
             quotas: switchyard_core::quota::Quotas::new(Default::default()),
+            journal: switchyard_core::journal::Journal::disabled(),
         });
         let hosts = Arc::new(Hosts::new(hub, HostsConfig::default()));
         // Enrolled and given its certificate, as the CLI and the first connection do.

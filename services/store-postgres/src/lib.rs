@@ -47,6 +47,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         5,
         include_str!("../../../migrations/postgres/0005_console_search.sql"),
     ),
+    (
+        6,
+        include_str!("../../../migrations/postgres/0006_journal.sql"),
+    ),
 ];
 
 /// How long a caller waits for a pooled connection (or for a new one while Postgres is down)

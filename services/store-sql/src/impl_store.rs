@@ -565,6 +565,31 @@ macro_rules! impl_store {
                 async fn overview(&self, at_most: u64) -> BackendResult<Overview> {
                     $crate::ops::overview(self, at_most).await
                 }
+
+                async fn insert_journal(&self, entries: &[JournalRecord]) -> BackendResult<()> {
+                    $crate::ops::insert_journal(self, entries).await
+                }
+
+                async fn journal_for_message(
+                    &self,
+                    message_id: &str,
+                    limit: u32,
+                ) -> BackendResult<Vec<JournalRecord>> {
+                    $crate::ops::journal_for_message(self, message_id, limit).await
+                }
+
+                async fn journal_for_channel(
+                    &self,
+                    channel_id: &str,
+                    before_id: Option<i64>,
+                    limit: u32,
+                ) -> BackendResult<Vec<JournalRecord>> {
+                    $crate::ops::journal_for_channel(self, channel_id, before_id, limit).await
+                }
+
+                async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64> {
+                    $crate::ops::purge_journal(self, before, per_tenant).await
+                }
             }
 
             #[async_trait]

@@ -38,6 +38,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         5,
         include_str!("../../../migrations/sqlite/0005_console_search.sql"),
     ),
+    (
+        6,
+        include_str!("../../../migrations/sqlite/0006_journal.sql"),
+    ),
 ];
 
 /// Creates a missing database file readable by this user only (0600); SQLite gives its WAL

@@ -2813,3 +2813,100 @@ pub async fn console_search(s: &dyn Store) {
         [m0.message_id.as_str()]
     );
 }
+
+fn step(tenant: &str, ch: &str, msg: &str, step: &str, at: i64) -> JournalRecord {
+    JournalRecord {
+        id: 0,
+        tenant_id: tenant.to_owned(),
+        channel_id: ch.to_owned(),
+        message_id: msg.to_owned(),
+        step: step.to_owned(),
+        detail: format!("{step} detail"),
+        pod_id: "pod-j".to_owned(),
+        at,
+    }
+}
+
+/// The delivery journal: a batch insert, a message's steps oldest first, a channel's newest
+/// first with a cursor, and the purge by age and per-tenant count.
+pub async fn journal(s: &dyn Store) {
+    let (ta, tb) = (new_id("ten"), new_id("ten"));
+    let (ch, other) = (new_id("ch"), new_id("ch"));
+    let (m1, m2) = (new_id("msg"), new_id("msg"));
+    let t0 = now_ms();
+    s.insert_journal(&[]).await.expect("empty batch");
+    s.insert_journal(&[
+        step(&ta, &ch, &m1, "accepted", t0),
+        step(&ta, &ch, &m1, "stored", t0),
+        step(&ta, &ch, &m2, "accepted", t0 + 1),
+        step(&ta, &other, &new_id("msg"), "accepted", t0 + 1),
+    ])
+    .await
+    .expect("insert");
+    s.insert_journal(&[step(&ta, &ch, &m1, "sent", t0 + 2)])
+        .await
+        .expect("insert");
+    // Recorded before the earlier steps but happened earlier: read by time.
+    s.insert_journal(&[step(&ta, &ch, &m1, "rung", t0 + 1)])
+        .await
+        .expect("insert");
+
+    let got = s.journal_for_message(&m1, 100).await.expect("by message");
+    let steps: Vec<&str> = got.iter().map(|e| e.step.as_str()).collect();
+    assert_eq!(steps, ["accepted", "stored", "rung", "sent"]);
+    assert_eq!(
+        got[0],
+        JournalRecord {
+            id: got[0].id,
+            ..step(&ta, &ch, &m1, "accepted", t0)
+        }
+    );
+    assert!(got[0].id < got[1].id, "ids follow insert order");
+    assert_eq!(s.journal_for_message(&m1, 2).await.expect("limit").len(), 2);
+    assert!(
+        s.journal_for_message(&new_id("msg"), 10)
+            .await
+            .expect("none")
+            .is_empty()
+    );
+
+    let page = s
+        .journal_for_channel(&ch, None, 3)
+        .await
+        .expect("by channel");
+    let steps: Vec<(&str, &str)> = page
+        .iter()
+        .map(|e| (e.message_id.as_str(), e.step.as_str()))
+        .collect();
+    assert_eq!(steps, [(&*m1, "rung"), (&*m1, "sent"), (&*m2, "accepted")]);
+    let rest = s
+        .journal_for_channel(&ch, Some(page[2].id), 10)
+        .await
+        .expect("next page");
+    let steps: Vec<&str> = rest.iter().map(|e| e.step.as_str()).collect();
+    assert_eq!(steps, ["stored", "accepted"]);
+
+    // By age: only the old step goes.
+    s.insert_journal(&[step(&tb, &ch, &m2, "expired", AGES_AGO)])
+        .await
+        .expect("insert old");
+    assert!(s.purge_journal(AGES_AGO + 1, 0).await.expect("purge age") >= 1);
+    let left = s.journal_for_message(&m2, 10).await.expect("read");
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].step, "accepted");
+
+    // By count: each tenant keeps its newest; another tenant's steps are its own.
+    s.insert_journal(&[
+        step(&tb, &other, &m2, "a", t0),
+        step(&tb, &other, &m2, "b", t0),
+    ])
+    .await
+    .expect("insert b");
+    assert!(s.purge_journal(AGES_AGO + 1, 2).await.expect("purge cap") >= 4);
+    let a_left = s.journal_for_channel(&ch, None, 10).await.expect("a");
+    let steps: Vec<&str> = a_left.iter().map(|e| e.step.as_str()).collect();
+    assert_eq!(steps, ["rung", "sent"], "tenant a keeps its newest two");
+    let b_left = s.journal_for_channel(&other, None, 10).await.expect("b");
+    let steps: Vec<&str> = b_left.iter().map(|e| e.step.as_str()).collect();
+    assert_eq!(steps, ["b", "a"], "tenant b keeps both");
+}

@@ -9,6 +9,7 @@ use switchyard_protocol::profile::{self, IM_V1};
 use super::{Connector, Fault, Overloaded, ms};
 use crate::bus::Doorbell;
 use crate::ids::now_ms;
+use crate::journal::JournalStep;
 use crate::model::{Enqueue, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
 use crate::provider::{InboundMessage, InboundOutcome, ServicesError};
 
@@ -53,6 +54,7 @@ impl Connector {
         &self,
         channel_id: &str,
         connector_id: &str,
+        tenant_id: &str,
         msg: InboundMessage,
     ) -> Result<InboundOutcome, ServicesError> {
         let payload = ChatMessagePayload {
@@ -87,9 +89,18 @@ impl Connector {
             cap: cfg.outbox_cap,
             dedupe_until: now + ms(cfg.dedupe_window),
         };
+        let journal = &self.hub.journal;
+        let note = |step, detail: &str| {
+            journal.record(tenant_id, channel_id, &payload.message_id, step, detail);
+        };
         let outcome = match self.hub.committer.enqueue(item).await {
-            Ok(r) => r?,
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => {
+                note(JournalStep::Accepted, "store_error");
+                return Err(e.into());
+            }
             Err(Overloaded) => {
+                note(JournalStep::Accepted, "overloaded");
                 metrics::counter!("switchyard_ingress_refused_total", "reason" => "pod_backlog")
                     .increment(1);
                 crate::limits::hit("commit_backlog");
@@ -103,8 +114,10 @@ impl Connector {
             EnqueueOutcome::UnknownChannel => "unknown_channel",
         };
         metrics::counter!("switchyard_inbound_messages_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
+        note(JournalStep::Accepted, label);
         match outcome {
             EnqueueOutcome::Stored => {
+                note(JournalStep::Stored, "outbox");
                 self.ring(
                     connector_id,
                     Doorbell::Outbox {
@@ -112,6 +125,7 @@ impl Connector {
                     },
                 )
                 .await;
+                note(JournalStep::Rung, connector_id);
                 Ok(InboundOutcome::Stored)
             }
             EnqueueOutcome::Duplicate => Ok(InboundOutcome::Duplicate),

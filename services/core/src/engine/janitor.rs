@@ -2,7 +2,7 @@
 //! a fencing generation, so the same code elects on SQLite and Postgres) and sweeps:
 //! dead pods' sockets, connector_ids offline past the grace (cascading to channels, auth
 //! sessions, pending messages, files and provider state), never-bound channels, and expired
-//! messages, files, sessions and idempotency records.
+//! messages, files, sessions, idempotency records and journal steps (by age and per-tenant cap).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -120,6 +120,8 @@ impl Janitor {
         }
         store.purge_claims(now).await?;
         store.purge_auth_sessions(now).await?;
+        let (ttl, per_tenant) = self.hub.journal.retention();
+        store.purge_journal(now - ms(ttl), per_tenant).await?;
         metrics::counter!("switchyard_janitor_sweeps_total").increment(1);
         metrics::counter!("switchyard_connectors_deregistered_total")
             .increment(report.connectors_removed as u64);

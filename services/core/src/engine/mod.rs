@@ -111,6 +111,8 @@ pub struct Hub {
     pub committer: OutboxCommitter,
     /// Per-tenant quotas (defaults from configuration, overrides from the store).
     pub quotas: crate::quota::Quotas,
+    /// The delivery journal (each message's steps); recording never blocks.
+    pub journal: crate::journal::Journal,
 }
 
 impl std::fmt::Debug for Hub {

@@ -22,6 +22,7 @@ use switchyard_protocol::{Envelope, ErrorCode};
 
 use super::{Connector, DeliveryKind};
 use crate::ids::{new_id, now_ms};
+use crate::journal::JournalStep;
 use crate::model::ChannelRecord;
 
 /// Bounds and timings of delivery.
@@ -124,6 +125,8 @@ struct Inflight {
 /// channel record itself (view, encrypted binding) is not kept.
 struct Route {
     kind: DeliveryKind,
+    /// The channel's tenant, for the journal.
+    tenant_id: String,
     /// Highest outbox seq handed out on this socket.
     cursor: i64,
     inflight: VecDeque<Inflight>,
@@ -178,6 +181,7 @@ impl Outflow {
             id.clone(),
             Route {
                 kind,
+                tenant_id: ch.tenant_id.clone(),
                 cursor: 0,
                 inflight: VecDeque::new(),
             },
@@ -238,8 +242,21 @@ impl Outflow {
     pub fn taken(&mut self, packet_id: &str) {
         if let Some((channel_id, message_id, accepted_at)) = self.handed.remove(packet_id) {
             self.conn.record_delivery_latency(accepted_at);
+            self.note(&channel_id, &message_id, JournalStep::Acked, "written");
             self.done.push((channel_id, message_id));
         }
+    }
+
+    /// Records a step of a routed channel's message in the journal.
+    fn note(&self, channel_id: &str, message_id: &str, step: JournalStep, detail: &str) {
+        let tenant = self
+            .routes
+            .get(channel_id)
+            .map_or("", |r| r.tenant_id.as_str());
+        self.conn
+            .hub
+            .journal
+            .record(tenant, channel_id, message_id, step, detail);
     }
 
     /// A draining socket hands out nothing new; acks are still recorded.
@@ -287,7 +304,21 @@ impl Outflow {
         if route.inflight[idx].message_id != p.message_id {
             return AckOutcome::Mismatch;
         }
-        match AckVerdict::of(p) {
+        let verdict = AckVerdict::of(p);
+        let detail = match &verdict {
+            AckVerdict::Delivered if p.status == AckStatus::Duplicate => "duplicate".to_owned(),
+            AckVerdict::Delivered => "accepted".to_owned(),
+            AckVerdict::Failed(reason) => format!("rejected: {reason}"),
+            AckVerdict::Retry(code) => format!("retry: {code}"),
+        };
+        self.conn.hub.journal.record(
+            &route.tenant_id,
+            channel_id,
+            &p.message_id,
+            JournalStep::Acked,
+            &detail,
+        );
+        match verdict {
             AckVerdict::Delivered => {
                 if let Some(i) = route.inflight.remove(idx) {
                     self.conn.record_delivery_latency(i.accepted_at);
@@ -334,6 +365,7 @@ impl Outflow {
         }
         for (id, overdue) in overdue_channels {
             for m in &overdue {
+                self.note(&id, m, JournalStep::Acked, "timeout");
                 self.conn.retry_later(&id, m, "ack timeout").await;
             }
             self.wake(&id);
@@ -449,6 +481,13 @@ impl Outflow {
                 continue;
             }
             let packet_id = new_id("pkt");
+            self.conn.hub.journal.record(
+                &route.tenant_id,
+                channel_id,
+                &d.message_id,
+                JournalStep::Sent,
+                &self.socket_id,
+            );
             let env =
                 d.packet
                     .into_envelope(packet_id.clone(), now_ms(), Correlation::push(channel_id));

@@ -29,29 +29,35 @@ use crate::provider::{
 /// as it could between the two reads before.
 #[derive(Debug, Default)]
 pub(crate) struct RecentBindings {
-    map: std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+    /// Channel -> (connector, tenant, when read).
+    map: std::sync::Mutex<std::collections::HashMap<String, (String, String, std::time::Instant)>>,
 }
 
 const RECENT_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 const RECENT_MAX: usize = 4096;
 
 impl RecentBindings {
-    fn remember(&self, channel_id: &str, connector_id: &str) {
+    fn remember(&self, channel_id: &str, connector_id: &str, tenant_id: &str) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if map.len() >= RECENT_MAX && !map.contains_key(channel_id) {
             map.clear();
         }
         map.insert(
             channel_id.to_owned(),
-            (connector_id.to_owned(), std::time::Instant::now()),
+            (
+                connector_id.to_owned(),
+                tenant_id.to_owned(),
+                std::time::Instant::now(),
+            ),
         );
     }
 
-    fn connector_of(&self, channel_id: &str) -> Option<String> {
+    /// The channel's (connector, tenant), when read lately.
+    fn connector_of(&self, channel_id: &str) -> Option<(String, String)> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.get(channel_id)
-            .filter(|(_, at)| at.elapsed() < RECENT_FOR)
-            .map(|(c, _)| c.clone())
+            .filter(|(_, _, at)| at.elapsed() < RECENT_FOR)
+            .map(|(c, t, _)| (c.clone(), t.clone()))
     }
 }
 
@@ -85,7 +91,8 @@ impl ProviderServices for Connector {
         };
         let binding = self.decrypt_binding(&ch);
         if binding.is_some() {
-            self.recent.remember(&ch.id, &ch.connector_id);
+            self.recent
+                .remember(&ch.id, &ch.connector_id, &ch.tenant_id);
         }
         Ok(binding)
     }
@@ -105,11 +112,15 @@ impl ProviderServices for Connector {
     ) -> Result<InboundOutcome, ServicesError> {
         // A provider that just read the binding (webhook ingress) saves the second read; the
         // batch still checks that the channel exists.
-        let connector_id = match self.recent.connector_of(channel_id) {
+        let (connector_id, tenant_id) = match self.recent.connector_of(channel_id) {
             Some(c) => c,
-            None => self.bound_channel(channel_id).await?.connector_id,
+            None => {
+                let ch = self.bound_channel(channel_id).await?;
+                (ch.connector_id, ch.tenant_id)
+            }
         };
-        self.enqueue_inbound(channel_id, &connector_id, msg).await
+        self.enqueue_inbound(channel_id, &connector_id, &tenant_id, msg)
+            .await
     }
 
     async fn store_inbound_file(
@@ -358,10 +369,13 @@ mod tests {
     fn recent_bindings_answer_for_known_channels_and_stay_bounded() {
         let r = RecentBindings::default();
         assert_eq!(r.connector_of("cch_a"), None);
-        r.remember("cch_a", "conn_1");
-        assert_eq!(r.connector_of("cch_a").as_deref(), Some("conn_1"));
+        r.remember("cch_a", "conn_1", "ten_1");
+        assert_eq!(
+            r.connector_of("cch_a"),
+            Some(("conn_1".to_owned(), "ten_1".to_owned()))
+        );
         for i in 0..RECENT_MAX + 10 {
-            r.remember(&format!("cch_{i}"), "conn_2");
+            r.remember(&format!("cch_{i}"), "conn_2", "ten_1");
         }
         let len = r.map.lock().unwrap().len();
         assert!(len <= RECENT_MAX, "{len}");

@@ -18,6 +18,7 @@ mod console;
 mod files;
 mod host_impl;
 mod hosts;
+mod journal;
 mod outbox;
 mod runs;
 mod store_impl;
@@ -109,6 +110,9 @@ struct Tables {
     run_events: BTreeMap<(String, i64), RunEventRecord>,
     artifacts: BTreeMap<String, ArtifactRecord>,
     approvals: BTreeMap<String, ApprovalRecord>,
+    /// Journal steps by id (insert order).
+    journal: BTreeMap<i64, JournalRecord>,
+    last_journal_id: i64,
 }
 
 /// The error a unique key gives in the SQL stores.

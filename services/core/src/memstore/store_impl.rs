@@ -474,4 +474,32 @@ impl Store for MemoryStore {
     async fn overview(&self, at_most: u64) -> BackendResult<Overview> {
         self.with(|t| Ok(t.overview(at_most)))
     }
+
+    async fn insert_journal(&self, entries: &[JournalRecord]) -> BackendResult<()> {
+        self.with(|t| {
+            t.insert_journal(entries);
+            Ok(())
+        })
+    }
+
+    async fn journal_for_message(
+        &self,
+        message_id: &str,
+        limit: u32,
+    ) -> BackendResult<Vec<JournalRecord>> {
+        self.with(|t| Ok(t.journal_for_message(message_id, limit)))
+    }
+
+    async fn journal_for_channel(
+        &self,
+        channel_id: &str,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> BackendResult<Vec<JournalRecord>> {
+        self.with(|t| Ok(t.journal_for_channel(channel_id, before_id, limit)))
+    }
+
+    async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64> {
+        self.with(|t| Ok(t.purge_journal(before, per_tenant)))
+    }
 }

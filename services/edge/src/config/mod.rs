@@ -73,6 +73,8 @@ pub struct Config {
     pub operator_auth: OperatorAuthConfig,
     pub hosts: HostsSection,
     pub console: crate::console::ConsoleConfig,
+    /// The delivery journal (`[journal]`).
+    pub journal: crate::journal::JournalSection,
     /// Each provider's section (`[slack]`, ...), owned by its crate and loaded by name.
     #[serde(skip)]
     pub providers: ProviderSections,
@@ -121,6 +123,7 @@ impl Default for Config {
             operator_auth: OperatorAuthConfig::default(),
             hosts: HostsSection::default(),
             console: crate::console::ConsoleConfig::default(),
+            journal: crate::journal::JournalSection::default(),
             providers: ProviderSections::default(),
         }
     }

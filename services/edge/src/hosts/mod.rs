@@ -224,7 +224,8 @@ pub fn router(gw: Gateway, source: CertSource) -> Router {
     }
 }
 
-/// The operator API (admin listener, next to the console): approvals decided by people.
+/// The operator API (admin listener, next to the console): approvals decided by people,
+/// hosts, and the delivery journal (a message's steps, a channel's newest).
 /// The operator token is checked (and guesses counted) before anything of the request is
 /// read.
 pub fn operator_router(gw: Gateway) -> Router {
@@ -241,6 +242,11 @@ pub fn operator_router(gw: Gateway) -> Router {
             preauth_cap(post(approval_deny), small),
         )
         .route("/admin/v1/hosts", get(hosts_list))
+        .route("/admin/v1/messages", get(operator::channel_journal))
+        .route(
+            "/admin/v1/messages/{message_id}",
+            get(operator::message_journal),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             auth,
             operator::require_operator,

@@ -144,3 +144,73 @@ pub(super) async fn hosts_list(State(gw): State<Gateway>, Query(q): Query<HostsQ
         Err(e) => ClientError::from(e).into_response(),
     }
 }
+
+fn journal_json(e: &switchyard_core::model::JournalRecord) -> serde_json::Value {
+    json!({
+        "at": e.at,
+        "step": e.step,
+        "detail": e.detail,
+        "pod_id": e.pod_id,
+        "tenant_id": e.tenant_id,
+        "channel_id": e.channel_id,
+        "message_id": e.message_id,
+    })
+}
+
+/// `GET /admin/v1/messages/{message_id}`: the message's journal, oldest step first; 404 when
+/// nothing is recorded (never journaled, or purged).
+pub(super) async fn message_journal(
+    State(gw): State<Gateway>,
+    axum::extract::Path(message_id): axum::extract::Path<String>,
+) -> Response {
+    match gw
+        .hosts
+        .hub
+        .store
+        .journal_for_message(&message_id, 1000)
+        .await
+    {
+        Ok(steps) if steps.is_empty() => ClientError::from(
+            switchyard_core::error::BackendError::not_found("no journal steps for this message"),
+        )
+        .into_response(),
+        Ok(steps) => axum::Json(json!({
+            "message_id": message_id,
+            "steps": steps.iter().map(journal_json).collect::<Vec<_>>(),
+        }))
+        .into_response(),
+        Err(e) => ClientError::from(e).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct ChannelJournalQuery {
+    channel: String,
+    /// Steps with an id below this one (the previous page's `next`).
+    before: Option<i64>,
+    limit: Option<u32>,
+}
+
+/// `GET /admin/v1/messages?channel=ID[&before=N][&limit=N]`: a channel's journal, newest step
+/// first, with `next` to pass as `before` for the following page.
+pub(super) async fn channel_journal(
+    State(gw): State<Gateway>,
+    Query(q): Query<ChannelJournalQuery>,
+) -> Response {
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let store = &gw.hosts.hub.store;
+    match store.journal_for_channel(&q.channel, q.before, limit).await {
+        Ok(steps) => {
+            let next = (steps.len() == limit as usize)
+                .then(|| steps.last().map(|e| e.id))
+                .flatten();
+            axum::Json(json!({
+                "channel_id": q.channel,
+                "steps": steps.iter().map(journal_json).collect::<Vec<_>>(),
+                "next": next,
+            }))
+            .into_response()
+        }
+        Err(e) => ClientError::from(e).into_response(),
+    }
+}

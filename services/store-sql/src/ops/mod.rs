@@ -5,6 +5,7 @@ pub(crate) mod channels;
 mod connectors;
 mod console;
 mod files;
+mod journal;
 mod outbox;
 mod tenants;
 
@@ -12,5 +13,6 @@ pub use channels::*;
 pub use connectors::*;
 pub use console::*;
 pub use files::*;
+pub use journal::*;
 pub use outbox::*;
 pub use tenants::*;

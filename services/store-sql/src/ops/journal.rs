@@ -1,0 +1,121 @@
+//! The delivery journal: a batch of steps in one multi-row insert, reads by message (oldest
+//! first) and by channel (newest first, keyset on the id), and the purge by age and by each
+//! tenant's newest steps.
+
+use switchyard_core::error::BackendResult;
+use switchyard_core::model::JournalRecord;
+
+use crate::{Exec, Handles, SqlRow, all, get, stmt};
+
+const COLS: &str = "id, tenant_id, channel_id, message_id, step, detail, pod_id, at";
+/// Rows per statement: 7 binds each stays under SQLite's and Postgres' bind limits.
+const ROWS_PER_INSERT: usize = 500;
+
+fn lim(limit: u32) -> i64 {
+    i64::from(limit.clamp(1, 1000))
+}
+
+fn entry(row: &impl SqlRow) -> BackendResult<JournalRecord> {
+    Ok(JournalRecord {
+        id: get(row, "id")?,
+        tenant_id: get(row, "tenant_id")?,
+        channel_id: get(row, "channel_id")?,
+        message_id: get(row, "message_id")?,
+        step: get(row, "step")?,
+        detail: get(row, "detail")?,
+        pod_id: get(row, "pod_id")?,
+        at: get(row, "at")?,
+    })
+}
+
+pub async fn insert_journal(s: &impl Handles, entries: &[JournalRecord]) -> BackendResult<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut w = s.write().await?;
+    for chunk in entries.chunks(ROWS_PER_INSERT) {
+        let mut sql = String::from(
+            "INSERT INTO journal (tenant_id, channel_id, message_id, step, detail, pod_id, at) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            let b = i * 7;
+            if i > 0 {
+                sql.push(',');
+            }
+            sql.push_str(&format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                b + 1,
+                b + 2,
+                b + 3,
+                b + 4,
+                b + 5,
+                b + 6,
+                b + 7
+            ));
+        }
+        let mut q = stmt(&sql);
+        for e in chunk {
+            q = q
+                .bind(&e.tenant_id)
+                .bind(&e.channel_id)
+                .bind(&e.message_id)
+                .bind(&e.step)
+                .bind(&e.detail)
+                .bind(&e.pod_id)
+                .bind(e.at);
+        }
+        q.execute(&mut w, "insert journal").await?;
+    }
+    w.commit().await
+}
+
+pub async fn journal_for_message(
+    s: &impl Handles,
+    message_id: &str,
+    limit: u32,
+) -> BackendResult<Vec<JournalRecord>> {
+    let sql = format!("SELECT {COLS} FROM journal WHERE message_id = $1 ORDER BY at, id LIMIT $2");
+    let rows = stmt(&sql)
+        .bind(message_id)
+        .bind(lim(limit))
+        .fetch_all(&mut s.read(), "journal by message")
+        .await?;
+    all(rows, entry)
+}
+
+pub async fn journal_for_channel(
+    s: &impl Handles,
+    channel_id: &str,
+    before_id: Option<i64>,
+    limit: u32,
+) -> BackendResult<Vec<JournalRecord>> {
+    let sql = format!(
+        "SELECT {COLS} FROM journal WHERE channel_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+    );
+    let rows = stmt(&sql)
+        .bind(channel_id)
+        .bind(before_id.unwrap_or(i64::MAX))
+        .bind(lim(limit))
+        .fetch_all(&mut s.read(), "journal by channel")
+        .await?;
+    all(rows, entry)
+}
+
+pub async fn purge_journal(s: &impl Handles, before: i64, per_tenant: u64) -> BackendResult<u64> {
+    let mut w = s.write().await?;
+    let mut gone = stmt("DELETE FROM journal WHERE at < $1")
+        .bind(before)
+        .execute(&mut w, "purge journal by age")
+        .await?;
+    if per_tenant > 0 {
+        gone += stmt(
+            "DELETE FROM journal WHERE id IN (SELECT id FROM (SELECT id, ROW_NUMBER() OVER \
+             (PARTITION BY tenant_id ORDER BY id DESC) AS n FROM journal) ranked WHERE n > $1)",
+        )
+        .bind(i64::try_from(per_tenant).unwrap_or(i64::MAX))
+        .execute(&mut w, "purge journal by count")
+        .await?;
+    }
+    w.commit().await?;
+    Ok(gone)
+}
