@@ -170,8 +170,10 @@ pub(super) async fn message_journal(
         .journal_for_message(&message_id, 1000)
         .await
     {
-        Ok(steps) if steps.is_empty() => ClientError::from(
-            switchyard_core::error::BackendError::not_found("no journal steps for this message"),
+        Ok(steps) if steps.is_empty() => ClientError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no journal steps for this message",
         )
         .into_response(),
         Ok(steps) => axum::Json(json!({

@@ -1,0 +1,142 @@
+//! The delivery journal (issue 27, part 1): a webhook message followed from the ingress
+//! answer to xAgent's ack, read over the operator API (by message and by channel, newest
+//! first) and with `switchyard trace`, every step with its pod and none with the message text.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard_e2e::console::OPERATOR_TOKEN;
+use switchyard_e2e::*;
+use tokio::process::Command;
+
+const TEXT: &str = "journal-e2e private words 7f3a9c";
+
+fn steps(body: &Value) -> Vec<(String, String, String)> {
+    body["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| {
+            (
+                s["step"].as_str().unwrap_or_default().to_owned(),
+                s["detail"].as_str().unwrap_or_default().to_owned(),
+                s["pod_id"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn get(url: &str, token: &str) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("operator API");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_message_is_followed_from_acceptance_to_the_ack() {
+    let opts = PodOptions::default().with(|c| {
+        c.operator_tokens = serde_json::from_value(json!(format!("ops={OPERATOR_TOKEN}"))).unwrap();
+    });
+    let fx = Fixture::start(opts).await;
+    assert_eq!(fx.inbound_text("jm-1", TEXT).await, 202);
+    let msg = fx.next_chat().await;
+    let id = message_id(&msg);
+    fx.conn
+        .ack_chat_message(&msg, AckStatus::Accepted, None, None)
+        .await
+        .expect("ack");
+
+    let admin = fx.pod.admin_url();
+    let url = format!("{admin}/admin/v1/messages/{id}");
+    let body = eventually(Duration::from_secs(20), "the ack in the journal", || {
+        let url = url.clone();
+        async move {
+            let (status, body) = get(&url, OPERATOR_TOKEN).await;
+            (status == 200 && steps(&body).iter().any(|s| s.0 == "acked")).then_some(body)
+        }
+    })
+    .await;
+    let got = steps(&body);
+    let names: Vec<&str> = got.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(
+        names,
+        ["accepted", "stored", "rung", "sent", "acked"],
+        "{body}"
+    );
+    assert_eq!(got[0].1, "stored", "the ingress answer");
+    assert_eq!(got[4].1, "accepted", "xAgent's answer");
+    assert!(
+        got[3].1.starts_with("sock"),
+        "the socket it went on: {}",
+        got[3].1
+    );
+    let pod = &got[0].2;
+    assert!(
+        !pod.is_empty() && got.iter().all(|s| &s.2 == pod),
+        "{got:?}"
+    );
+    assert!(!body.to_string().contains(TEXT), "no message text: {body}");
+
+    // Without the operator token: refused, nothing read.
+    let (status, _) = get(&url, "not-a-token").await;
+    assert_eq!(status, 401);
+    // A message never seen: 404 in the one error shape.
+    let (status, body) = get(&format!("{admin}/admin/v1/messages/nope"), OPERATOR_TOKEN).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"]["code"].is_string(), "{body}");
+
+    // The channel's journal, newest first, paged.
+    let ch = &fx.channel_id;
+    let (status, page) = get(
+        &format!("{admin}/admin/v1/messages?channel={ch}&limit=2"),
+        OPERATOR_TOKEN,
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let names: Vec<String> = steps(&page).into_iter().map(|s| s.0).collect();
+    assert_eq!(names, ["acked", "sent"], "{page}");
+    let next = page["next"].as_i64().expect("a next page");
+    let (_, rest) = get(
+        &format!("{admin}/admin/v1/messages?channel={ch}&before={next}"),
+        OPERATOR_TOKEN,
+    )
+    .await;
+    let names: Vec<String> = steps(&rest).into_iter().map(|s| s.0).collect();
+    assert_eq!(names, ["rung", "stored", "accepted"], "{rest}");
+
+    // `switchyard trace` against the pod's data directory, while it serves.
+    let bin = tokio::task::spawn_blocking(switchyard_binary)
+        .await
+        .expect("build");
+    let out = Command::new(bin)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("SWITCHYARD_DATA_DIR", fx.pod.data_dir())
+        .args(["trace", &id])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run switchyard trace");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Vec<&str>> = stdout.lines().map(|l| l.split('\t').collect()).collect();
+    let names: Vec<&str> = lines.iter().map(|l| l[1]).collect();
+    assert_eq!(
+        names,
+        ["accepted", "stored", "rung", "sent", "acked"],
+        "{stdout}"
+    );
+    assert!(lines.iter().all(|l| l[2] == pod.as_str()), "{stdout}");
+    assert!(!stdout.contains(TEXT));
+    fx.assert_clean();
+}
