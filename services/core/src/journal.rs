@@ -185,6 +185,22 @@ impl Journal {
     }
 }
 
+/// Describes the journal's series and registers them at zero.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "switchyard_journal_written_total",
+        "delivery journal steps stored"
+    );
+    metrics::describe_counter!(
+        "switchyard_journal_dropped_total",
+        "delivery journal steps dropped, by reason (queue_full, store_error)"
+    );
+    metrics::counter!("switchyard_journal_written_total").absolute(0);
+    for reason in ["queue_full", "store_error"] {
+        metrics::counter!("switchyard_journal_dropped_total", "reason" => reason).absolute(0);
+    }
+}
+
 /// `s` without control characters, at most [`MAX_DETAIL`] characters.
 pub fn clip(s: &str) -> String {
     s.chars()

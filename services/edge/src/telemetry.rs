@@ -160,6 +160,7 @@ fn describe_and_register() {
     describe_ops();
     describe_engine();
     switchyard_core::hosts::describe_metrics();
+    switchyard_core::journal::describe_metrics();
     switchyard_provider_telegram::describe_metrics();
     switchyard_provider_wechat::describe_metrics();
     switchyard_provider_feishu::describe_metrics();
