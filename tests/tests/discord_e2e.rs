@@ -34,7 +34,10 @@ async fn fake() -> FakeDiscord {
 
 async fn pod_for(dc: &FakeDiscord) -> Pod {
     let base = dc.api_base();
-    Pod::start(PodOptions::default().with(move |c| c.discord.api_base = base)).await
+    Pod::start(PodOptions::default().with(move |c| {
+        c.providers.set("discord", "api_base", base).unwrap();
+    }))
+    .await
 }
 
 fn discord_sim(pod: &Pod) -> Sim {

@@ -21,11 +21,12 @@ const USER: &str = "ou_e2e_user";
 fn opts(fs: &FakeFeishu) -> PodOptions {
     let base = fs.base_url();
     PodOptions::default().with(move |c| {
-        c.feishu.api_base = base.clone();
-        c.feishu.lark_api_base = base.clone();
-        c.feishu.accounts_base = base.clone();
-        c.feishu.lark_accounts_base = base;
-        c.feishu.lease_ttl = switchyard::config::Dur(Duration::from_secs(3));
+        let p = &mut c.providers;
+        p.set("feishu", "api_base", base.clone()).unwrap();
+        p.set("feishu", "lark_api_base", base.clone()).unwrap();
+        p.set("feishu", "accounts_base", base.clone()).unwrap();
+        p.set("feishu", "lark_accounts_base", base).unwrap();
+        p.set("feishu", "lease_ttl", "3s").unwrap();
     })
 }
 
@@ -274,8 +275,9 @@ async fn feishu_http_events_encrypted_on_the_lark_base() {
     let base = fs.base_url();
     // Only the Lark base answers: a lark binding must use it.
     let pod = Pod::start(PodOptions::default().with(move |c| {
-        c.feishu.api_base = "http://127.0.0.1:9".into();
-        c.feishu.lark_api_base = base;
+        let p = &mut c.providers;
+        p.set("feishu", "api_base", "http://127.0.0.1:9").unwrap();
+        p.set("feishu", "lark_api_base", base).unwrap();
     }))
     .await;
     let sim = feishu_sim(&pod);

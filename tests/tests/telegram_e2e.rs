@@ -16,7 +16,10 @@ const CHAT: i64 = 4_200_001;
 
 async fn pod_for(tg: &FakeTelegram) -> Pod {
     let base = tg.base_url();
-    Pod::start(PodOptions::default().with(move |c| c.telegram.api_base = base)).await
+    Pod::start(PodOptions::default().with(move |c| {
+        c.providers.set("telegram", "api_base", base).unwrap();
+    }))
+    .await
 }
 
 fn telegram_sim(pod: &Pod) -> Sim {

@@ -21,9 +21,9 @@ async fn pod_for(fake: &FakeWechat) -> Pod {
     fake.set_qr_hold(Duration::from_millis(500));
     let (api, cdn) = (fake.base_url(), fake.cdn_base());
     Pod::start(PodOptions::default().with(move |c| {
-        c.wechat.api_base = api;
-        c.wechat.cdn_base = cdn;
-        c.wechat.session_pause = switchyard::config::Dur(Duration::from_secs(2));
+        c.providers.set("wechat", "api_base", api).unwrap();
+        c.providers.set("wechat", "cdn_base", cdn).unwrap();
+        c.providers.set("wechat", "session_pause", "2s").unwrap();
     }))
     .await
 }

@@ -16,7 +16,13 @@ pub use switchyard_provider_agent_host::PREFIX as AGENT_HOST_PREFIX;
 
 /// The provider factories whose sections the configuration loads, in mount order.
 pub fn factories() -> Vec<Box<dyn SectionFactory>> {
-    vec![factory::<switchyard_provider_slack::SlackFactory>()]
+    vec![
+        factory::<switchyard_provider_telegram::TelegramFactory>(),
+        factory::<switchyard_provider_wechat::WechatFactory>(),
+        factory::<switchyard_provider_feishu::FeishuFactory>(),
+        factory::<switchyard_provider_discord::DiscordFactory>(),
+        factory::<switchyard_provider_slack::SlackFactory>(),
+    ]
 }
 
 /// Describes and registers every listed provider's metric families at zero.
@@ -41,47 +47,9 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<
     wh.max_inbound_concurrent_per_tenant = shared.ingress.max_concurrent_per_tenant;
     wh.max_inbound_concurrent_per_channel = shared.ingress.max_concurrent_per_channel;
     wh.outbound = shared.outbound.clone();
-    let mut dc =
-        switchyard_provider_discord::DiscordConfig::new(build_info(), &cfg.discord.api_base);
-    dc.lease_ttl = cfg.discord.lease_ttl.0;
-    dc.turn_ttl = cfg.discord.turn_ttl.0;
-    let mut tg =
-        switchyard_provider_telegram::TelegramConfig::new(build_info(), &cfg.telegram.api_base);
-    tg.max_webhook_bytes = cfg.ingress.max_json_bytes;
-    tg.webhook_body_timeout = cfg.ingress.body_timeout.0;
-    tg.max_webhook_concurrent = cfg.ingress.max_concurrent;
-    tg.mode = cfg.telegram.mode.provider();
-    let mut wx = switchyard_provider_wechat::WechatConfig::new(
-        build_info(),
-        &cfg.wechat.api_base,
-        &cfg.wechat.cdn_base,
-    );
-    wx.poll_lease_ttl = cfg.wechat.poll_lease_ttl.0;
-    wx.lease_retry = cfg.wechat.lease_retry.0;
-    wx.allowed_base_hosts = cfg.wechat.allowed_base_hosts.clone();
-    wx.session_pause = cfg.wechat.session_pause.0;
-    let mut fs = switchyard_provider_feishu::FeishuConfig::new(
-        build_info(),
-        &cfg.feishu.api_base,
-        &cfg.feishu.lark_api_base,
-    );
-    fs.accounts_base = cfg.feishu.accounts_base.clone();
-    fs.lark_accounts_base = cfg.feishu.lark_accounts_base.clone();
-    fs.lease_ttl = cfg.feishu.lease_ttl.0;
-    fs.turn_ttl = cfg.feishu.turn_ttl.0;
-    fs.max_event_bytes = cfg.ingress.max_json_bytes as usize;
-    fs.http_body_timeout = cfg.ingress.body_timeout.0;
-    fs.http_body_grace = cfg.ingress.body_grace.0;
-    fs.http_min_body_rate = cfg.ingress.min_body_rate;
-    fs.max_http_concurrent = cfg.ingress.max_concurrent;
-    fs.max_http_concurrent_per_channel = cfg.ingress.max_concurrent_per_channel;
-    let mut out: Vec<Arc<dyn Provider>> = vec![
-        Arc::new(switchyard_provider_webhook::WebhookProvider::new(wh)),
-        Arc::new(switchyard_provider_telegram::TelegramProvider::new(tg)),
-        Arc::new(switchyard_provider_wechat::WechatProvider::new(wx)),
-        Arc::new(switchyard_provider_feishu::FeishuProvider::new(fs)),
-        Arc::new(switchyard_provider_discord::DiscordProvider::new(dc)),
-    ];
+    let mut out: Vec<Arc<dyn Provider>> = vec![Arc::new(
+        switchyard_provider_webhook::WebhookProvider::new(wh),
+    )];
     out.extend(cfg.providers.build(&shared));
     out.push(Arc::new(
         switchyard_provider_agent_host::AgentHostProvider::new(

@@ -161,9 +161,6 @@ fn describe_and_register() {
     describe_engine();
     switchyard_core::hosts::describe_metrics();
     switchyard_core::journal::describe_metrics();
-    switchyard_provider_telegram::describe_metrics();
-    switchyard_provider_wechat::describe_metrics();
-    switchyard_provider_feishu::describe_metrics();
     crate::providers::describe_metrics();
     metrics::counter!("switchyard_doorbell_failures_total").absolute(0);
     metrics::counter!("switchyard_janitor_sweeps_total").absolute(0);

@@ -30,6 +30,7 @@ mod inbound;
 mod outbound;
 mod parts;
 mod ratelimit;
+mod section;
 mod telemetry;
 
 use std::collections::{HashMap, HashSet};
@@ -53,6 +54,7 @@ pub use crate::card::{
     CARD_ID, FLOW_BINDING, TOOL_MESSAGE_REPLY, TOOL_MESSAGE_SEND, TOOL_MESSAGE_SEND_FILE,
 };
 use crate::creds::{Credentials, FIELD_TOKEN, token_shape_ok};
+pub use crate::section::{DiscordFactory, DiscordSection};
 pub use crate::telemetry::describe_metrics;
 
 pub const PREFIX: &str = "/discord";

@@ -32,6 +32,7 @@ mod frame;
 mod inbound;
 mod outbound;
 mod qr;
+mod section;
 mod telemetry;
 mod ws;
 
@@ -61,6 +62,7 @@ use crate::creds::{
     Credentials, Domain, FIELD_APP_ID, FIELD_APP_SECRET, FIELD_DOMAIN, FIELD_ENCRYPT_KEY,
     FIELD_VERIFICATION_TOKEN, app_id_ok,
 };
+pub use crate::section::{FeishuFactory, FeishuSection};
 pub use crate::telemetry::describe_metrics;
 
 pub const PREFIX: &str = "/feishu";

@@ -25,6 +25,7 @@ mod ingress;
 mod limits;
 mod outbound;
 mod poller;
+mod section;
 mod telemetry;
 
 /// Entry points of the fuzz targets (`fuzz/`): the parser of updates (webhook or poll).
@@ -57,6 +58,7 @@ pub use crate::card::{
 };
 use crate::creds::{Credentials, FIELD_CHAT, FIELD_TOKEN, token_fingerprint};
 pub use crate::limits::RateLimits;
+pub use crate::section::{TelegramFactory, TelegramMode, TelegramSection};
 pub use crate::telemetry::describe_metrics;
 
 pub const PREFIX: &str = "/telegram";

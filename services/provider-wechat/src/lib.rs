@@ -23,6 +23,7 @@ mod inbound;
 mod media;
 mod outbound;
 mod poller;
+mod section;
 mod telemetry;
 
 use std::sync::{Arc, OnceLock};
@@ -42,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::card::{CARD_ID, FLOW_QR, TOOL_SEND, TOOL_SEND_MEDIA};
 use crate::creds::Credentials;
+pub use crate::section::{WechatFactory, WechatSection};
 pub use crate::telemetry::describe_metrics;
 
 pub const PREFIX: &str = "/wechat";

@@ -48,10 +48,6 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub quotas: QuotasConfig,
     pub readiness: ReadinessConfig,
-    pub telegram: TelegramConfig,
-    pub wechat: WechatConfig,
-    pub feishu: FeishuConfig,
-    pub discord: DiscordConfig,
     pub log: LogConfig,
     /// The pods' mTLS listener for host agents; empty = off.
     pub hosts_tls_listen: String,
@@ -108,10 +104,6 @@ impl Default for Config {
             retention: RetentionConfig::default(),
             quotas: QuotasConfig::default(),
             readiness: ReadinessConfig::default(),
-            telegram: TelegramConfig::default(),
-            wechat: WechatConfig::default(),
-            feishu: FeishuConfig::default(),
-            discord: DiscordConfig::default(),
             log: LogConfig::default(),
             hosts_tls_listen: "127.0.0.1:8443".into(),
             hosts_ca_cert: None,
@@ -322,19 +314,6 @@ impl Config {
         }
         check_log_filter(&self.log.level)
             .map_err(|e| ConfigError::Invalid(format!("log.level: {e}")))?;
-        for (name, v) in [
-            ("wechat.api_base", &self.wechat.api_base),
-            ("wechat.cdn_base", &self.wechat.cdn_base),
-            ("feishu.accounts_base", &self.feishu.accounts_base),
-            ("discord.api_base", &self.discord.api_base),
-            ("feishu.lark_accounts_base", &self.feishu.lark_accounts_base),
-        ] {
-            if !url::Url::parse(v).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
-                return Err(ConfigError::Invalid(format!(
-                    "{name} must be an http(s) URL"
-                )));
-            }
-        }
         self.providers.validate().map_err(ConfigError::Invalid)?;
         if let Err(e) = self.hosts.core().timeouts.validate() {
             return Err(ConfigError::Invalid(format!("hosts: {e}")));

@@ -19,7 +19,7 @@ pub trait LoadedSection: Send + Sync + Debug {
     fn clone_box(&self) -> Box<dyn LoadedSection>;
     fn to_json(&self) -> serde_json::Value;
     /// The same section with its settings read from `value` (the shape of [`Self::to_json`]).
-    fn from_json(&self, value: serde_json::Value) -> Result<Box<dyn LoadedSection>, String>;
+    fn with_json(&self, value: serde_json::Value) -> Result<Box<dyn LoadedSection>, String>;
     fn validate(&self) -> Result<(), String>;
     fn build(&self, shared: &SharedSettings) -> Arc<dyn Provider>;
 }
@@ -63,7 +63,7 @@ impl<F: ProviderFactory> LoadedSection for Loaded<F> {
     fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(&self.0).unwrap_or_default()
     }
-    fn from_json(&self, value: serde_json::Value) -> Result<Box<dyn LoadedSection>, String> {
+    fn with_json(&self, value: serde_json::Value) -> Result<Box<dyn LoadedSection>, String> {
         let section = serde_json::from_value(value).map_err(|e| format!("{}: {e}", F::SECTION))?;
         Ok(Box::new(Loaded::<F>(section)))
     }
@@ -160,7 +160,7 @@ impl ProviderSections {
             return Err(format!("unknown key `{section}.{key}`"));
         }
         table.insert(key.to_owned(), value.into());
-        *slot = slot.from_json(json)?;
+        *slot = slot.with_json(json)?;
         Ok(())
     }
 

@@ -174,7 +174,7 @@ fn choices_and_log_levels_are_checked_at_load() {
         jail.set_env("SWITCHYARD_HOSTS__LOST_POLICY", "fail");
         let c = Config::load(None).map_err(|e| e.to_string())?;
         assert_eq!(c.log.format, LogFormat::Json);
-        assert_eq!(c.telegram.mode, TelegramMode::Polling);
+        assert_eq!(c.providers.get("telegram").unwrap()["mode"], "polling");
         assert_eq!(
             c.hosts.core().lost_policy,
             switchyard_protocol::hosts::HostLostPolicy::Fail
