@@ -9,18 +9,27 @@ use std::time::Duration;
 use switchyard_core::hosts::Hosts;
 use switchyard_core::provider::Provider;
 
-use crate::config::{Config, SectionFactory, factory};
+use crate::config::{Config, SectionFactory};
 
 /// The agent-host connector's route prefix (its mTLS listener mounts the same routes).
 pub use switchyard_provider_agent_host::PREFIX as AGENT_HOST_PREFIX;
 
-/// The provider factories whose sections the configuration loads, in mount order.
+/// The provider factories whose sections the configuration loads, in mount order; each line
+/// is behind its cargo feature (all on by default).
 pub fn factories() -> Vec<Box<dyn SectionFactory>> {
+    // Unused in a build with every provider feature off.
+    #[allow(unused_imports)]
+    use crate::config::factory;
     vec![
+        #[cfg(feature = "telegram")]
         factory::<switchyard_provider_telegram::TelegramFactory>(),
+        #[cfg(feature = "wechat")]
         factory::<switchyard_provider_wechat::WechatFactory>(),
+        #[cfg(feature = "feishu")]
         factory::<switchyard_provider_feishu::FeishuFactory>(),
+        #[cfg(feature = "discord")]
         factory::<switchyard_provider_discord::DiscordFactory>(),
+        #[cfg(feature = "slack")]
         factory::<switchyard_provider_slack::SlackFactory>(),
     ]
 }
