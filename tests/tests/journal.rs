@@ -140,3 +140,75 @@ async fn a_webhook_message_is_followed_from_acceptance_to_the_ack() {
     assert!(!stdout.contains(TEXT));
     fx.assert_clean();
 }
+
+type Steps = Vec<(String, String, String)>;
+
+/// The message's steps once `done` holds for them.
+async fn journal_of(admin: &str, id: &str, done: fn(&Steps) -> bool) -> Steps {
+    let url = format!("{admin}/admin/v1/messages/{id}");
+    let body = eventually(Duration::from_secs(20), "the steps in the journal", || {
+        let url = url.clone();
+        async move {
+            let (status, body) = get(&url, OPERATOR_TOKEN).await;
+            (status == 200 && done(&steps(&body))).then_some(body)
+        }
+    })
+    .await;
+    assert!(!body.to_string().contains(TEXT), "no message text: {body}");
+    steps(&body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_and_a_tool_call_record_their_provider_attempt() {
+    let opts = PodOptions::default().with(|c| {
+        c.operator_tokens = serde_json::from_value(json!(format!("ops={OPERATOR_TOKEN}"))).unwrap();
+    });
+    let fx = Fixture::start(opts).await;
+    let admin = fx.pod.admin_url();
+
+    // xAgent's answer: accepted, one send to the target, acked with the status sent back.
+    let ack = fx
+        .conn
+        .send_chat_message(&fx.channel_id, "out-1", Some(TEXT), Vec::new())
+        .await
+        .expect("chat.message");
+    assert_eq!(ack.str_at("/status"), Some("accepted"), "{ack:?}");
+    let got = journal_of(&admin, "out-1", |s| s.iter().any(|s| s.0 == "acked")).await;
+    let named: Vec<(&str, &str)> = got.iter().map(|s| (s.0.as_str(), s.1.as_str())).collect();
+    assert_eq!(
+        named,
+        [
+            ("accepted", "chat.message"),
+            ("attempt", "ok"),
+            ("acked", "accepted")
+        ]
+    );
+    // Sent again: answered from the idempotency record, no second attempt.
+    fx.conn
+        .send_chat_message(&fx.channel_id, "out-1", Some(TEXT), Vec::new())
+        .await
+        .expect("repeat");
+    // The repeat's ack is a duplicate of the first.
+    let got = journal_of(&admin, "out-1", |s| {
+        s.iter().any(|s| s.1 == "replayed duplicate")
+    })
+    .await;
+    assert_eq!(
+        got.iter().filter(|s| s.0 == "attempt").count(),
+        1,
+        "{got:?}"
+    );
+
+    // A tool call, by its call id.
+    let r = fx
+        .invoke_ack(
+            TOOL_SEND,
+            json!({"connector_channel_id": fx.channel_id, "text": TEXT}),
+            Some("call-j1"),
+        )
+        .await;
+    assert!(r.at("/result").is_some(), "{r:?}");
+    let got = journal_of(&admin, "call-j1", |s| !s.is_empty()).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].1, format!("{TOOL_SEND}: ok"));
+}

@@ -9,10 +9,19 @@ use switchyard_protocol::{ConnectionStatus, ErrorCode, profile};
 use super::{Connector, Fault, ms};
 use crate::crypto::sha256_hex;
 use crate::ids::now_ms;
+use crate::journal::JournalStep;
 use crate::model::{ChannelRecord, Claim, ClaimState, FileDirection, IdempotencyRecord};
 use crate::provider::{OutboundFile, OutboundMessage, ProviderErrorKind};
 
 const SCOPE: &str = "msg";
+
+/// An ack as the journal keeps it: its status and code, not its message.
+fn ack_detail(a: &ChatAckPayload) -> String {
+    match &a.code {
+        Some(code) => format!("{}: {code}", a.status.as_str()),
+        None => a.status.as_str().to_owned(),
+    }
+}
 
 /// Buffered deltas of one assistant message.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -43,9 +52,20 @@ impl Connector {
             created_at: now,
             expires_at: now + ms(self.hub.config.idempotency_ttl),
         };
+        let journal = |step, detail: &str| {
+            self.hub
+                .journal
+                .record(&ch.tenant_id, &ch.id, &p.message_id, step, detail);
+        };
         if let Claim::Existing(prev) = self.hub.store.claim(&rec).await? {
-            return Ok(Some(self.replay_message(p, prev, &fingerprint)));
+            let ack = self.replay_message(p, prev, &fingerprint);
+            journal(
+                JournalStep::Acked,
+                &format!("replayed {}", ack_detail(&ack)),
+            );
+            return Ok(Some(ack));
         }
+        journal(JournalStep::Accepted, "chat.message");
         let ack = self.deliver_new(ch, p).await;
         match &ack {
             Err(()) => {
@@ -71,6 +91,7 @@ impl Connector {
             )
         });
         metrics::counter!("switchyard_outbound_messages_total", "card" => self.card_id().to_owned(), "status" => ack.status.as_str()).increment(1);
+        journal(JournalStep::Acked, &ack_detail(&ack));
         Ok(Some(ack))
     }
 
@@ -122,6 +143,19 @@ impl Connector {
         let sent = self.provider.deliver(msg).await;
         metrics::histogram!("switchyard_provider_send_duration_seconds", "card" => self.card_id().to_owned())
             .record(started.elapsed().as_secs_f64());
+        // The provider's stable code only: its message may quote the target's answer.
+        let attempt = match &sent {
+            Ok(()) => "ok".to_owned(),
+            Err(e) if e.retryable() => format!("retryable: {}", e.code),
+            Err(e) => format!("failed: {}", e.code),
+        };
+        self.hub.journal.record(
+            &ch.tenant_id,
+            &ch.id,
+            &p.message_id,
+            JournalStep::Attempt,
+            &attempt,
+        );
         match sent {
             Ok(()) => Ok(ChatAckPayload::accepted(&p.message_id)),
             Err(e) if e.retryable() => {

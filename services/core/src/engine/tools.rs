@@ -7,6 +7,7 @@ use switchyard_protocol::{ConnectionStatus, ErrorCode};
 use super::{Connector, Fault, ms};
 use crate::crypto::sha256_hex;
 use crate::ids::now_ms;
+use crate::journal::JournalStep;
 use crate::model::{ChannelRecord, Claim, ClaimState, IdempotencyRecord};
 use crate::provider::{ProgressSink, ProviderErrorKind, ToolCall};
 
@@ -89,6 +90,13 @@ impl Connector {
                 // Nothing happened at the target: let a retry run again.
                 self.hub.store.release_claim(SCOPE, &ch.id, key).await?;
                 metrics::counter!("switchyard_tool_calls_total", "card" => self.card_id().to_owned(), "outcome" => "retryable").increment(1);
+                self.hub.journal.record(
+                    &ch.tenant_id,
+                    &ch.id,
+                    key,
+                    JournalStep::ToolCall,
+                    &format!("{tool_id}: retryable {}", e.code),
+                );
                 return Err(Fault::new(
                     ErrorCode::ToolInvokeFailed,
                     format!("{}: {} (retryable)", e.code, e.message),
@@ -121,6 +129,13 @@ impl Connector {
             .finish_claim(SCOPE, &ch.id, key, &stored)
             .await?;
         let label = if result.is_ok() { "ok" } else { "error" };
+        let detail = match &result {
+            Ok(_) => format!("{tool_id}: ok"),
+            Err(f) => format!("{tool_id}: {}", f.code.as_str()),
+        };
+        self.hub
+            .journal
+            .record(&ch.tenant_id, &ch.id, key, JournalStep::ToolCall, &detail);
         metrics::counter!("switchyard_tool_calls_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
         result
     }
