@@ -110,6 +110,40 @@ async fn a_webhook_message_is_followed_from_acceptance_to_the_ack() {
     let names: Vec<String> = steps(&rest).into_iter().map(|s| s.0).collect();
     assert_eq!(names, ["rung", "stored", "accepted"], "{rest}");
 
+    // The console: the timeline page, reached from the channels page's link.
+    let console = |path: String| {
+        let url = format!("{admin}{path}");
+        async move {
+            let r = reqwest::Client::new()
+                .get(url)
+                .bearer_auth(OPERATOR_TOKEN)
+                .send()
+                .await
+                .expect("console");
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        }
+    };
+    let (status, channels) = console("/console/channels".into()).await;
+    assert_eq!(status, 200);
+    let journal_link = format!("/console/channels/{ch}/journal");
+    assert!(channels.contains(&journal_link), "{channels}");
+    let (status, list) = console(journal_link).await;
+    assert_eq!(status, 200, "{list}");
+    let timeline_link = format!("/console/messages/{id}");
+    assert!(list.contains(&timeline_link), "{list}");
+    let (status, timeline) = console(timeline_link).await;
+    assert_eq!(status, 200, "{timeline}");
+    assert!(timeline.contains("id=\"timeline\""));
+    let at = |s: &str| {
+        timeline
+            .find(&format!(">{s}</span>"))
+            .unwrap_or_else(|| panic!("{s} on the timeline: {timeline}"))
+    };
+    assert!(at("accepted") < at("stored") && at("stored") < at("sent") && at("sent") < at("acked"));
+    assert!(timeline.contains(pod.as_str()) && !timeline.contains(TEXT));
+    let (status, _) = console("/console/messages/nope".into()).await;
+    assert_eq!(status, 404);
+
     // `switchyard trace` against the pod's data directory, while it serves.
     let bin = tokio::task::spawn_blocking(switchyard_binary)
         .await

@@ -101,7 +101,7 @@ pub(super) fn channel_rows(
                 .map(|at| span(now - at))
                 .unwrap_or_else(|| "—".into());
             let mut row = vec![
-                code(&c.id),
+                super::journal::channel_link(&c.id),
                 code(&c.card_id),
                 link(
                     &format!("/console/tenants/{}", html::url(&c.tenant_id)),
@@ -292,9 +292,9 @@ pub(super) async fn failures(
         .map(|f| {
             vec![
                 esc(&time(f.created_at)),
-                code(&f.channel_id),
+                super::journal::channel_link(&f.channel_id),
                 code(&f.card_id),
-                code(&f.message_id),
+                super::journal::message_link(&f.message_id),
                 match f.state {
                     OutboxState::Failed => "<span class=\"bad\">failed</span>".into(),
                     OutboxState::Pending => "<span class=\"warn\">retrying</span>".into(),

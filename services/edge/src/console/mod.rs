@@ -15,6 +15,7 @@ mod channels;
 mod charts;
 mod hosts;
 mod html;
+mod journal;
 mod pulse;
 mod search;
 mod tenants;
@@ -82,6 +83,8 @@ pub fn router(state: ConsoleState) -> Router {
         .route("/console/channels", get(channels))
         .route("/console/bindings", get(bindings))
         .route("/console/failures", get(failures))
+        .route("/console/messages/{id}", get(journal::message_page))
+        .route("/console/channels/{id}/journal", get(journal::channel_page))
         .route("/console/hosts", get(hosts_page))
         .route("/console/runs", get(runs))
         .route("/console/runs/{id}", get(run_page))
