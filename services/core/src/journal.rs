@@ -80,7 +80,7 @@ impl Default for JournalConfig {
             ttl: Duration::from_secs(24 * 3600),
             per_tenant: 100_000,
             queue: 8192,
-            batch: 256,
+            batch: 1024,
         }
     }
 }
@@ -209,9 +209,23 @@ pub fn clip(s: &str) -> String {
         .collect()
 }
 
+/// How long the writer lets steps gather after the first one: a busy pod stores its steps in
+/// a few large inserts a second instead of many small ones, which matters on SQLite's one
+/// writer.
+const LINGER: Duration = Duration::from_millis(100);
+
 async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<JournalRecord>, batch: usize) {
     let mut buf = Vec::with_capacity(batch);
     while rx.recv_many(&mut buf, batch).await > 0 {
+        if buf.len() < batch {
+            tokio::time::sleep(LINGER).await;
+            while buf.len() < batch {
+                match rx.try_recv() {
+                    Ok(e) => buf.push(e),
+                    Err(_) => break,
+                }
+            }
+        }
         let n = buf.len() as u64;
         match store.insert_journal(&buf).await {
             Ok(()) => metrics::counter!("switchyard_journal_written_total").increment(n),
@@ -249,10 +263,14 @@ mod tests {
             j.record("t", "ch", &format!("m{i}"), JournalStep::Stored, "");
         }
         drop(j);
-        for _ in 0..100 {
-            tokio::task::yield_now().await;
+        let mut kept = Vec::new();
+        for _ in 0..200 {
+            kept = store.journal_for_channel("ch", None, 10).await.unwrap();
+            if !kept.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let kept = store.journal_for_channel("ch", None, 10).await.unwrap();
         assert_eq!(kept.len(), 1, "{kept:?}");
         assert_eq!(kept[0].pod_id, "pod-a");
         assert_eq!(kept[0].message_id, "m0");

@@ -375,8 +375,9 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
         before_id: Option<i64>,
         limit: u32,
     ) -> BackendResult<Vec<JournalRecord>>;
-    /// Removes steps older than `before` and, per tenant, all but the newest `per_tenant`
-    /// (0 = no cap). Returns how many went.
+    /// Removes steps older than `before` and, for each tenant of the tenants table, all but
+    /// its newest `per_tenant` (0 = no cap; a deleted tenant's steps only age out). Returns
+    /// how many went.
     async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64>;
 }
 

@@ -2830,7 +2830,7 @@ fn step(tenant: &str, ch: &str, msg: &str, step: &str, at: i64) -> JournalRecord
 /// The delivery journal: a batch insert, a message's steps oldest first, a channel's newest
 /// first with a cursor, and the purge by age and per-tenant count.
 pub async fn journal(s: &dyn Store) {
-    let (ta, tb) = (new_id("ten"), new_id("ten"));
+    let (ta, tb) = (tenant(s).await.id, tenant(s).await.id);
     let (ch, other) = (new_id("ch"), new_id("ch"));
     let (m1, m2) = (new_id("msg"), new_id("msg"));
     let t0 = now_ms();

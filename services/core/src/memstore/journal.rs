@@ -51,6 +51,9 @@ impl Tables {
             let mut seen: HashMap<String, u64> = HashMap::new();
             let mut drop = Vec::new();
             for (id, e) in self.journal.iter().rev() {
+                if !self.tenants.contains_key(&e.tenant_id) {
+                    continue;
+                }
                 let c = seen.entry(e.tenant_id.clone()).or_default();
                 *c += 1;
                 if *c > per_tenant {
