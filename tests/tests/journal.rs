@@ -41,6 +41,7 @@ async fn get(url: &str, token: &str) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_message_is_followed_from_acceptance_to_the_ack() {
     let opts = PodOptions::default().with(|c| {
+        c.journal.enabled = true;
         c.operator_tokens = serde_json::from_value(json!(format!("ops={OPERATOR_TOKEN}"))).unwrap();
     });
     let fx = Fixture::start(opts).await;
@@ -195,6 +196,7 @@ async fn journal_of(admin: &str, id: &str, done: fn(&Steps) -> bool) -> Steps {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_and_a_tool_call_record_their_provider_attempt() {
     let opts = PodOptions::default().with(|c| {
+        c.journal.enabled = true;
         c.operator_tokens = serde_json::from_value(json!(format!("ops={OPERATOR_TOKEN}"))).unwrap();
     });
     let fx = Fixture::start(opts).await;
