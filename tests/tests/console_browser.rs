@@ -210,7 +210,7 @@ async fn operator_uses_the_console_in_chromium() {
     // The bound channel and its outbox depth.
     b.goto(&format!("{base}/channels")).await.unwrap();
     let row = b
-        .xpath(&format!("//tr[td/code[text()='{}']]", cf.fx.channel_id))
+        .xpath(&format!("//tr[td//code[text()='{}']]", cf.fx.channel_id))
         .await
         .expect("the bound channel's row");
     let text = row.text().await.unwrap();
@@ -220,7 +220,7 @@ async fn operator_uses_the_console_in_chromium() {
     );
     let depth = b
         .xpath(&format!(
-            "//tr[td/code[text()='{}']]//span[@class='depth']",
+            "//tr[td//code[text()='{}']]//span[@class='depth']",
             cf.fx.channel_id
         ))
         .await
@@ -245,7 +245,7 @@ async fn operator_uses_the_console_in_chromium() {
     b.screenshot(&shots.join("05-approvals.png")).await.unwrap();
     sources.push(("approvals", b.source().await.unwrap()));
     b.xpath(&format!(
-        "//tr[td/code[text()='{}']]//button[text()='Grant']",
+        "//tr[td//code[text()='{}']]//button[text()='Grant']",
         cf.approval_id
     ))
     .await
