@@ -1,5 +1,10 @@
 //! A fake Telegram Bot API server: a real HTTP server on `127.0.0.1:0` that follows the
-//! documented Bot API closely enough for a connector to be tested against it.
+//! documented Bot API closely enough for a connector to be tested against it. Source: the Bot
+//! API documentation, <https://core.telegram.org/bots/api>: "Making requests" (the URL forms,
+//! parameter encodings and the `ok`/`error_code`/`description`/`parameters` envelope),
+//! `#getupdates` and `#setwebhook` (long polling, offsets, the 409 conflicts, the secret
+//! token header), `#getfile` (file paths), `#responseparameters` (`retry_after`,
+//! `migrate_to_chat_id`); where a bullet below follows something else it says so.
 //!
 //! - Requests go to `{base}/bot{token}/{method}` (GET or POST; parameters as query string,
 //!   JSON, url-encoded form or multipart), files to `{base}/file/bot{token}/{file_path}`.
