@@ -259,6 +259,8 @@ pub trait ProviderServices: Send + Sync + 'static {
         auth_session_id: &str,
     ) -> Result<Option<(String, AuthStatus, Value)>, BackendError>;
     /// Advances an auth session from outside the data plane (pairing completed, QR scanned).
+    /// A channel bound this way starts `connected` ([`Provider::bound_status`] is for the
+    /// steps the core asks for); report another status with `set_target_status`.
     async fn advance_auth(
         &self,
         auth_session_id: &str,

@@ -395,7 +395,7 @@ pub async fn run(
     // Spans name the path only: query strings carry URL signatures and pairing tokens.
     for c in &connectors {
         c.provider
-            .start(Arc::new(c.clone()), providers_stop.clone());
+            .start(c.services(), providers_stop.clone());
     }
     let app = app.layer(axum::middleware::from_fn(crate::listener::answer_refusals));
     let app = crate::telemetry::observe(app, "public", &pod);

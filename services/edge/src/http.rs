@@ -70,7 +70,7 @@ pub fn connector_router(state: ConnState) -> Router {
     let ingress = state
         .conn
         .provider
-        .ingress(Arc::new(state.conn.clone()) as Arc<dyn ProviderServices>);
+        .ingress(state.conn.services() as Arc<dyn ProviderServices>);
     let mut r = Router::new()
         .route("/connector-card.json", get(card))
         .route("/skill.md", get(skill))

@@ -5,12 +5,12 @@ use serde_json::{Map, Value, json};
 use switchyard_protocol::packet::{AuthCancelPayload, AuthStartPayload, AuthStatusPayload};
 use switchyard_protocol::{ConnectionStatus, ErrorCode};
 
-use super::{Connector, Fault, ms};
+use super::{CardServices, Connector, Fault, ms};
 use crate::bus::Doorbell;
 use crate::crypto::rows;
 use crate::ids::{new_id, now_ms};
 use crate::model::{AuthSessionRecord, AuthStatus, ChannelRecord};
-use crate::provider::{AuthPoll, AuthRequest, AuthStep, Binding};
+use crate::provider::{AuthPoll, AuthRequest, AuthStep, Binding, Provider};
 
 impl Connector {
     pub async fn auth_start(
@@ -76,7 +76,9 @@ impl Connector {
                 code: e.code.clone(),
                 message: e.message.clone(),
             });
-        let ch = self.apply_step(&ch, &mut rec, step).await?;
+        let ch = self
+            .apply_step(Some(self.provider.as_ref()), &ch, &mut rec, step)
+            .await?;
         Ok(self.auth_ack(&ch, &rec, Some(&ch)))
     }
 
@@ -140,7 +142,9 @@ impl Connector {
                         })
                     });
                 if let Some(step) = polled {
-                    ch = self.apply_step(&ch, &mut rec, step).await?;
+                    ch = self
+                        .apply_step(Some(self.provider.as_ref()), &ch, &mut rec, step)
+                        .await?;
                 }
             }
         }
@@ -230,10 +234,15 @@ impl Connector {
         .await;
         Ok(json!({ "status": "ok", "connection_descriptor": self.descriptor(&fresh) }))
     }
+}
 
+impl CardServices {
     /// Applies a provider step to a session and its channel; returns the channel as stored.
+    /// A channel that binds takes the status `provider` gives it ([`Provider::bound_status`]),
+    /// `connected` without one (a step the provider reports itself through its services).
     pub(crate) async fn apply_step(
         &self,
+        provider: Option<&dyn Provider>,
         ch: &ChannelRecord,
         rec: &mut AuthSessionRecord,
         step: AuthStep,
@@ -264,7 +273,10 @@ impl Connector {
                     .cipher
                     .encrypt_json(&rows::channel(&ch.id), &credentials);
                 let view_json = json!(view);
-                let status = self.provider.bound_status(&credentials).await;
+                let status = match provider {
+                    Some(p) => p.bound_status(&credentials).await,
+                    None => ConnectionStatus::Connected,
+                };
                 self.hub
                     .store
                     .set_channel_binding(
@@ -329,7 +341,9 @@ impl Connector {
         }
         Ok(ch)
     }
+}
 
+impl Connector {
     /// Payload of `auth.start.ack` / `auth.status.ack`.
     fn auth_ack(
         &self,
@@ -386,7 +400,9 @@ impl Connector {
         }
         Ok(())
     }
+}
 
+impl CardServices {
     /// An unbound channel that was authenticating goes back to `created`.
     async fn unbind_if_authenticating(&self, ch: &ChannelRecord) -> Result<ChannelRecord, Fault> {
         let mut ch = ch.clone();

@@ -6,7 +6,7 @@ use serde_json::json;
 use switchyard_protocol::im::{ActivityPayload, ChatAckPayload, ChatMessagePayload, DeltaPayload};
 use switchyard_protocol::{ConnectionStatus, ErrorCode, profile};
 
-use super::{Connector, Fault, ms};
+use super::{CardServices, Connector, Fault, ms};
 use crate::crypto::sha256_hex;
 use crate::ids::now_ms;
 use crate::journal::JournalStep;
@@ -177,7 +177,9 @@ impl Connector {
             }
         }
     }
+}
 
+impl CardServices {
     /// Resolves an uploaded file of this channel. Ok(None) = unknown/foreign/expired.
     pub(crate) async fn outbound_file(
         &self,
@@ -204,7 +206,9 @@ impl Connector {
             download_url,
         }))
     }
+}
 
+impl Connector {
     fn replay_message(
         &self,
         p: &ChatMessagePayload,

@@ -6,7 +6,7 @@ use switchyard_protocol::im::{ChatMessagePayload, MessagePushPayload};
 use switchyard_protocol::outbound::Outbound;
 use switchyard_protocol::profile::{self, IM_V1};
 
-use super::{Connector, Fault, Overloaded, ms};
+use super::{CardServices, Connector, Fault, Overloaded, ms};
 use crate::bus::Doorbell;
 use crate::ids::now_ms;
 use crate::journal::JournalStep;
@@ -48,7 +48,9 @@ impl Connector {
             DeliveryKind::None
         }
     }
+}
 
+impl CardServices {
     /// Writes an inbound message to the outbox, then rings the doorbell.
     pub(crate) async fn enqueue_inbound(
         &self,
@@ -137,7 +139,9 @@ impl Connector {
             EnqueueOutcome::UnknownChannel => Err(ServicesError::UnknownChannel),
         }
     }
+}
 
+impl Connector {
     /// Pending deliveries of a channel after `after_seq`, rendered as the channel receives them.
     pub async fn pending(
         &self,
@@ -279,7 +283,9 @@ impl Connector {
         }
         metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "retry").increment(1);
     }
+}
 
+impl CardServices {
     /// `/files/refs/...` relative to the Connector Base URL, signed.
     pub fn relative_download_url(&self, file_ref: &str, file_expires_at: Option<i64>) -> String {
         let ttl_end = now_ms() + ms(self.hub.config.download_url_ttl);

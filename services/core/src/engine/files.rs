@@ -3,7 +3,7 @@
 use serde::Serialize;
 use switchyard_protocol::im::FileItem;
 
-use super::{Connector, Fault, ms};
+use super::{CardServices, Connector, Fault, ms};
 use crate::crypto::SignatureCheck;
 use crate::error::ErrorKind;
 use crate::files::ByteStream;
@@ -133,7 +133,9 @@ impl Connector {
             expires_at: rec.expires_at,
         })
     }
+}
 
+impl CardServices {
     /// Streams bytes into the file store and records the file, within the tenant's stored
     /// bytes quota (checked before a byte is read, and again with the insert, which is what
     /// holds against concurrent uploads). Nothing is kept when the bytes do not all arrive or
@@ -212,7 +214,9 @@ impl Connector {
             download_url: None,
         }
     }
+}
 
+impl Connector {
     /// `GET /files/refs/{file_ref}`.
     pub async fn download(
         &self,

@@ -1,6 +1,10 @@
 //! The protocol state machines, independent of sockets: connector_ids and their offline
 //! lease, channels, auth sessions, tool calls, IM messages both ways, files and the janitor.
 //! The edge turns frames into calls on [`Connector`] and results back into packets.
+//!
+//! A Card is mounted in two steps: its [`CardServices`] (what the core offers its provider,
+//! with no provider inside) are made first and handed to the provider's factory, then the
+//! [`Connector`] joins them with the provider built from them.
 
 mod auth;
 mod channel;
@@ -32,6 +36,7 @@ pub use delivery::{Delivery, DeliveryKind};
 pub use files::{DownloadAuth, DownloadCheck, UploadedFile, clean_filename, file_type_of};
 pub use janitor::{Janitor, JanitorReport};
 pub use outflow::{AckOutcome, AckVerdict, Outflow, OutflowLimits, retryable};
+pub use services::CardServices;
 pub use session::{
     Done, Emit, Notices, Session, SessionEnd, SessionInput, SessionLimits, SessionStep, Work,
 };
@@ -153,14 +158,12 @@ impl From<crate::error::BackendError> for Fault {
     }
 }
 
-/// One mounted provider (Card) on top of the shared hub.
+/// One mounted provider (Card) on top of the shared hub: the Card's [`CardServices`] and the
+/// provider built with them. It reads as its services (`conn.hub`, `conn.card_id()`).
 #[derive(Clone)]
 pub struct Connector {
-    pub hub: Arc<Hub>,
+    services: Arc<CardServices>,
     pub provider: Arc<dyn Provider>,
-    /// Bound channels of this Card just read by a provider (`ProviderServices::binding`), so
-    /// the inbound message that follows does not read the channel again.
-    recent: Arc<services::RecentBindings>,
 }
 
 impl std::fmt::Debug for Connector {
@@ -169,26 +172,41 @@ impl std::fmt::Debug for Connector {
     }
 }
 
+impl std::ops::Deref for Connector {
+    type Target = CardServices;
+
+    fn deref(&self) -> &CardServices {
+        &self.services
+    }
+}
+
 impl Connector {
+    /// Mounts `provider`, built with `services`. Panics when its Card id or prefix is not
+    /// the one the services were made for: the factory list is wired wrong.
+    pub fn mount(services: Arc<CardServices>, provider: Arc<dyn Provider>) -> Self {
+        assert_eq!(
+            provider.card().connector_card_id,
+            services.card_id(),
+            "a provider mounted on another Card's services"
+        );
+        assert_eq!(
+            provider.prefix(),
+            services.prefix(),
+            "a provider mounted under another prefix"
+        );
+        Self { services, provider }
+    }
+
+    /// Mounts a provider that was built without services (core's own tests).
     pub fn new(hub: Arc<Hub>, provider: Arc<dyn Provider>) -> Self {
-        Self {
-            hub,
-            provider,
-            recent: Arc::new(services::RecentBindings::default()),
-        }
+        let services =
+            CardServices::new(hub, &provider.card().connector_card_id, provider.prefix());
+        Self::mount(services, provider)
     }
 
-    pub fn card_id(&self) -> &str {
-        &self.provider.card().connector_card_id
-    }
-
-    pub fn prefix(&self) -> &'static str {
-        self.provider.prefix()
-    }
-
-    /// Rings a connector's doorbell. A lost notice only delays work (sessions also sweep).
-    pub(crate) async fn ring(&self, connector_id: &str, bell: Doorbell) {
-        self.hub.ring(connector_id, bell).await;
+    /// The services this Card's provider was built with.
+    pub fn services(&self) -> Arc<CardServices> {
+        self.services.clone()
     }
 }
 

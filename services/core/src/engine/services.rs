@@ -1,4 +1,6 @@
-//! What a provider may ask of the core ([`ProviderServices`]), implemented by a [`Connector`].
+//! What a provider may ask of the core ([`ProviderServices`]), implemented by
+//! [`CardServices`]: one Card's handle on the hub, made before its provider and handed to the
+//! provider's factory. It holds no provider, so a provider holds it from its first moment.
 
 use std::sync::Arc;
 
@@ -11,7 +13,7 @@ use switchyard_protocol::im::FileItem;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::Connector;
+use super::{Fault, Hub};
 use crate::bus::Doorbell;
 use crate::crypto::rows;
 use crate::ephemeral::Ephemeral;
@@ -61,7 +63,48 @@ impl RecentBindings {
     }
 }
 
-impl Connector {
+/// What the core offers one Card's provider: the hub seen through the Card (its channels,
+/// leases, state and secrets are namespaced by the Card id), and the prefix its file URLs live
+/// under.
+pub struct CardServices {
+    pub hub: Arc<Hub>,
+    card_id: String,
+    prefix: &'static str,
+    /// Bound channels of this Card just read by a provider (`ProviderServices::binding`), so
+    /// the inbound message that follows does not read the channel again.
+    recent: RecentBindings,
+}
+
+impl std::fmt::Debug for CardServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CardServices({})", self.card_id)
+    }
+}
+
+impl CardServices {
+    /// The services of Card `card_id`, mounted under `prefix` (`/slack`).
+    pub fn new(hub: Arc<Hub>, card_id: &str, prefix: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            hub,
+            card_id: card_id.to_owned(),
+            prefix,
+            recent: RecentBindings::default(),
+        })
+    }
+
+    pub fn card_id(&self) -> &str {
+        &self.card_id
+    }
+
+    pub fn prefix(&self) -> &'static str {
+        self.prefix
+    }
+
+    /// Rings a connector's doorbell. A lost notice only delays work (sessions also sweep).
+    pub(crate) async fn ring(&self, connector_id: &str, bell: Doorbell) {
+        self.hub.ring(connector_id, bell).await;
+    }
+
     async fn own_channel(&self, channel_id: &str) -> Result<Option<ChannelRecord>, BackendError> {
         Ok(self
             .hub
@@ -78,13 +121,13 @@ impl Connector {
         }
     }
 
-    fn fault_to_host(f: super::Fault) -> ServicesError {
+    fn fault_to_services(f: Fault) -> ServicesError {
         ServicesError::Invalid(f.message)
     }
 }
 
 #[async_trait]
-impl ProviderServices for Connector {
+impl ProviderServices for CardServices {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
         let Some(ch) = self.own_channel(channel_id).await? else {
             return Ok(None);
@@ -136,7 +179,7 @@ impl ProviderServices for Connector {
             .await?;
         // An absolute signed URL the provider may hand out (tool results); a queued message
         // gets a fresh one at delivery.
-        let mut item = Connector::file_item(&rec);
+        let mut item = CardServices::file_item(&rec);
         item.download_url = Some(self.absolute_download_url(&rec));
         Ok(item)
     }
@@ -227,9 +270,10 @@ impl ProviderServices for Connector {
             .own_channel(&rec.channel_id)
             .await?
             .ok_or(ServicesError::UnknownChannel)?;
-        self.apply_step(&ch, &mut rec, step)
+        // The provider reports this step itself; its channel binds as connected.
+        self.apply_step(None, &ch, &mut rec, step)
             .await
-            .map_err(Connector::fault_to_host)?;
+            .map_err(CardServices::fault_to_services)?;
         Ok(())
     }
 
@@ -241,7 +285,7 @@ impl ProviderServices for Connector {
         let ch = self.bound_channel(channel_id).await?;
         self.set_status(&ch, status)
             .await
-            .map_err(Connector::fault_to_host)
+            .map_err(CardServices::fault_to_services)
     }
 
     async fn rebind(
