@@ -379,6 +379,14 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     /// its newest `per_tenant` (0 = no cap; a deleted tenant's steps only age out). Returns
     /// how many went.
     async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64>;
+    /// Pending messages past their expiry that `purge_outbox` is about to remove unanswered,
+    /// oldest expiry first, at most `limit`: `(tenant_id, channel_id, message_id)`, for the
+    /// journal's `expired` step.
+    async fn expired_pending(
+        &self,
+        now: i64,
+        limit: u32,
+    ) -> BackendResult<Vec<(String, String, String)>>;
 }
 
 /// What the store holds for a batch of [`Enqueue`] items, read inside the batch's

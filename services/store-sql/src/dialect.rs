@@ -31,6 +31,42 @@ pub trait StoreDialect: Handles {
         ttl_ms: i64,
         now: i64,
     ) -> BackendResult<Option<Lease>>;
+
+    // The delivery journal: the shared statements unless the backend keeps it elsewhere
+    // (SQLite keeps it in its own file, away from the delivery writer).
+    async fn insert_journal(&self, entries: &[JournalRecord]) -> BackendResult<()>
+    where
+        Self: Sized,
+    {
+        crate::ops::insert_journal(self, entries).await
+    }
+    async fn journal_for_message(
+        &self,
+        message_id: &str,
+        limit: u32,
+    ) -> BackendResult<Vec<JournalRecord>>
+    where
+        Self: Sized,
+    {
+        crate::ops::journal_for_message(self, message_id, limit).await
+    }
+    async fn journal_for_channel(
+        &self,
+        channel_id: &str,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> BackendResult<Vec<JournalRecord>>
+    where
+        Self: Sized,
+    {
+        crate::ops::journal_for_channel(self, channel_id, before_id, limit).await
+    }
+    async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64>
+    where
+        Self: Sized,
+    {
+        crate::ops::purge_journal(self, before, per_tenant).await
+    }
 }
 
 /// The `HostStore` methods whose SQL differs between the dialects.

@@ -567,7 +567,7 @@ macro_rules! impl_store {
                 }
 
                 async fn insert_journal(&self, entries: &[JournalRecord]) -> BackendResult<()> {
-                    $crate::ops::insert_journal(self, entries).await
+                    <$ty as $crate::StoreDialect>::insert_journal(self, entries).await
                 }
 
                 async fn journal_for_message(
@@ -575,7 +575,8 @@ macro_rules! impl_store {
                     message_id: &str,
                     limit: u32,
                 ) -> BackendResult<Vec<JournalRecord>> {
-                    $crate::ops::journal_for_message(self, message_id, limit).await
+                    <$ty as $crate::StoreDialect>::journal_for_message(self, message_id, limit)
+                        .await
                 }
 
                 async fn journal_for_channel(
@@ -584,11 +585,22 @@ macro_rules! impl_store {
                     before_id: Option<i64>,
                     limit: u32,
                 ) -> BackendResult<Vec<JournalRecord>> {
-                    $crate::ops::journal_for_channel(self, channel_id, before_id, limit).await
+                    <$ty as $crate::StoreDialect>::journal_for_channel(
+                        self, channel_id, before_id, limit,
+                    )
+                    .await
                 }
 
                 async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64> {
-                    $crate::ops::purge_journal(self, before, per_tenant).await
+                    <$ty as $crate::StoreDialect>::purge_journal(self, before, per_tenant).await
+                }
+
+                async fn expired_pending(
+                    &self,
+                    now: i64,
+                    limit: u32,
+                ) -> BackendResult<Vec<(String, String, String)>> {
+                    $crate::ops::expired_pending(self, now, limit).await
                 }
             }
 

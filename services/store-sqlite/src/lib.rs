@@ -5,6 +5,9 @@
 //! for the file lock (and `SQLITE_BUSY`); the immediate lock also keeps another process that
 //! opens the same file from invalidating a transaction half way. Reads use their own pool and,
 //! with WAL, never wait for the writer.
+//!
+//! The delivery journal lives in a file of its own beside the database, with its own writer
+//! (`journal.rs`), so it never holds the delivery path's one writer.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -21,6 +24,7 @@ use switchyard_store_sql::{
 };
 
 mod hosts;
+mod journal;
 
 /// Ordered migrations; the last version is `switchyard_core::store::SCHEMA_VERSION`.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -74,6 +78,8 @@ const READ_CONNECTIONS: u32 = 4;
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
+    /// The delivery journal's own database (`journal.rs`).
+    journal: journal::JournalDb,
 }
 
 impl SqliteStore {
@@ -88,6 +94,7 @@ impl SqliteStore {
         if url.contains(":memory:") || url.contains("mode=memory") {
             // Every connection to an in-memory database would see its own empty database, and
             // the shared one vanishes with its last connection: keep exactly one, forever.
+            let journal = journal::JournalDb::open(&base, true).await?;
             let pool = SqlitePoolOptions::new()
                 .max_connections(1)
                 .min_connections(1)
@@ -100,6 +107,7 @@ impl SqliteStore {
             return Ok(Self {
                 writer: pool.clone(),
                 reader: pool,
+                journal,
             });
         }
 
@@ -110,6 +118,7 @@ impl SqliteStore {
             .connect_with(base.clone().journal_mode(SqliteJournalMode::Wal))
             .await
             .map_err(db("open sqlite"))?;
+        let journal = journal::JournalDb::open(&base, false).await?;
         // The writer has created the file and switched it to WAL (a persistent property), so
         // readers open it as it is.
         let reader = SqlitePoolOptions::new()
@@ -118,13 +127,18 @@ impl SqliteStore {
             .connect_with(base.create_if_missing(false))
             .await
             .map_err(db("open sqlite"))?;
-        Ok(Self { writer, reader })
+        Ok(Self {
+            writer,
+            reader,
+            journal,
+        })
     }
 
     /// Closes both pools; in-flight queries finish first.
     pub async fn close(&self) {
         self.writer.close().await;
         self.reader.close().await;
+        self.journal.close().await;
     }
 
     async fn write(&self) -> BackendResult<Transaction<'static, Sqlite>> {
@@ -476,6 +490,33 @@ impl StoreDialect for SqliteStore {
         let out = one(row, lease)?;
         tx.commit().await.map_err(db("commit"))?;
         Ok(out)
+    }
+
+    async fn insert_journal(&self, entries: &[JournalRecord]) -> BackendResult<()> {
+        self.journal.insert(entries).await
+    }
+
+    async fn journal_for_message(
+        &self,
+        message_id: &str,
+        limit: u32,
+    ) -> BackendResult<Vec<JournalRecord>> {
+        self.journal.for_message(message_id, limit).await
+    }
+
+    async fn journal_for_channel(
+        &self,
+        channel_id: &str,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> BackendResult<Vec<JournalRecord>> {
+        self.journal
+            .for_channel(channel_id, before_id, limit)
+            .await
+    }
+
+    async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64> {
+        self.journal.purge(before, per_tenant).await
     }
 }
 

@@ -2909,4 +2909,30 @@ pub async fn journal(s: &dyn Store) {
     let b_left = s.journal_for_channel(&other, None, 10).await.expect("b");
     let steps: Vec<&str> = b_left.iter().map(|e| e.step.as_str()).collect();
     assert_eq!(steps, ["b", "a"], "tenant b keeps both");
+
+    // What the purge is about to remove unanswered: pending past its expiry, not failed ones
+    // or live ones, with the channel's tenant.
+    let ch = channel(s).await;
+    let old = message(&ch.id, AGES_AGO - 100, AGES_AGO);
+    let old_failed = message(&ch.id, AGES_AGO - 100, AGES_AGO + 10);
+    let live = message(&ch.id, now_ms(), now_ms() + HOUR);
+    for m in [&old, &old_failed, &live] {
+        s.enqueue_outbox(m, 10, m.expires_at + HOUR)
+            .await
+            .expect("enqueue");
+    }
+    assert!(
+        s.fail_outbox(&ch.id, &old_failed.message_id, "rejected")
+            .await
+            .expect("fail")
+    );
+    let expired = s
+        .expired_pending(AGES_AGO + 100, 10)
+        .await
+        .expect("expired");
+    let mine: Vec<_> = expired.iter().filter(|(_, c, _)| *c == ch.id).collect();
+    assert_eq!(
+        mine,
+        [&(ch.tenant_id.clone(), ch.id.clone(), old.message_id.clone())]
+    );
 }

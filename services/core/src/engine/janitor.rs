@@ -15,6 +15,8 @@ use crate::ids::now_ms;
 use crate::model::{ChannelRecord, FileRecord};
 
 pub const JANITOR_LEASE: &str = "janitor";
+/// Most messages one sweep journals as `expired`.
+const EXPIRED_STEPS: u32 = 1000;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct JanitorReport {
@@ -106,6 +108,19 @@ impl Janitor {
             let files = store.delete_channel(&ch.id).await?;
             report.channels_removed += 1;
             report.files_removed += self.delete_bytes(&files).await;
+        }
+        if self.hub.journal.is_enabled() {
+            // The purge below removes them unanswered: their last journal step. A sweep names
+            // at most EXPIRED_STEPS of them (the rest are purged all the same).
+            for (tenant, channel, message) in store.expired_pending(now, EXPIRED_STEPS).await? {
+                self.hub.journal.record(
+                    &tenant,
+                    &channel,
+                    &message,
+                    crate::journal::JournalStep::Expired,
+                    "unanswered",
+                );
+            }
         }
         report.messages_purged = store.purge_outbox(now).await?;
         loop {

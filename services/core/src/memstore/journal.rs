@@ -43,6 +43,30 @@ impl Tables {
             .collect()
     }
 
+    pub(super) fn expired_pending(&self, now: i64, limit: u32) -> Vec<(String, String, String)> {
+        let mut v: Vec<(i64, (String, String, String))> = self
+            .outbox
+            .values()
+            .filter(|m| m.state == crate::model::OutboxState::Pending && m.expires_at <= now)
+            .filter_map(|m| {
+                let ch = self.channels.get(&m.channel_id)?;
+                Some((
+                    m.expires_at,
+                    (
+                        ch.tenant_id.clone(),
+                        m.channel_id.clone(),
+                        m.message_id.clone(),
+                    ),
+                ))
+            })
+            .collect();
+        v.sort_by_key(|(at, _)| *at);
+        v.into_iter()
+            .take(page_limit(limit))
+            .map(|(_, ids)| ids)
+            .collect()
+    }
+
     pub(super) fn purge_journal(&mut self, before: i64, per_tenant: u64) -> u64 {
         let n = self.journal.len();
         self.journal.retain(|_, e| e.at >= before);

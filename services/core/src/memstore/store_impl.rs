@@ -502,4 +502,12 @@ impl Store for MemoryStore {
     async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64> {
         self.with(|t| Ok(t.purge_journal(before, per_tenant)))
     }
+
+    async fn expired_pending(
+        &self,
+        now: i64,
+        limit: u32,
+    ) -> BackendResult<Vec<(String, String, String)>> {
+        self.with(|t| Ok(t.expired_pending(now, limit)))
+    }
 }

@@ -101,6 +101,31 @@ pub async fn journal_for_channel(
     all(rows, entry)
 }
 
+/// Pending messages past their expiry, with their channel's tenant (the outbox lives in the
+/// main database on every backend, so this is shared SQL even where the journal is not).
+pub async fn expired_pending(
+    s: &impl Handles,
+    now: i64,
+    limit: u32,
+) -> BackendResult<Vec<(String, String, String)>> {
+    let rows = stmt(
+        "SELECT c.tenant_id, o.channel_id, o.message_id FROM outbox o \
+         JOIN channels c ON c.id = o.channel_id \
+         WHERE o.expires_at <= $1 AND o.state = 'pending' ORDER BY o.expires_at LIMIT $2",
+    )
+    .bind(now)
+    .bind(lim(limit))
+    .fetch_all(&mut s.read(), "expired pending")
+    .await?;
+    all(rows, |r| {
+        Ok((
+            get(r, "tenant_id")?,
+            get(r, "channel_id")?,
+            get(r, "message_id")?,
+        ))
+    })
+}
+
 pub async fn purge_journal(s: &impl Handles, before: i64, per_tenant: u64) -> BackendResult<u64> {
     let mut w = s.write().await?;
     let mut gone = stmt("DELETE FROM journal WHERE at < $1")
