@@ -17,6 +17,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use switchyard_protocol::ErrorCode;
+use switchyard_protocol::hosts::HostRefusalCode;
 
 use crate::engine::Fault;
 use crate::error::{BackendError, ErrorKind};
@@ -71,6 +72,14 @@ impl ClientError {
         message: impl Into<Cow<'static, str>>,
     ) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, code, message)
+    }
+
+    /// A host's connection or request refused: the code's one HTTP status and stable code
+    /// (the socket renders the same code as a close frame).
+    pub fn host(code: HostRefusalCode, message: impl Into<Cow<'static, str>>) -> Self {
+        let status =
+            StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        Self::new(status, code.as_str(), message)
     }
 
     pub fn internal() -> Self {

@@ -4,6 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
+use switchyard_protocol::hosts::HostRefusalCode;
 use url::Url;
 
 /// A credential: never printed, never logged.
@@ -59,10 +60,17 @@ pub enum AuthError {
 }
 
 impl AuthError {
+    /// The refusal's code, when the server refused with one this agent knows.
+    pub fn refusal(&self) -> Option<HostRefusalCode> {
+        match self {
+            Self::Rejected { code, .. } => HostRefusalCode::from_code(code),
+            _ => None,
+        }
+    }
+
     /// The host's identity is no good any more: retrying cannot help.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, Self::Rejected { code, .. }
-            if code == "host_revoked" || code == "unknown_certificate")
+        self.refusal().is_some_and(HostRefusalCode::is_permanent)
     }
 }
 

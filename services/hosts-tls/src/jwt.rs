@@ -10,7 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac as _};
 use serde::Deserialize;
 use sha2::Sha256;
-use switchyard_protocol::hosts::{ClaimsError, HostClaims};
+use switchyard_protocol::hosts::{ClaimsError, HostClaims, HostRefusalCode};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -34,13 +34,20 @@ pub enum JwtError {
 }
 
 impl JwtError {
-    /// The 401 error code of docs/agent-hosts.md.
-    pub fn code(&self) -> &'static str {
+    /// The refusal a request with this token gets (a 401 of docs/agent-hosts.md).
+    pub fn refusal(&self) -> HostRefusalCode {
         match self {
-            JwtError::Claims(ClaimsError::Expired) => "token_expired",
-            JwtError::Claims(ClaimsError::CertificateMismatch) => "certificate_mismatch",
-            _ => "invalid_token",
+            JwtError::Claims(ClaimsError::Expired) => HostRefusalCode::TokenExpired,
+            JwtError::Claims(ClaimsError::CertificateMismatch) => {
+                HostRefusalCode::CertificateMismatch
+            }
+            _ => HostRefusalCode::InvalidToken,
         }
+    }
+
+    /// The refusal's stable wire code.
+    pub fn code(&self) -> &'static str {
+        self.refusal().as_str()
     }
 }
 

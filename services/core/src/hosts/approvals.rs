@@ -1,6 +1,17 @@
 //! Approvals: a host asks, a person decides, the decision is delivered once.
 
-use super::*;
+use serde_json::json;
+use switchyard_protocol::hosts::message::ApprovalRequest;
+use switchyard_protocol::hosts::{HostErrorCode, HostMessage, RunFact, RunState};
+
+use crate::error::{BackendError, ErrorKind};
+use crate::hoststore::{ApprovalRecord, ApprovalStatus, RunRecord};
+use crate::ids::{new_id, now_ms};
+
+use super::{
+    AgentHostRefusal, AgentHostRefusalCode, HostBell, HostSession, Hosts, clip, error_msg, ms,
+    scoped_approval_id,
+};
 
 impl Hosts {
     /// Grants or denies a pending approval as `by`. `tenant_id` scopes operator API calls.

@@ -1,7 +1,14 @@
 //! Artifacts: upload and download URLs handed to hosts, and noticing bytes that went
 //! straight to object storage.
 
-use super::*;
+use switchyard_protocol::hosts::message::{DownloadArtifactAck, UploadArtifactAck};
+use switchyard_protocol::hosts::{HostErrorCode, HostMessage, format_rfc3339};
+
+use crate::error::BackendError;
+use crate::hoststore::{ArtifactRecord, RunRecord};
+use crate::ids::{new_id, now_ms};
+
+use super::{ArtifactUrls, HostSession, Hosts, clip, error_msg, internal, ms};
 
 impl Hosts {
     /// An artifact whose bytes are stored. Bytes PUT straight to object storage through a

@@ -1,7 +1,24 @@
 //! One connection of a host: `register`, each message in, and the end. Transport-free; the
 //! edge moves the frames.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use switchyard_protocol::hosts::message::{
+    AcceptedStatus, Handoff, Register, RegisterAck, RunEvent, RunEventMessage,
+};
+use switchyard_protocol::hosts::{
+    HeartbeatAck, HostErrorCode, HostMessage, RunFact, RunState, format_rfc3339, transition,
+};
+
+use crate::error::BackendError;
+use crate::hoststore::{AgentRecord, RunEventRecord, RunRecord};
+use crate::ids::now_ms;
+
+use super::{
+    AgentHostRefusalCode, ArtifactUrls, HostBell, HostSession, Hosts, ON_HOST, SEEN_REFRESH_MS,
+    SessionEnd, clip, error_msg, internal,
+};
 
 impl Hosts {
     /// Authenticated connection, first message: `register`. Err ends the connection.

@@ -1,7 +1,20 @@
 //! Dispatch: what the server owes a host (`create_run`, `cancel_run`, decisions) and the
 //! seed's retry policy when a host answers with an error.
 
-use super::*;
+use switchyard_protocol::hosts::message::{
+    ApprovalDenied, ApprovalGranted, CancelRun, ErrorMessage,
+};
+use switchyard_protocol::hosts::{
+    HostErrorCode, HostLostPolicy, HostMessage, RetryStep, RunFact, RunState,
+};
+
+use crate::error::BackendError;
+use crate::hoststore::ApprovalStatus;
+use crate::ids::now_ms;
+
+use super::{
+    HostBell, HostSession, Hosts, LIVE, clip, create_run, error_msg, internal, ms, wire_approval_id,
+};
 
 impl Hosts {
     /// The host answered one of our messages with an error: the seed's retry policy.

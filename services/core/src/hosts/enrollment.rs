@@ -1,7 +1,17 @@
 //! Enrollment and identity: a host is created with a one-time token, redeemed once for a
 //! certificate, and revoked by an operator.
 
-use super::*;
+use serde_json::json;
+use switchyard_protocol::hosts::RunFact;
+
+use crate::error::ErrorKind;
+use crate::hoststore::{EnrollmentRecord, HostRecord, HostStatus};
+use crate::ids::{new_id, now_ms};
+
+use super::{
+    AgentHostRefusal, AgentHostRefusalCode, Enrollment, HostBell, Hosts, LIVE, ms, pairing_code,
+    random_token, token_hash,
+};
 
 impl Hosts {
     /// Creates a host in `enrolling` state and its one-time token.

@@ -5,22 +5,13 @@
 //! calls the run operations. Every change is written to the store first, then announced on
 //! the bus: `host.<id>` wakes the connection holding the host, `run.<id>` wakes waiters.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
 use switchyard_protocol::ConnectionStatus;
-use switchyard_protocol::hosts::message::{
-    AcceptedStatus, ApprovalDenied, ApprovalGranted, ApprovalRequest, CancelRun, ContextBundle,
-    CreateRun, DownloadArtifactAck, ErrorMessage, Handoff, Register, RegisterAck, RunConstraints,
-    RunEvent, RunEventMessage, UploadArtifactAck,
-};
-use switchyard_protocol::hosts::{
-    HeartbeatAck, HostErrorCode, HostLostPolicy, HostMessage, RetryStep, RunFact, RunState,
-    Timeouts, format_rfc3339, transition,
-};
+use switchyard_protocol::hosts::message::{ContextBundle, CreateRun, ErrorMessage, RunConstraints};
+use switchyard_protocol::hosts::{HostErrorCode, HostLostPolicy, HostMessage, RunState, Timeouts};
 
 mod approvals;
 mod artifacts;
@@ -39,8 +30,8 @@ pub use telemetry::describe_metrics;
 
 use crate::engine::Hub;
 use crate::error::{BackendError, ErrorKind};
-use crate::hoststore::*;
-use crate::ids::{new_id, now_ms};
+use crate::hoststore::{ApprovalRecord, ArtifactRecord, HostRecord, HostStatus, RunRecord};
+use crate::ids::new_id;
 
 /// Bounds and policies of the host subsystem. Defaults are production values.
 #[derive(Debug, Clone)]

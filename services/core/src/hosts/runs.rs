@@ -1,7 +1,15 @@
 //! Runs: the one place a run's state moves (`apply`), starting, cancelling and handing
 //! runs off, and the server-side notes in a run's log.
 
-use super::*;
+use serde_json::{Value, json};
+use switchyard_protocol::hosts::message::ContextBundle;
+use switchyard_protocol::hosts::{RunFact, RunState, format_rfc3339, transition};
+
+use crate::error::{BackendError, ErrorKind};
+use crate::hoststore::{HostRecord, HostStatus, RunEventRecord, RunRecord};
+use crate::ids::{new_id, now_ms};
+
+use super::{AgentHostRefusal, AgentHostRefusalCode, HostBell, Hosts, LIVE, NewRun, clip};
 
 impl Hosts {
     /// Applies `fact` to a run (compare-and-set, retried on races) and runs `edit` on the

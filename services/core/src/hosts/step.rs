@@ -4,8 +4,13 @@
 //! bytes, keep their transport's keepalive, and call [`Hosts::sent`] once they wrote what
 //! the step owed.
 
-use super::*;
-use switchyard_protocol::hosts::{Peer, parse_from};
+use switchyard_protocol::hosts::{HostErrorCode, HostMessage, HostRefusalCode, Peer, parse_from};
+
+use crate::error::BackendError;
+use crate::hoststore::HostStatus;
+use crate::ids::now_ms;
+
+use super::{ArtifactUrls, HostBell, HostSession, Hosts, SessionEnd, error_msg, host_topic};
 
 /// What moves a host connection forward.
 #[derive(Debug)]
@@ -29,6 +34,28 @@ pub enum StepEnd {
     WrongHost,
     /// A newer connection of this host registered.
     Replaced,
+}
+
+impl StepEnd {
+    /// The code both transports render this end with: over HTTP with its status, on a socket
+    /// with its close code (a socket that never registered says [`HostRefusalCode::RegisterFirst`]
+    /// instead of [`HostRefusalCode::WrongHost`]).
+    pub fn code(self) -> HostRefusalCode {
+        match self {
+            Self::Revoked => HostRefusalCode::HostRevoked,
+            Self::WrongHost => HostRefusalCode::WrongHost,
+            Self::Replaced => HostRefusalCode::Replaced,
+        }
+    }
+
+    /// Words to go with [`StepEnd::code`], safe to show the host.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::Revoked => "the host was revoked",
+            Self::WrongHost => "the message names another host",
+            Self::Replaced => "replaced by a newer connection of this host",
+        }
+    }
 }
 
 /// The outcome of one [`Hosts::step`]. Write `replies`, then `owed`; call [`Hosts::sent`]

@@ -1,6 +1,11 @@
 //! Sweeps (janitor): silent hosts become lost, approvals expire, old runs are purged.
 
-use super::*;
+use switchyard_protocol::hosts::{HostLostPolicy, RunFact};
+
+use crate::error::BackendError;
+use crate::ids::now_ms;
+
+use super::{HostBell, Hosts, ON_HOST, ms};
 
 impl Hosts {
     /// Marks silent hosts lost (their runs follow the lost policy), expires approvals and

@@ -1,7 +1,21 @@
 //! Signing in, sessions and CSRF: an operator token exchanged for a session cookie (or a
 //! Bearer token for scripts), and the checks every page and form runs first.
 
-use super::*;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use axum::extract::{Extension, Form, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use serde::Deserialize;
+use switchyard_core::crypto::{ct_eq, sha256_hex};
+use switchyard_core::error::BackendError;
+use switchyard_core::ids::random_secret;
+
+use super::html::esc;
+use super::{
+    ConsoleState, LOGIN_COOKIE, LOGIN_TTL, SESSION_COOKIE, SESSION_TTL, error_page, page, see_other,
+};
 use crate::operators::Denied;
 
 // -------------------------------------------------------------------------------------

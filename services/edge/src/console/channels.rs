@@ -1,7 +1,16 @@
 //! Connectors, channels with their outbox depth, provider bindings and recent delivery
 //! failures.
 
-use super::*;
+use axum::extract::{Extension, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use switchyard_core::ids::now_ms;
+use switchyard_core::model::OutboxState;
+
+use super::auth::{Caller, Operator, viewer};
+use super::html::{clip, code, esc, link, mask, next_link, span, table, time};
+use super::search::Search;
+use super::{ConsoleState, Cursor, PAGE, backend, error_page, full, html, ok};
 
 pub(super) async fn connectors(
     State(st): State<ConsoleState>,

@@ -1,6 +1,21 @@
 //! Agent hosts, runs with their event log, and approvals decided by operators.
 
-use super::*;
+use std::fmt::Write as _;
+
+use axum::extract::{Extension, Form, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use switchyard_core::hoststore::ApprovalStatus;
+use switchyard_core::ids::now_ms;
+
+use super::auth::{Caller, actor, viewer};
+use super::html::{clip, code, esc, link, next_link, opt_time, post_button, span, table, time};
+use super::search::Search;
+use super::{
+    ConsoleState, Cursor, PAGE, backend, error_page, full, html, notice, ok, see_other,
+    split_cursor,
+};
 use switchyard_core::client_error::ClientError;
 
 pub(super) async fn hosts_page(

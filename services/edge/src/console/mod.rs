@@ -20,31 +20,23 @@ mod pulse;
 mod search;
 mod tenants;
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Extension, Form, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use switchyard_core::crypto::{ct_eq, sha256_hex};
 use switchyard_core::error::BackendError;
 use switchyard_core::hosts::Hosts;
-use switchyard_core::hoststore::ApprovalStatus;
-use switchyard_core::ids::{now_ms, random_secret};
-use switchyard_core::model::OutboxState;
 
-use html::{
-    clip, code, esc, layout, link, mask, next_link, opt_time, post_button, span, table, time,
-};
+use html::{esc, layout};
 
 pub use pulse::{ConsoleConfig, Pulse};
-use search::Search;
 
-use auth::{Caller, CsrfForm, Operator, actor, guard, login, login_form, logout, viewer};
+use auth::{Operator, guard, login, login_form, logout};
 use channels::{bindings, channels, connectors, failures};
 use hosts::{approval_deny, approval_grant, approvals, hosts_page, run_page, runs};
 use tenants::{key_create, key_revoke, overview, tenant_create, tenant_page, tenants};

@@ -1,6 +1,20 @@
 //! The overview, tenants and their API keys (created, shown once, revoked).
 
-use super::*;
+use std::fmt::Write as _;
+
+use axum::extract::{Extension, Form, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use switchyard_core::error::BackendError;
+use switchyard_core::ids::now_ms;
+
+use super::auth::{Caller, CsrfForm, Operator, actor, viewer};
+use super::html::{code, esc, link, next_link, opt_time, post_button, table, time};
+use super::{
+    COUNT_CAP, ConsoleState, Cursor, PAGE, backend, capped, charts, error_page, full, html, notice,
+    ok, pulse, see_other,
+};
 
 pub(super) async fn overview(
     State(st): State<ConsoleState>,

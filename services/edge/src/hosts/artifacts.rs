@@ -1,7 +1,27 @@
 //! Artifact transfer: signed URLs (presigned object storage when the file store makes them,
 //! else a signed Switchyard URL) and the routes that stream artifacts through a pod.
 
-use super::*;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::{StreamExt, TryStreamExt};
+use serde::Deserialize;
+use serde_json::json;
+use switchyard_core::client_error::ClientError;
+use switchyard_core::crypto::SignatureCheck;
+use switchyard_core::error::{BackendError, ErrorKind};
+use switchyard_core::files::PresignMethod;
+use switchyard_core::hosts::ArtifactUrls;
+use switchyard_core::hoststore::ArtifactRecord;
+use switchyard_core::ids::now_ms;
+use switchyard_protocol::hosts::HostRefusalCode;
+
+use crate::download;
+
+use super::{Gateway, Refusal, RouteState};
 
 pub(super) struct SignedArtifactUrls {
     pub(super) gw: Gateway,
@@ -76,8 +96,7 @@ pub(super) struct SignedQuery {
 fn check_signature(gw: &Gateway, method: &str, id: &str, q: &SignedQuery) -> Result<(), Refusal> {
     let (Some(exp), Some(sig)) = (q.exp, q.sig.as_deref()) else {
         return Err(Refusal(
-            StatusCode::FORBIDDEN,
-            "forbidden",
+            HostRefusalCode::Forbidden,
             "a signed URL is required",
         ));
     };
@@ -88,12 +107,8 @@ fn check_signature(gw: &Gateway, method: &str, id: &str, q: &SignedQuery) -> Res
         .verify(&artifact_scope(method, id), exp, sig, now_ms())
     {
         SignatureCheck::Valid => Ok(()),
-        SignatureCheck::Expired => {
-            Err(Refusal(StatusCode::FORBIDDEN, "expired", "the URL expired"))
-        }
-        SignatureCheck::Invalid => {
-            Err(Refusal(StatusCode::FORBIDDEN, "forbidden", "bad signature"))
-        }
+        SignatureCheck::Expired => Err(Refusal(HostRefusalCode::Expired, "the URL expired")),
+        SignatureCheck::Invalid => Err(Refusal(HostRefusalCode::Forbidden, "bad signature")),
     }
 }
 
@@ -110,15 +125,14 @@ pub(super) async fn artifact_put(
     let art = match store.get_artifact(&id).await {
         Ok(Some(a)) => a,
         Ok(None) => {
-            return ClientError::new(StatusCode::NOT_FOUND, "not_found", "no such artifact")
+            return ClientError::host(HostRefusalCode::NotFound, "no such artifact")
                 .into_response();
         }
         Err(e) => return ClientError::from(e).into_response(),
     };
     if art.uploaded_at.is_some() {
-        return ClientError::new(
-            StatusCode::CONFLICT,
-            "already_uploaded",
+        return ClientError::host(
+            HostRefusalCode::AlreadyUploaded,
             "the artifact was already uploaded",
         )
         .into_response();
@@ -145,12 +159,8 @@ pub(super) async fn artifact_put(
     {
         Ok(n) => n,
         Err(e) if e.kind == ErrorKind::LimitExceeded => {
-            return ClientError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                "the artifact is too large",
-            )
-            .into_response();
+            return ClientError::host(HostRefusalCode::TooLarge, "the artifact is too large")
+                .into_response();
         }
         Err(e) => return ClientError::from(e).into_response(),
     };
@@ -176,7 +186,7 @@ pub(super) async fn artifact_get(
     let art = match s.gw.hosts.uploaded_artifact(&id).await {
         Ok(Some(a)) => a,
         Ok(None) => {
-            return ClientError::new(StatusCode::NOT_FOUND, "not_found", "no such artifact")
+            return ClientError::host(HostRefusalCode::NotFound, "no such artifact")
                 .into_response();
         }
         Err(e) => return ClientError::from(e).into_response(),
@@ -202,7 +212,7 @@ pub(super) async fn artifact_get(
             resp
         }
         Err(e) if e.kind == ErrorKind::NotFound => {
-            ClientError::new(StatusCode::NOT_FOUND, "not_found", "no such artifact").into_response()
+            ClientError::host(HostRefusalCode::NotFound, "no such artifact").into_response()
         }
         Err(e) => ClientError::from(e).into_response(),
     }

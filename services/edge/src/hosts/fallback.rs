@@ -1,8 +1,21 @@
 //! The HTTPS fallback for hosts that cannot keep a WebSocket: one message per POST, and a
 //! long poll for what the server owes the host.
 
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::extract::{Extension, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use switchyard_core::client_error::ClientError;
+use switchyard_core::hosts::{HostSession, StepEnd, StepInput};
+use switchyard_hosts_tls::server::PeerCertificate;
+use switchyard_protocol::hosts::{HostErrorCode, HostMessage, HostRefusalCode};
+
+use super::RouteState;
+use super::artifacts::SignedArtifactUrls;
 use super::socket::{error, next_bell};
-use super::*;
 
 pub(super) async fn post_message(
     State(s): State<RouteState>,
@@ -16,12 +29,7 @@ pub(super) async fn post_message(
         Err(r) => return r,
     };
     if body.len() > s.gw.max_frame_bytes {
-        return ClientError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            "message too large",
-        )
-        .into_response();
+        return ClientError::host(HostRefusalCode::TooLarge, "message too large").into_response();
     }
     let hosts = &s.gw.hosts;
     let mut session = HostSession::fallback(&auth.host);
@@ -43,20 +51,13 @@ pub(super) async fn post_message(
     .into_response()
 }
 
-/// How the fallback answers a connection's end.
+/// How the fallback answers a connection's end: the code the socket closes with, as an
+/// HTTP refusal.
 fn refusal_for(end: StepEnd) -> Response {
     match end {
-        StepEnd::Revoked => {
-            ClientError::unauthorized("host_revoked", "the host was revoked").into_response()
-        }
-        StepEnd::WrongHost => ClientError::new(
-            StatusCode::FORBIDDEN,
-            "wrong_host",
-            "the message names another host",
-        )
-        .into_response(),
         // The host's socket took over: nothing more for this poller.
         StepEnd::Replaced => axum::Json(Vec::<serde_json::Value>::new()).into_response(),
+        end => ClientError::host(end.code(), end.message()).into_response(),
     }
 }
 

@@ -1,7 +1,19 @@
 //! Who is calling: the client certificate (from the TLS handshake or a trusted ingress),
 //! the certificate-bound JWT, enrollment (token + CSR -> certificate) and token issue.
 
-use super::*;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use switchyard_core::client_error::ClientError;
+use switchyard_core::hoststore::{HostRecord, HostStatus};
+use switchyard_core::ids::now_ms;
+use switchyard_hosts_tls::pki::{decode_forwarded_cert, fingerprint_hex, x5t_s256};
+use switchyard_hosts_tls::server::PeerCertificate;
+use switchyard_protocol::hosts::{HostClaims, HostRefusalCode, format_rfc3339};
+
+use super::{CertSource, Refusal, RouteState};
 
 pub(super) struct Authenticated {
     pub(super) host: HostRecord,
@@ -20,8 +32,7 @@ pub(super) fn presented_cert(
         {
             Some(v) if !v.trim().is_empty() => Some(decode_forwarded_cert(v).map_err(|_| {
                 Refusal(
-                    StatusCode::UNAUTHORIZED,
-                    "client_certificate_required",
+                    HostRefusalCode::ClientCertificateRequired,
                     "the forwarded client certificate cannot be decoded",
                 )
             })?),
@@ -30,8 +41,7 @@ pub(super) fn presented_cert(
         CertSource::Header(None) => None,
     };
     der.ok_or(Refusal(
-        StatusCode::UNAUTHORIZED,
-        "client_certificate_required",
+        HostRefusalCode::ClientCertificateRequired,
         "a client certificate issued at enrollment is required",
     ))
 }
@@ -49,8 +59,8 @@ impl RouteState {
         let host = match store.host_by_fingerprint(&fingerprint_hex(&der)).await {
             Ok(Some(h)) => h,
             Ok(None) => {
-                return Err(ClientError::unauthorized(
-                    "unknown_certificate",
+                return Err(ClientError::host(
+                    HostRefusalCode::UnknownCertificate,
                     "the certificate was not issued to a host",
                 )
                 .into_response());
@@ -59,7 +69,8 @@ impl RouteState {
         };
         if host.status == HostStatus::Revoked {
             return Err(
-                ClientError::unauthorized("host_revoked", "the host was revoked").into_response(),
+                ClientError::host(HostRefusalCode::HostRevoked, "the host was revoked")
+                    .into_response(),
             );
         }
         if need_jwt {
@@ -69,7 +80,7 @@ impl RouteState {
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::trim)
                 .ok_or_else(|| {
-                    ClientError::unauthorized("invalid_token", "a Bearer JWT is required")
+                    ClientError::host(HostRefusalCode::InvalidToken, "a Bearer JWT is required")
                         .into_response()
                 })?;
             let claims = switchyard_hosts_tls::jwt::verify(
@@ -78,10 +89,10 @@ impl RouteState {
                 now_ms() / 1000,
                 &x5t_s256(&der),
             )
-            .map_err(|e| ClientError::unauthorized(e.code(), e.to_string()).into_response())?;
+            .map_err(|e| ClientError::host(e.refusal(), e.to_string()).into_response())?;
             if claims.sub != host.id || claims.tenant != host.tenant_id {
-                return Err(ClientError::unauthorized(
-                    "invalid_token",
+                return Err(ClientError::host(
+                    HostRefusalCode::InvalidToken,
                     "the token was issued to another host",
                 )
                 .into_response());
@@ -99,18 +110,16 @@ struct EnrollBody {
 
 pub(super) async fn enroll(State(s): State<RouteState>, body: axum::body::Bytes) -> Response {
     let Ok(req) = serde_json::from_slice::<EnrollBody>(&body) else {
-        return ClientError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
+        return ClientError::host(
+            HostRefusalCode::InvalidRequest,
             "body must be {\"token\", \"csr_pem\"}",
         )
         .into_response();
     };
     // Check the CSR before spending the token on it.
     if s.gw.ca.sign_csr(&req.csr_pem, "csr-check", 1).is_err() {
-        return ClientError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_csr",
+        return ClientError::host(
+            HostRefusalCode::InvalidCsr,
             "csr_pem is not a valid, self-signed PKCS#10 request",
         )
         .into_response();
@@ -118,8 +127,8 @@ pub(super) async fn enroll(State(s): State<RouteState>, body: axum::body::Bytes)
     let host = match s.gw.hosts.redeem(&req.token).await {
         Ok(Some(h)) => h,
         Ok(None) => {
-            return ClientError::unauthorized(
-                "invalid_token",
+            return ClientError::host(
+                HostRefusalCode::InvalidToken,
                 "the enrollment token is unknown, used or expired",
             )
             .into_response();
@@ -134,12 +143,8 @@ pub(super) async fn enroll(State(s): State<RouteState>, body: axum::body::Bytes)
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(error = %e, "signing an enrollment CSR failed");
-            return ClientError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_csr",
-                "the CSR cannot be signed",
-            )
-            .into_response();
+            return ClientError::host(HostRefusalCode::InvalidCsr, "the CSR cannot be signed")
+                .into_response();
         }
     };
     if let Err(e) =

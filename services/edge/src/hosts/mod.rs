@@ -5,39 +5,21 @@
 //! ingress in a header). Message semantics live in `switchyard_core::hosts`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::ws::{CloseFrame, Message};
-
-use crate::host_ws::HostSocket as WebSocket;
-use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderName, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::{StreamExt, TryStreamExt};
-use serde::Deserialize;
-use serde_json::json;
 use switchyard_core::client_error::ClientError;
-use switchyard_core::crypto::{SignatureCheck, hmac_sha256};
-use switchyard_core::error::{BackendError, ErrorKind};
-use switchyard_core::files::PresignMethod;
-use switchyard_core::hosts::{
-    ArtifactUrls, HostBell, HostSession, Hosts, Step, StepEnd, StepInput,
-};
-use switchyard_core::hoststore::{ArtifactRecord, HostRecord, HostStatus};
-use switchyard_core::ids::now_ms;
-use switchyard_hosts_tls::pki::{HostCa, decode_forwarded_cert, fingerprint_hex, x5t_s256};
-use switchyard_hosts_tls::server::PeerCertificate;
-use switchyard_protocol::hosts::HostErrorCode;
-use switchyard_protocol::hosts::message::ErrorMessage;
-use switchyard_protocol::hosts::{HostClaims, HostMessage, format_rfc3339};
+use switchyard_core::crypto::hmac_sha256;
+use switchyard_core::hosts::Hosts;
+use switchyard_hosts_tls::pki::HostCa;
+use switchyard_protocol::hosts::HostRefusalCode;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-use crate::download;
 
 mod artifacts;
 pub mod ca;
@@ -46,9 +28,7 @@ mod identity;
 mod operator;
 mod socket;
 
-pub use socket::close_code;
-
-use artifacts::{SignedArtifactUrls, artifact_get, artifact_put};
+use artifacts::{artifact_get, artifact_put};
 use fallback::{poll, post_message};
 use identity::{enroll, token};
 use operator::{approval_deny, approval_grant, approvals_list, hosts_list};
@@ -116,8 +96,8 @@ async fn check_ingress(
         if !ingress.vouches_for(req.headers(), remote) {
             metrics::counter!("switchyard_auth_rejected_total", "reason" => "ingress_proof")
                 .increment(1);
-            return ClientError::unauthorized(
-                "ingress_proof_required",
+            return ClientError::host(
+                HostRefusalCode::IngressProofRequired,
                 "a forwarded client certificate is accepted only from the trusted ingress",
             )
             .into_response();
@@ -157,12 +137,12 @@ pub fn jwt_key(signing_key: &str) -> Vec<u8> {
     hmac_sha256(signing_key.as_bytes(), b"switchyard host jwt v1").to_vec()
 }
 
-/// A refusal decided before any I/O, rendered as a [`ClientError`].
-struct Refusal(StatusCode, &'static str, &'static str);
+/// A host's request refused before any I/O, rendered as a [`ClientError`].
+struct Refusal(HostRefusalCode, &'static str);
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        ClientError::new(self.0, self.1, self.2).into_response()
+        ClientError::host(self.0, self.1).into_response()
     }
 }
 
@@ -183,9 +163,8 @@ fn preauth_cap<S: Clone + Send + Sync + 'static>(
                     .and_then(|v| v.parse::<u64>().ok());
                 if declared.is_some_and(|n| n > max as u64) {
                     switchyard_core::limits::hit("preauth_body_bytes");
-                    return ClientError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "too_large",
+                    return ClientError::host(
+                        HostRefusalCode::TooLarge,
                         "the body is larger than allowed",
                     )
                     .into_response();

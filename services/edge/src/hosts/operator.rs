@@ -1,6 +1,13 @@
 //! The operator API (admin listener): approvals decided by people, and the host list.
 
-use super::*;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use switchyard_core::client_error::ClientError;
+
+use super::Gateway;
 
 /// The operator a request of the operator API comes from (set by [`require_operator`]).
 #[derive(Clone)]

@@ -1,7 +1,25 @@
 //! The WSS data plane: the upgrade, `register` first, then one loop moving frames between
 //! the host and the transport-neutral connection step in core.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message};
+use axum::extract::{Extension, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use switchyard_core::client_error::ClientError;
+use switchyard_core::hosts::{HostBell, HostSession, Hosts, Step, StepEnd, StepInput};
+use switchyard_core::hoststore::HostRecord;
+use switchyard_hosts_tls::server::PeerCertificate;
+use switchyard_protocol::hosts::message::ErrorMessage;
+use switchyard_protocol::hosts::{HostErrorCode, HostMessage, HostRefusalCode};
+
+use crate::host_ws::HostSocket as WebSocket;
+
+use super::artifacts::SignedArtifactUrls;
+use super::{Gateway, RouteState};
 
 pub(super) async fn ws(
     State(s): State<RouteState>,
@@ -10,13 +28,9 @@ pub(super) async fn ws(
     upgrade: yawc::IncomingUpgrade,
 ) -> Response {
     if s.gw.draining.load(Ordering::SeqCst) {
-        return ClientError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "draining",
-            "this pod is draining; reconnect",
-        )
-        .with_retry_after(Duration::from_secs(1))
-        .into_response();
+        return ClientError::host(HostRefusalCode::Draining, "this pod is draining; reconnect")
+            .with_retry_after(Duration::from_secs(1))
+            .into_response();
     }
     let peer = peer.map(|Extension(p)| p);
     let auth = match s.authenticate(peer.as_ref(), &headers, true).await {
@@ -27,9 +41,8 @@ pub(super) async fn ws(
     let (resp, upgraded) = match crate::host_ws::accept(upgrade, gw.max_frame_bytes) {
         Ok(r) => r,
         Err(e) => {
-            return ClientError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_format",
+            return ClientError::host(
+                HostRefusalCode::InvalidRequestFormat,
                 format!("WebSocket upgrade refused: {e}"),
             )
             .into_response();
@@ -49,19 +62,12 @@ pub(super) fn text(m: &HostMessage) -> Message {
     Message::Text(m.to_json().into())
 }
 
-pub(super) fn close(code: u16, reason: &'static str) -> Message {
+/// The close frame of a refusal: its close code, and its code opening the reason.
+pub(super) fn close(code: HostRefusalCode, message: &str) -> Message {
     Message::Close(Some(CloseFrame {
-        code,
-        reason: reason.into(),
+        code: code.close_code(),
+        reason: code.close_reason(message).into(),
     }))
-}
-
-/// Close codes of the host socket.
-pub mod close_code {
-    pub const POLICY: u16 = 1008;
-    pub const GOING_AWAY: u16 = 1012;
-    pub const REVOKED: u16 = 4401;
-    pub const REPLACED: u16 = 4409;
 }
 
 async fn host_socket(gw: Gateway, host: HostRecord, mut socket: WebSocket) {
@@ -81,7 +87,10 @@ async fn host_socket(gw: Gateway, host: HostRecord, mut socket: WebSocket) {
                 Err(end) => end,
             }
         }
-        _ => close(close_code::POLICY, "register first, as this host"),
+        _ => close(
+            HostRefusalCode::RegisterFirst,
+            "register first, as this host",
+        ),
     };
     let _ = socket.send(end).await;
     hosts.disconnected(&session).await;
@@ -94,13 +103,11 @@ async fn host_socket(gw: Gateway, host: HostRecord, mut socket: WebSocket) {
 /// The close frame that ends a connection for `end`.
 fn close_for(end: StepEnd, registered: bool) -> Message {
     match end {
-        StepEnd::Revoked => close(close_code::REVOKED, "host revoked"),
-        StepEnd::Replaced => close(
-            close_code::REPLACED,
-            "replaced by a newer connection of this host",
+        StepEnd::WrongHost if !registered => close(
+            HostRefusalCode::RegisterFirst,
+            "register first, as this host",
         ),
-        StepEnd::WrongHost if registered => close(close_code::POLICY, "message names another host"),
-        StepEnd::WrongHost => close(close_code::POLICY, "register first, as this host"),
+        end => close(end.code(), end.message()),
     }
 }
 
@@ -139,7 +146,7 @@ async fn serve_socket(
     let mut pong_pending = false;
     loop {
         let step = tokio::select! {
-            () = gw.drain.cancelled() => return close(close_code::GOING_AWAY, "server draining; reconnect"),
+            () = gw.drain.cancelled() => return close(HostRefusalCode::Draining, "server draining; reconnect"),
             frame = socket.next() => match frame {
                 Some(Ok(Message::Text(txt))) => hosts.step(session, StepInput::Text(txt.as_str()), urls).await,
                 Some(Ok(Message::Binary(_))) => Step {
@@ -161,7 +168,7 @@ async fn serve_socket(
             _ = keepalive.tick() => {
                 if pong_pending {
                     tracing::info!(host_id = %session.host_id, "no pong within the keepalive interval; closing");
-                    return close(close_code::POLICY, "keepalive timeout");
+                    return close(HostRefusalCode::KeepaliveTimeout, "no pong within the keepalive interval");
                 }
                 pong_pending = true;
                 if socket.send(Message::Ping(Vec::new().into())).await.is_err() {

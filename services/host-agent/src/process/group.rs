@@ -2,7 +2,12 @@
 //! a restarted agent stops what an earlier one left running, and never a process that
 //! reused the pid.
 
-use super::*;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+use super::RunDirs;
 
 const GROUP_FILE: &str = "pgid";
 

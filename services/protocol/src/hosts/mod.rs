@@ -2,8 +2,9 @@
 //! remote agent hosts speak with Switchyard.
 //!
 //! Everything here is I/O free: messages and their parsing ([`message`]), error codes with
-//! their retry policy ([`error`]), the timeouts table and reconnect back-off ([`timeouts`]),
-//! the run state machine ([`run`]) and the JWT claims a host presents ([`jwt`]).
+//! their retry policy ([`error`]), the codes of a refused connection or request
+//! ([`refusal`]), the timeouts table and reconnect back-off ([`timeouts`]), the run state
+//! machine ([`run`]) and the JWT claims a host presents ([`jwt`]).
 
 /// The Card id of the device bridge that exposes agent hosts to xAgent as `device` channels:
 /// written once, here, for the provider, the core's hosts service, the pod and the simulator.
@@ -12,6 +13,7 @@ pub const AGENT_HOST_CARD_ID: &str = "device.agent-host";
 pub mod error;
 pub mod jwt;
 pub mod message;
+pub mod refusal;
 pub mod run;
 pub mod timeouts;
 
@@ -21,6 +23,7 @@ pub use message::{
     HeartbeatAck, HostMessage, HostProtocolError, MessageType, Peer, format_rfc3339, parse,
     parse_from,
 };
+pub use refusal::HostRefusalCode;
 pub use run::{HostLostPolicy, InvalidTransition, RunFact, RunState, transition};
 pub use timeouts::{Timeouts, reconnect_delay};
 
