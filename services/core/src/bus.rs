@@ -33,12 +33,22 @@ pub fn connector_topic(connector_id: &str) -> String {
     format!("conn.{connector_id}")
 }
 
-/// What a doorbell says. Receivers re-read the durable state; the notice itself is a hint.
+/// What a doorbell says. Receivers re-read the durable state; the notice itself is a hint,
+/// but for the stored message an outbox doorbell may carry ([`Carried`]).
+///
+/// Decoding ignores fields it does not know and refuses kinds it does not know, so pods of
+/// two versions share a bus during a rolling upgrade: an older pod reads an outbox doorbell
+/// with a carried message as a plain one, and a newer pod reads a plain one (no `carried`)
+/// as before.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Doorbell {
-    /// New pending messages for a channel.
-    Outbox { channel_id: String },
+    /// New pending messages for a channel; with the newest one when it is small enough.
+    Outbox {
+        channel_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        carried: Option<Box<Carried>>,
+    },
     /// The channel's Descriptor changed; push it.
     Descriptor { channel_id: String },
     /// Another socket opened the channel; every other socket drops its route.
@@ -50,9 +60,46 @@ pub enum Doorbell {
     ConnectorGone,
 }
 
+/// The stored message an outbox doorbell carries, as the store holds it (its row), so the
+/// pod holding the channel's socket sends it without reading the store. The durable row stays
+/// the truth: `seq` and `prev` (the channel's highest seq before it, 0 for none) tell the
+/// receiver whether it has handled everything before this message; when it has not, it reads
+/// the store instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Carried {
+    pub seq: i64,
+    pub prev: i64,
+    pub message_id: String,
+    /// The stored payload (the `chat.message` payload and what is kept beside it).
+    pub payload: serde_json::Value,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+/// Largest encoded outbox doorbell that carries its message; a larger message rings without
+/// it (the receiver reads the store), so a bus message stays small.
+pub const MAX_CARRIED_BELL_BYTES: usize = 8 * 1024;
+
 impl Doorbell {
+    /// An outbox doorbell without a message: the receiver reads the store.
+    pub fn outbox(channel_id: &str) -> Self {
+        Self::Outbox {
+            channel_id: channel_id.to_owned(),
+            carried: None,
+        }
+    }
+
+    /// The bus message; an outbox doorbell whose carried message would make it larger than
+    /// [`MAX_CARRIED_BELL_BYTES`] goes without it.
     pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+        let full = serde_json::to_vec(self).unwrap_or_default();
+        match self {
+            Self::Outbox {
+                channel_id,
+                carried: Some(_),
+            } if full.len() > MAX_CARRIED_BELL_BYTES => Self::outbox(channel_id).encode(),
+            _ => full,
+        }
     }
     pub fn decode(b: &[u8]) -> Option<Self> {
         serde_json::from_slice(b).ok()
@@ -106,5 +153,73 @@ impl Bus for LocalBus {
 
     fn is_connected(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn carried(text: &str) -> Doorbell {
+        Doorbell::Outbox {
+            channel_id: "cch_1".into(),
+            carried: Some(Box::new(Carried {
+                seq: 7,
+                prev: 5,
+                message_id: "m7".into(),
+                payload: serde_json::json!({"message_id": "m7", "text": text}),
+                created_at: 1,
+                expires_at: 2,
+            })),
+        }
+    }
+
+    /// The outbox doorbell as pods before carried messages knew it.
+    #[derive(Debug, PartialEq, Deserialize)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    enum OldDoorbell {
+        Outbox { channel_id: String },
+    }
+
+    #[test]
+    fn a_carried_message_round_trips() {
+        let bell = carried("hello");
+        assert_eq!(Doorbell::decode(&bell.encode()), Some(bell));
+    }
+
+    /// Rolling upgrade: an older pod reads a carried doorbell as a plain one, and a plain
+    /// one (an older pod's) still decodes here.
+    #[test]
+    fn both_shapes_decode_on_both_versions() {
+        let old: OldDoorbell = serde_json::from_slice(&carried("hello").encode()).unwrap();
+        assert_eq!(
+            old,
+            OldDoorbell::Outbox {
+                channel_id: "cch_1".into()
+            }
+        );
+        let plain = br#"{"kind":"outbox","channel_id":"cch_1"}"#;
+        assert_eq!(Doorbell::decode(plain), Some(Doorbell::outbox("cch_1")));
+        // A kind this version does not know is dropped, not misread.
+        assert_eq!(
+            Doorbell::decode(br#"{"kind":"later","channel_id":"c"}"#),
+            None
+        );
+    }
+
+    #[test]
+    fn a_large_message_rings_without_itself() {
+        let big = carried(&"x".repeat(MAX_CARRIED_BELL_BYTES));
+        let bytes = big.encode();
+        assert!(bytes.len() < 200, "{} bytes", bytes.len());
+        assert_eq!(Doorbell::decode(&bytes), Some(Doorbell::outbox("cch_1")));
+        let small = carried(&"x".repeat(MAX_CARRIED_BELL_BYTES / 2));
+        assert!(matches!(
+            Doorbell::decode(&small.encode()),
+            Some(Doorbell::Outbox {
+                carried: Some(_),
+                ..
+            })
+        ));
     }
 }

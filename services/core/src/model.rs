@@ -149,7 +149,10 @@ pub struct OutboxRecord {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnqueueOutcome {
-    Stored,
+    /// Stored at `seq`. `prev` is the highest seq the channel's outbox held when it was
+    /// stored (0: none): a receiver that has handled the channel up to `prev` or beyond knows
+    /// that no message lies between what it handled and this one.
+    Stored { seq: i64, prev: i64 },
     /// The `(channel, message_id)` was seen before; nothing stored.
     Duplicate,
     /// The channel's pending cap is reached; the caller must refuse (retryably).
@@ -157,6 +160,25 @@ pub enum EnqueueOutcome {
     /// The channel does not exist (any more); nothing stored. Batches only: the single
     /// `enqueue_outbox` answers NotFound instead.
     UnknownChannel,
+}
+
+impl EnqueueOutcome {
+    /// What a plan stores before the store has placed it ([`EnqueueOutcome::Stored`] at 0).
+    pub const STORED: Self = Self::Stored { seq: 0, prev: 0 };
+
+    pub fn is_stored(&self) -> bool {
+        matches!(self, Self::Stored { .. })
+    }
+
+    /// The outcome's stable name (metrics, the journal, tests).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Stored { .. } => "stored",
+            Self::Duplicate => "duplicate",
+            Self::Full => "full",
+            Self::UnknownChannel => "unknown_channel",
+        }
+    }
 }
 
 /// One message for [`crate::store::Store::enqueue_outbox_batch`], with its channel's pending

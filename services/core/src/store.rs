@@ -397,6 +397,31 @@ pub struct BatchFacts {
     pub channels: std::collections::HashSet<String>,
     pub seen: std::collections::HashSet<(String, String)>,
     pub pending: std::collections::HashMap<String, i64>,
+    /// The highest seq each channel's outbox holds, in any state (none: no row).
+    pub last: std::collections::HashMap<String, i64>,
+}
+
+/// Places the stored items of a planned batch: `seqs` are the seqs the backend gave them,
+/// in input order; each one's `prev` is the seq stored before it in its channel (earlier
+/// in the batch, or the channel's highest in `facts.last`).
+pub fn place_batch(
+    items: &[Enqueue],
+    outcomes: &mut [EnqueueOutcome],
+    facts: &BatchFacts,
+    seqs: &[i64],
+) {
+    let mut last = facts.last.clone();
+    let mut seqs = seqs.iter();
+    for (it, o) in items.iter().zip(outcomes.iter_mut()) {
+        if !o.is_stored() {
+            continue;
+        }
+        let Some(&seq) = seqs.next() else {
+            return;
+        };
+        let prev = last.insert(it.record.channel_id.clone(), seq).unwrap_or(0);
+        *o = EnqueueOutcome::Stored { seq, prev };
+    }
 }
 
 /// The outcome of each item of a batch, in input order, with the rules of
@@ -423,7 +448,8 @@ pub fn plan_enqueue_batch(items: &[Enqueue], facts: &BatchFacts) -> Vec<EnqueueO
             }
             *n += 1;
             seen_here.insert(key);
-            EnqueueOutcome::Stored
+            // The backend places it (seq, prev) when it inserts the row.
+            EnqueueOutcome::STORED
         })
         .collect()
 }
@@ -470,13 +496,13 @@ mod tests {
         assert_eq!(
             plan_enqueue_batch(&items, &facts),
             vec![
-                Stored,
+                EnqueueOutcome::STORED,
                 Duplicate,
                 Duplicate,
                 UnknownChannel,
-                Stored,
+                EnqueueOutcome::STORED,
                 Full,
-                Stored
+                EnqueueOutcome::STORED
             ]
         );
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use switchyard_core::bus::LocalBus;
+use switchyard_core::bus::{Carried, LocalBus};
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
 use switchyard_core::engine::{
     AckOutcome, CommitLimits, Connector, EngineConfig, Hub, OutboxCommitter, Outflow,
@@ -30,6 +30,8 @@ use common::ProbeProvider;
 struct Kit {
     conn: Connector,
     store: Arc<dyn Store>,
+    /// The same store, for its count of delivery reads.
+    mem: Arc<MemoryStore>,
     _dir: tempfile::TempDir,
 }
 
@@ -39,7 +41,8 @@ async fn kit() -> Kit {
 
 async fn kit_with(commit: CommitLimits) -> Kit {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mem = Arc::new(MemoryStore::new());
+    let store: Arc<dyn Store> = mem.clone();
     store.migrate().await.unwrap();
     let hub = Arc::new(Hub {
         store: store.clone(),
@@ -59,6 +62,7 @@ async fn kit_with(commit: CommitLimits) -> Kit {
     Kit {
         conn,
         store,
+        mem,
         _dir: dir,
     }
 }
@@ -103,7 +107,28 @@ impl Kit {
     async fn put(&self, ch: &str, ids: &[&str]) {
         let items: Vec<Enqueue> = ids.iter().map(|id| item(ch, id, 1000)).collect();
         let out = self.store.enqueue_outbox_batch(&items).await.unwrap();
-        assert!(out.iter().all(|o| *o == EnqueueOutcome::Stored), "{out:?}");
+        assert!(out.iter().all(|o| o.is_stored()), "{out:?}");
+    }
+
+    /// Stores messages as the ingress does and returns what their doorbells carry.
+    async fn put_carried(&self, ch: &str, ids: &[&str]) -> Vec<Carried> {
+        let items: Vec<Enqueue> = ids.iter().map(|id| item(ch, id, 1000)).collect();
+        let out = self.store.enqueue_outbox_batch(&items).await.unwrap();
+        items
+            .into_iter()
+            .zip(out)
+            .map(|(it, o)| match o {
+                EnqueueOutcome::Stored { seq, prev } => Carried {
+                    seq,
+                    prev,
+                    message_id: it.record.message_id,
+                    payload: it.record.payload,
+                    created_at: it.record.created_at,
+                    expires_at: it.record.expires_at,
+                },
+                other => panic!("not stored: {other:?}"),
+            })
+            .collect()
     }
 
     /// The delivery machine of socket `sock_a` with `ch` routed to it.
@@ -376,10 +401,7 @@ async fn group_commit_stores_each_message_once_and_in_order() {
         .into_iter()
         .map(|r| r.expect("queue not full").expect("stored"))
         .collect();
-    let stored = outcomes
-        .iter()
-        .filter(|o| **o == EnqueueOutcome::Stored)
-        .count();
+    let stored = outcomes.iter().filter(|o| o.is_stored()).count();
     let dup = outcomes
         .iter()
         .filter(|o| **o == EnqueueOutcome::Duplicate)
@@ -407,7 +429,7 @@ async fn a_full_commit_queue_refuses_at_once_and_stores_nothing_it_refused() {
     let accepted: Vec<String> = results
         .iter()
         .enumerate()
-        .filter(|(_, r)| matches!(r, Ok(Ok(EnqueueOutcome::Stored))))
+        .filter(|(_, r)| matches!(r, Ok(Ok(EnqueueOutcome::Stored { .. }))))
         .map(|(i, _)| format!("m{i}"))
         .collect();
     let refused = results.iter().filter(|r| r.is_err()).count();
@@ -439,8 +461,11 @@ async fn batch_outcomes_for_a_missing_channel_and_a_full_one() {
         ])
         .await
         .unwrap();
-    use EnqueueOutcome::*;
-    assert_eq!(out, [Stored, UnknownChannel, Stored, Full, Duplicate]);
+    let labels: Vec<&str> = out.iter().map(EnqueueOutcome::label).collect();
+    assert_eq!(
+        labels,
+        ["stored", "unknown_channel", "stored", "full", "duplicate"]
+    );
     let gone = k
         .store
         .ack_outbox_batch(&[(ch.id.clone(), "a".into()), (ch.id.clone(), "zz".into())])
@@ -468,4 +493,99 @@ async fn provider_secrets_are_encrypted_and_bound_to_their_key() {
     // The same ciphertext under another key does not decrypt.
     k.store.kv_put(&ns, "peer:u2", &stored).await.unwrap();
     assert!(k.conn.secret_get("peer:u2").await.is_err());
+}
+
+/// Issue 26, item 1: a doorbell that carries its message is sent as it is, without reading
+/// the store, one message after the other.
+#[tokio::test]
+async fn a_carried_doorbell_is_sent_without_reading_the_store() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    let mut flow = k.flow(&ch);
+    assert!(flow.flush().await.is_empty(), "the open reads what waits");
+    let reads = k.mem.pending_reads();
+    for m in ["m1", "m2", "m3"] {
+        let c = k.put_carried(&ch.id, &[m]).await;
+        flow.offer(&ch.id, c[0].clone());
+        let sent = flow.flush().await;
+        assert_eq!(ids(&sent), [m]);
+        assert_eq!(
+            flow.on_ack(&ch.id, Some(&sent[0].packet_id), &ack(m)).await,
+            AckOutcome::Recorded
+        );
+    }
+    // Two stored in one batch, their doorbells in order.
+    for c in k.put_carried(&ch.id, &["m4", "m5"]).await {
+        flow.offer(&ch.id, c);
+    }
+    let sent = flow.flush().await;
+    assert_eq!(ids(&sent), ["m4", "m5"]);
+    assert_eq!(
+        k.mem.pending_reads(),
+        reads,
+        "neither the doorbells nor the acks read the store"
+    );
+    assert_eq!(k.pending(&ch.id).await, ["m4", "m5"], "m1..m3 acked");
+}
+
+/// A doorbell whose predecessor this socket never saw (its doorbell lost) reads the store,
+/// which gives both in order; the late doorbell then changes nothing.
+#[tokio::test]
+async fn a_gap_before_a_carried_doorbell_falls_back_to_the_store() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    let mut flow = k.flow(&ch);
+    assert!(flow.flush().await.is_empty());
+    let lost = k.put_carried(&ch.id, &["m1"]).await;
+    let next = k.put_carried(&ch.id, &["m2"]).await;
+    assert_eq!(next[0].prev, lost[0].seq);
+    let reads = k.mem.pending_reads();
+    flow.offer(&ch.id, next[0].clone());
+    assert_eq!(ids(&flow.flush().await), ["m1", "m2"]);
+    assert_eq!(
+        k.mem.pending_reads(),
+        reads + 1,
+        "one read recovers the gap"
+    );
+    flow.offer(&ch.id, lost[0].clone());
+    flow.offer(&ch.id, next[0].clone());
+    assert!(flow.flush().await.is_empty(), "late and repeated doorbells");
+    assert_eq!(k.mem.pending_reads(), reads + 1);
+}
+
+/// A carried message that finds the window full waits in the store and is read when a slot
+/// frees; after a timeout the redelivery comes from the store and carried doorbells resume
+/// behind it.
+#[tokio::test]
+async fn a_full_window_and_a_timeout_hand_over_to_the_store() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    let mut flow = k.flow(&ch);
+    assert!(flow.flush().await.is_empty());
+    let all = k.put_carried(&ch.id, &["m1", "m2", "m3", "m4", "m5"]).await;
+    let reads = k.mem.pending_reads();
+    for c in &all {
+        flow.offer(&ch.id, c.clone());
+    }
+    let sent = flow.flush().await;
+    assert_eq!(ids(&sent), ["m1", "m2", "m3", "m4"], "the window is 4");
+    flow.on_ack(&ch.id, None, &ack("m1")).await;
+    assert_eq!(ids(&flow.flush().await), ["m5"]);
+    assert_eq!(k.mem.pending_reads(), reads + 1);
+
+    // m2..m5 time out: redelivered from the store, in order, with m6 carried behind them.
+    let due = flow.next_due().unwrap();
+    flow.on_tick(due + Duration::from_millis(1)).await;
+    assert_eq!(ids(&flow.flush().await), ["m2", "m3", "m4", "m5"]);
+    for m in ["m2", "m3", "m4", "m5"] {
+        flow.on_ack(&ch.id, None, &ack(m)).await;
+    }
+    // That read filled the window, so the freed slots look once more behind it.
+    assert!(flow.flush().await.is_empty());
+    let reads = k.mem.pending_reads();
+    let c = k.put_carried(&ch.id, &["m6"]).await;
+    flow.offer(&ch.id, c[0].clone());
+    assert_eq!(ids(&flow.flush().await), ["m6"]);
+    assert_eq!(k.mem.pending_reads(), reads);
+    assert_eq!(k.pending(&ch.id).await, ["m6"]);
 }

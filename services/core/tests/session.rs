@@ -19,7 +19,7 @@ use switchyard_core::ephemeral::MemoryEphemeral;
 use switchyard_core::files::LocalFileStore;
 use switchyard_core::ids::now_ms;
 use switchyard_core::memstore::MemoryStore;
-use switchyard_core::model::{Enqueue, EnqueueOutcome, OutboxRecord, OutboxState};
+use switchyard_core::model::{Enqueue, OutboxRecord, OutboxState};
 use switchyard_core::store::Store;
 use switchyard_protocol::{Envelope, PACKET_SCHEMA};
 use tokio::sync::mpsc;
@@ -452,7 +452,7 @@ async fn put(store: &dyn Store, channel: &str, ids: &[&str]) {
         })
         .collect();
     let out = store.enqueue_outbox_batch(&items).await.unwrap();
-    assert!(out.iter().all(|o| *o == EnqueueOutcome::Stored), "{out:?}");
+    assert!(out.iter().all(|o| o.is_stored()), "{out:?}");
 }
 
 async fn pending(store: &dyn Store, channel: &str) -> Vec<String> {
@@ -472,10 +472,7 @@ async fn a_message_push_counts_as_sent_only_once_the_transport_wrote_it() {
     w.hello(&["xagent.im.v1"]).await;
     let ch = w.open().await;
     put(k.store.as_ref(), &ch, &["m1", "m2"]).await;
-    w.input(SessionInput::Bell(Doorbell::Outbox {
-        channel_id: ch.clone(),
-    }))
-    .await;
+    w.input(SessionInput::Bell(Doorbell::outbox(&ch))).await;
     let emitted = w.session.flush().await;
     assert_eq!(emitted.len(), 2);
     let ids: Vec<String> = emitted
@@ -500,10 +497,7 @@ async fn a_message_push_counts_as_sent_only_once_the_transport_wrote_it() {
     v2.hello(&["xagent.im.v2"]).await;
     let ch2 = v2.open().await;
     put(k.store.as_ref(), &ch2, &["n1"]).await;
-    v2.input(SessionInput::Bell(Doorbell::Outbox {
-        channel_id: ch2.clone(),
-    }))
-    .await;
+    v2.input(SessionInput::Bell(Doorbell::outbox(&ch2))).await;
     let emitted = v2.session.flush().await;
     assert!(matches!(&emitted[..], [Emit::Packet(e)] if e.kind == "chat.message"));
 }

@@ -17,7 +17,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Executor, Postgres, Transaction};
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
-use switchyard_core::store::{BatchFacts, plan_enqueue_batch};
+use switchyard_core::store::{BatchFacts, place_batch, plan_enqueue_batch};
 use switchyard_store_sql::records::lease;
 use switchyard_store_sql::{
     Conn, Handles, Lock, StoreDialect, Tx, get, json_text, lease_cols, one,
@@ -408,11 +408,13 @@ impl StoreDialect for PostgresStore {
                 .seen
                 .insert((get(r, "channel_id")?, get(r, "message_id")?));
         }
-        // Expired messages awaiting the purge do not hold the channel's capacity.
+        // Expired messages awaiting the purge do not hold the channel's capacity. The
+        // channel's highest seq places the new messages after it (their doorbells' `prev`).
         let rows = sqlx::query(
-            "SELECT channel_id, COUNT(*) AS n FROM outbox \
-              WHERE channel_id = ANY($1) AND state = 'pending' AND expires_at > $2 \
-              GROUP BY channel_id",
+            "SELECT channel_id, \
+                    COUNT(*) FILTER (WHERE state = 'pending' AND expires_at > $2) AS n, \
+                    MAX(seq) AS last \
+               FROM outbox WHERE channel_id = ANY($1) GROUP BY channel_id",
         )
         .bind(&channels)
         .bind(now)
@@ -420,13 +422,15 @@ impl StoreDialect for PostgresStore {
         .await
         .map_err(db("count pending"))?;
         for r in &rows {
-            facts.pending.insert(get(r, "channel_id")?, get(r, "n")?);
+            let ch: String = get(r, "channel_id")?;
+            facts.last.insert(ch.clone(), get(r, "last")?);
+            facts.pending.insert(ch, get(r, "n")?);
         }
-        let outcomes = plan_enqueue_batch(items, &facts);
+        let mut outcomes = plan_enqueue_batch(items, &facts);
         let stored: Vec<&Enqueue> = items
             .iter()
             .zip(&outcomes)
-            .filter(|(_, o)| **o == EnqueueOutcome::Stored)
+            .filter(|(_, o)| o.is_stored())
             .map(|(i, _)| i)
             .collect();
         if !stored.is_empty() {
@@ -445,21 +449,39 @@ impl StoreDialect for PostgresStore {
                 seen_until.push(it.dedupe_until);
             }
             // Rows are inserted in input order, so seq follows arrival within a channel.
-            sqlx::query(
+            let rows = sqlx::query(
                 "INSERT INTO outbox (channel_id, message_id, payload, created_at, expires_at, attempts, state) \
                  SELECT channel_id, message_id, payload, created_at, expires_at, 0, 'pending' \
                    FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[]) \
                         WITH ORDINALITY AS i(channel_id, message_id, payload, created_at, expires_at, n) \
-                  ORDER BY n",
+                  ORDER BY n \
+                 RETURNING channel_id, message_id, seq",
             )
             .bind(&ch)
             .bind(&msg)
             .bind(&payload)
             .bind(&created)
             .bind(&expires)
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await
             .map_err(db("insert outbox"))?;
+            // RETURNING promises no order: each row is matched to its item by key.
+            let mut at = std::collections::HashMap::with_capacity(rows.len());
+            for r in &rows {
+                let key: (String, String) = (get(r, "channel_id")?, get(r, "message_id")?);
+                let seq: i64 = get(r, "seq")?;
+                at.insert(key, seq);
+            }
+            let seqs = ch
+                .iter()
+                .zip(&msg)
+                .map(|(c, m)| {
+                    at.get(&(c.clone(), m.clone()))
+                        .copied()
+                        .ok_or_else(|| BackendError::internal("outbox insert lost a row"))
+                })
+                .collect::<BackendResult<Vec<i64>>>()?;
+            place_batch(items, &mut outcomes, &facts, &seqs);
             sqlx::query(
                 "INSERT INTO inbound_seen (channel_id, message_id, expires_at) \
                  SELECT * FROM unnest($1::text[], $2::text[], $3::int8[]) \

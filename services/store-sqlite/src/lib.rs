@@ -17,7 +17,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{Executor, Sqlite, Transaction};
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
-use switchyard_core::store::{BatchFacts, plan_enqueue_batch};
+use switchyard_core::store::{BatchFacts, place_batch, plan_enqueue_batch};
 use switchyard_store_sql::records::lease;
 use switchyard_store_sql::{
     Conn, Handles, Lock, StoreDialect, Tx, get, json_text, lease_cols, one,
@@ -366,11 +366,13 @@ impl StoreDialect for SqliteStore {
                 .seen
                 .insert((get(r, "channel_id")?, get(r, "message_id")?));
         }
-        // Expired messages awaiting the purge do not hold the channel's capacity.
+        // Expired messages awaiting the purge do not hold the channel's capacity. The
+        // channel's highest seq places the new messages after it (their doorbells' `prev`).
         let rows = sqlx::query(
-            "SELECT channel_id, COUNT(*) AS n FROM outbox \
-              WHERE channel_id IN (SELECT value FROM json_each($1)) AND state = 'pending' AND expires_at > $2 \
-              GROUP BY channel_id",
+            "SELECT channel_id, \
+                    SUM(CASE WHEN state = 'pending' AND expires_at > $2 THEN 1 ELSE 0 END) AS n, \
+                    MAX(seq) AS last \
+               FROM outbox WHERE channel_id IN (SELECT value FROM json_each($1)) GROUP BY channel_id",
         )
         .bind(&channels)
         .bind(now)
@@ -378,15 +380,18 @@ impl StoreDialect for SqliteStore {
         .await
         .map_err(db("count pending"))?;
         for r in &rows {
-            facts.pending.insert(get(r, "channel_id")?, get(r, "n")?);
+            let ch: String = get(r, "channel_id")?;
+            facts.last.insert(ch.clone(), get(r, "last")?);
+            facts.pending.insert(ch, get(r, "n")?);
         }
-        let outcomes = plan_enqueue_batch(items, &facts);
+        let mut outcomes = plan_enqueue_batch(items, &facts);
+        let mut seqs = Vec::new();
         for (it, outcome) in items.iter().zip(&outcomes) {
-            if *outcome != EnqueueOutcome::Stored {
+            if !outcome.is_stored() {
                 continue;
             }
             let rec = &it.record;
-            sqlx::query(
+            let inserted = sqlx::query(
                 "INSERT INTO outbox (channel_id, message_id, payload, created_at, expires_at, attempts, state) \
                  VALUES ($1, $2, $3, $4, $5, 0, 'pending')",
             )
@@ -398,6 +403,7 @@ impl StoreDialect for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(db("insert outbox"))?;
+            seqs.push(inserted.last_insert_rowid());
             sqlx::query(
                 "INSERT INTO inbound_seen (channel_id, message_id, expires_at) VALUES ($1, $2, $3) \
                  ON CONFLICT (channel_id, message_id) DO UPDATE SET expires_at = excluded.expires_at",
@@ -410,6 +416,7 @@ impl StoreDialect for SqliteStore {
             .map_err(db("record seen"))?;
         }
         tx.commit().await.map_err(db("commit"))?;
+        place_batch(items, &mut outcomes, &facts, &seqs);
         Ok(outcomes)
     }
 
@@ -510,9 +517,7 @@ impl StoreDialect for SqliteStore {
         before_id: Option<i64>,
         limit: u32,
     ) -> BackendResult<Vec<JournalRecord>> {
-        self.journal
-            .for_channel(channel_id, before_id, limit)
-            .await
+        self.journal.for_channel(channel_id, before_id, limit).await
     }
 
     async fn purge_journal(&self, before: i64, per_tenant: u64) -> BackendResult<u64> {

@@ -748,8 +748,11 @@ pub async fn delete_connector_cascades(s: &dyn Store) {
     s.insert_connector(&c).await.expect("reinsert connector");
     s.insert_channel(&ch1).await.expect("reinsert channel");
     assert_eq!(
-        s.enqueue_outbox(&m, 10, now + HOUR).await.expect("enqueue"),
-        EnqueueOutcome::Stored,
+        s.enqueue_outbox(&m, 10, now + HOUR)
+            .await
+            .expect("enqueue")
+            .label(),
+        "stored",
         "seen-records went"
     );
     assert_eq!(
@@ -1171,8 +1174,11 @@ pub async fn delete_channel_cascades(s: &dyn Store) {
 
     s.insert_channel(&ch).await.expect("reinsert channel");
     assert_eq!(
-        s.enqueue_outbox(&m, 10, now + HOUR).await.expect("enqueue"),
-        EnqueueOutcome::Stored,
+        s.enqueue_outbox(&m, 10, now + HOUR)
+            .await
+            .expect("enqueue")
+            .label(),
+        "stored",
         "seen-records went"
     );
     assert_eq!(
@@ -1307,8 +1313,11 @@ pub async fn enqueue_dedupes(s: &dyn Store) {
     let m = message(&ch.id, now, now + HOUR);
     let seen_until = now + 2 * HOUR;
     assert_eq!(
-        s.enqueue_outbox(&m, 10, seen_until).await.expect("enqueue"),
-        EnqueueOutcome::Stored
+        s.enqueue_outbox(&m, 10, seen_until)
+            .await
+            .expect("enqueue")
+            .label(),
+        "stored"
     );
 
     let stored = s.pending_outbox(&ch.id, 0, now, 10).await.expect("pending");
@@ -1355,8 +1364,9 @@ pub async fn enqueue_dedupes(s: &dyn Store) {
     assert_eq!(
         s.enqueue_outbox(&after_window, 10, seen_until + 2 * HOUR)
             .await
-            .expect("enqueue"),
-        EnqueueOutcome::Stored,
+            .expect("enqueue")
+            .label(),
+        "stored",
         "past the dedupe window the id is new again"
     );
 
@@ -1365,8 +1375,9 @@ pub async fn enqueue_dedupes(s: &dyn Store) {
     assert_eq!(
         s.enqueue_outbox(&short, 10, now + 1)
             .await
-            .expect("enqueue"),
-        EnqueueOutcome::Stored
+            .expect("enqueue")
+            .label(),
+        "stored"
     );
     let later = OutboxRecord {
         created_at: now + 5,
@@ -1388,8 +1399,9 @@ pub async fn enqueue_dedupes(s: &dyn Store) {
     assert_eq!(
         s.enqueue_outbox(&there, 10, seen_until)
             .await
-            .expect("enqueue"),
-        EnqueueOutcome::Stored
+            .expect("enqueue")
+            .label(),
+        "stored"
     );
 }
 
@@ -1399,12 +1411,8 @@ pub async fn enqueue_respects_cap(s: &dyn Store) {
     let (m2, o2) = enqueue(s, &ch.id, 2).await;
     let (m3, o3) = enqueue(s, &ch.id, 2).await;
     assert_eq!(
-        (o1, o2, o3),
-        (
-            EnqueueOutcome::Stored,
-            EnqueueOutcome::Stored,
-            EnqueueOutcome::Full
-        )
+        (o1.label(), o2.label(), o3),
+        ("stored", "stored", EnqueueOutcome::Full)
     );
     assert_eq!(s.count_pending(&ch.id).await.expect("count"), 2);
 
@@ -1413,8 +1421,9 @@ pub async fn enqueue_respects_cap(s: &dyn Store) {
     assert_eq!(
         s.enqueue_outbox(&m3, 2, m3.created_at + HOUR)
             .await
-            .expect("enqueue"),
-        EnqueueOutcome::Stored
+            .expect("enqueue")
+            .label(),
+        "stored"
     );
     assert_eq!(enqueue(s, &ch.id, 2).await.1, EnqueueOutcome::Full);
 
@@ -1425,7 +1434,7 @@ pub async fn enqueue_respects_cap(s: &dyn Store) {
             .expect("fail")
     );
     assert_eq!(s.count_pending(&ch.id).await.expect("count"), 1);
-    assert_eq!(enqueue(s, &ch.id, 2).await.1, EnqueueOutcome::Stored);
+    assert_eq!(enqueue(s, &ch.id, 2).await.1.label(), "stored");
 
     // Neither do expired ones waiting for the purge.
     let other = channel(s).await;
@@ -1434,15 +1443,17 @@ pub async fn enqueue_respects_cap(s: &dyn Store) {
     assert_eq!(
         s.enqueue_outbox(&short, 1, now + 10)
             .await
-            .expect("enqueue"),
-        EnqueueOutcome::Stored
+            .expect("enqueue")
+            .label(),
+        "stored"
     );
     let next = message(&other.id, now + 10, now + HOUR);
     assert_eq!(
         s.enqueue_outbox(&next, 1, now + HOUR)
             .await
-            .expect("enqueue"),
-        EnqueueOutcome::Stored
+            .expect("enqueue")
+            .label(),
+        "stored"
     );
 }
 
@@ -1456,8 +1467,9 @@ pub async fn outbox_backlog(s: &dyn Store) {
         assert_eq!(
             s.enqueue_outbox(&m, 100, now + HOUR)
                 .await
-                .expect("enqueue"),
-            EnqueueOutcome::Stored
+                .expect("enqueue")
+                .label(),
+            "stored"
         );
         ids.push(m.message_id);
     }
@@ -1503,8 +1515,9 @@ pub async fn pending_outbox_order_and_filters(s: &dyn Store) {
         assert_eq!(
             s.enqueue_outbox(&m, 100, now + HOUR)
                 .await
-                .expect("enqueue"),
-            EnqueueOutcome::Stored
+                .expect("enqueue")
+                .label(),
+            "stored"
         );
         enqueue(s, &other.id, 100).await;
         msgs.push(m.message_id);
@@ -1555,8 +1568,9 @@ pub async fn pending_outbox_order_and_filters(s: &dyn Store) {
     assert_eq!(
         s.enqueue_outbox(&short, 100, now + 50)
             .await
-            .expect("enqueue"),
-        EnqueueOutcome::Stored
+            .expect("enqueue")
+            .label(),
+        "stored"
     );
     assert!(
         pending_ids(s, &ch.id, now + 49)
@@ -1645,15 +1659,17 @@ pub async fn purge_outbox(s: &dyn Store) {
         assert_eq!(
             s.enqueue_outbox(m, 10, m.expires_at)
                 .await
-                .expect("enqueue"),
-            EnqueueOutcome::Stored
+                .expect("enqueue")
+                .label(),
+            "stored"
         );
     }
     assert_eq!(
         s.enqueue_outbox(&live, 10, live.expires_at + HOUR)
             .await
-            .expect("enqueue"),
-        EnqueueOutcome::Stored
+            .expect("enqueue")
+            .label(),
+        "stored"
     );
     assert!(
         s.fail_outbox(&ch.id, &old_failed.message_id, "rejected")
@@ -1681,8 +1697,9 @@ pub async fn purge_outbox(s: &dyn Store) {
     assert_eq!(
         s.enqueue_outbox(&old, 10, old.expires_at)
             .await
-            .expect("enqueue"),
-        EnqueueOutcome::Stored
+            .expect("enqueue")
+            .label(),
+        "stored"
     );
     // ...while a live one stays after its message is acked.
     assert!(s.ack_outbox(&ch.id, &live.message_id).await.expect("ack"));
@@ -2237,15 +2254,12 @@ pub async fn enqueue_is_atomic(store: &Arc<dyn Store>) {
         }
     })
     .await;
-    let stored = outcomes
-        .iter()
-        .filter(|o| **o == EnqueueOutcome::Stored)
-        .count();
+    let stored = outcomes.iter().filter(|o| o.is_stored()).count();
     assert_eq!(stored, 1, "one copy of a message is stored: {outcomes:?}");
     assert!(
         outcomes
             .iter()
-            .all(|o| matches!(o, EnqueueOutcome::Stored | EnqueueOutcome::Duplicate))
+            .all(|o| matches!(o, EnqueueOutcome::Stored { .. } | EnqueueOutcome::Duplicate))
     );
 
     let ch = channel(s).await;
@@ -2259,10 +2273,7 @@ pub async fn enqueue_is_atomic(store: &Arc<dyn Store>) {
         }
     })
     .await;
-    let stored = outcomes
-        .iter()
-        .filter(|o| **o == EnqueueOutcome::Stored)
-        .count();
+    let stored = outcomes.iter().filter(|o| o.is_stored()).count();
     assert_eq!(stored, 3, "the cap holds under concurrency: {outcomes:?}");
     assert_eq!(s.count_pending(&ch.id).await.expect("count"), 3);
     let recs = s
@@ -2307,8 +2318,8 @@ pub async fn enqueue_batch_rules(s: &dyn Store) {
     let ch = channel(s).await;
     let full = channel(s).await;
     let now = now_ms();
-    let (old, _) = enqueue(s, &ch.id, 100).await;
-    let (_, _) = enqueue(s, &full.id, 100).await;
+    let (old, old_at) = enqueue(s, &ch.id, 100).await;
+    let (_, full_at) = enqueue(s, &full.id, 100).await;
     let a = message(&ch.id, now, now + HOUR);
     let b = message(&ch.id, now, now + HOUR);
     let f1 = message(&full.id, now, now + HOUR);
@@ -2326,18 +2337,32 @@ pub async fn enqueue_batch_rules(s: &dyn Store) {
         ])
         .await
         .expect("enqueue batch");
-    use EnqueueOutcome::*;
+    let labels: Vec<&str> = out.iter().map(EnqueueOutcome::label).collect();
     assert_eq!(
-        out,
+        labels,
         [
-            Stored,
-            Duplicate,
-            UnknownChannel,
-            Stored,
-            Stored,
-            Duplicate,
-            Full
+            "stored",
+            "duplicate",
+            "unknown_channel",
+            "stored",
+            "stored",
+            "duplicate",
+            "full"
         ]
+    );
+    // Each stored message is placed after the one stored before it in its channel.
+    let place = |o: &EnqueueOutcome| match *o {
+        EnqueueOutcome::Stored { seq, prev } => (seq, prev),
+        other => panic!("not stored: {other:?}"),
+    };
+    let ((old_seq, _), (full_seq, _)) = (place(&old_at), place(&full_at));
+    let (a_seq, a_prev) = place(&out[0]);
+    let (f1_seq, f1_prev) = place(&out[3]);
+    let (b_seq, b_prev) = place(&out[4]);
+    assert_eq!((a_prev, f1_prev, b_prev), (old_seq, full_seq, a_seq));
+    assert!(
+        old_seq < a_seq && a_seq < b_seq && full_seq < f1_seq,
+        "{out:?}"
     );
     assert_eq!(
         pending_ids(s, &ch.id, now).await,
@@ -2355,7 +2380,7 @@ pub async fn enqueue_batch_rules(s: &dyn Store) {
         .enqueue_outbox_batch(&[item(a.clone(), 100)])
         .await
         .expect("enqueue batch");
-    assert_eq!(again, [Duplicate]);
+    assert_eq!(again, [EnqueueOutcome::Duplicate]);
     assert_eq!(s.enqueue_outbox_batch(&[]).await.expect("empty"), []);
 }
 
@@ -2390,7 +2415,7 @@ pub async fn enqueue_batch_is_atomic(store: &Arc<dyn Store>) {
     })
     .await;
     let all: Vec<EnqueueOutcome> = outcomes.into_iter().flatten().collect();
-    let stored = all.iter().filter(|o| **o == EnqueueOutcome::Stored).count();
+    let stored = all.iter().filter(|o| o.is_stored()).count();
     assert_eq!(stored, 20 + 12, "each shared message once, B up to its cap");
     assert_eq!(s.count_pending(&a.id).await.expect("count"), 20);
     assert_eq!(s.count_pending(&b.id).await.expect("count"), 12);
@@ -2598,8 +2623,9 @@ pub async fn console_channels_and_failures(s: &dyn Store) {
         assert_eq!(
             s.enqueue_outbox(m, 100, now + 2 * HOUR)
                 .await
-                .expect("enqueue"),
-            EnqueueOutcome::Stored
+                .expect("enqueue")
+                .label(),
+            "stored"
         );
     }
     assert!(

@@ -7,7 +7,7 @@ use switchyard_protocol::outbound::Outbound;
 use switchyard_protocol::profile::{self, IM_V1};
 
 use super::{CardServices, Connector, Fault, Overloaded, ms};
-use crate::bus::Doorbell;
+use crate::bus::{Carried, Doorbell};
 use crate::ids::now_ms;
 use crate::journal::JournalStep;
 use crate::model::{Enqueue, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
@@ -87,7 +87,8 @@ impl CardServices {
             last_error: None,
         };
         let item = Enqueue {
-            record: rec,
+            // Kept: the doorbell carries it.
+            record: rec.clone(),
             cap: cfg.outbox_cap,
             dedupe_until: now + ms(cfg.dedupe_window),
         };
@@ -109,21 +110,27 @@ impl CardServices {
                 return Err(ServicesError::Overloaded);
             }
         };
-        let label = match outcome {
-            EnqueueOutcome::Stored => "stored",
-            EnqueueOutcome::Duplicate => "duplicate",
-            EnqueueOutcome::Full => "full",
-            EnqueueOutcome::UnknownChannel => "unknown_channel",
-        };
+        let label = outcome.label();
         metrics::counter!("switchyard_inbound_messages_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
         note(JournalStep::Accepted, label);
         match outcome {
-            EnqueueOutcome::Stored => {
+            EnqueueOutcome::Stored { seq, prev } => {
                 note(JournalStep::Stored, "outbox");
+                // The doorbell carries the message (when small enough, see `Doorbell::encode`)
+                // so the pod holding the channel sends it without reading it back.
+                let carried = Carried {
+                    seq,
+                    prev,
+                    message_id: rec.message_id,
+                    payload: rec.payload,
+                    created_at: rec.created_at,
+                    expires_at: rec.expires_at,
+                };
                 self.ring(
                     connector_id,
                     Doorbell::Outbox {
                         channel_id: channel_id.to_owned(),
+                        carried: Some(Box::new(carried)),
                     },
                 )
                 .await;
@@ -166,6 +173,28 @@ impl Connector {
             .into_iter()
             .filter_map(|r| self.render(r, kind))
             .collect())
+    }
+
+    /// A message its doorbell carried, rendered as the channel receives it (as if read
+    /// from the store: the carried fields are the stored row's).
+    pub(crate) fn render_carried(
+        &self,
+        channel_id: &str,
+        c: Carried,
+        kind: DeliveryKind,
+    ) -> Option<Delivery> {
+        let rec = OutboxRecord {
+            seq: c.seq,
+            channel_id: channel_id.to_owned(),
+            message_id: c.message_id,
+            payload: c.payload,
+            created_at: c.created_at,
+            expires_at: c.expires_at,
+            attempts: 0,
+            state: OutboxState::Pending,
+            last_error: None,
+        };
+        self.render(rec, kind)
     }
 
     fn render(&self, rec: OutboxRecord, kind: DeliveryKind) -> Option<Delivery> {

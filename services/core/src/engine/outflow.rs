@@ -20,7 +20,8 @@ use switchyard_protocol::im::{AckStatus, ChatAckPayload};
 use switchyard_protocol::outbound::Correlation;
 use switchyard_protocol::{Envelope, ErrorCode};
 
-use super::{Connector, DeliveryKind};
+use super::{Connector, Delivery, DeliveryKind};
+use crate::bus::Carried;
 use crate::ids::{new_id, now_ms};
 use crate::journal::JournalStep;
 use crate::model::ChannelRecord;
@@ -129,6 +130,10 @@ struct Route {
     tenant_id: String,
     /// Highest outbox seq handed out on this socket.
     cursor: i64,
+    /// Whether messages may wait beyond the cursor that no read or doorbell handed out (a
+    /// read that filled the window, a doorbell refused for a full window): a freed slot
+    /// then reads the store. Otherwise carried doorbells bring what comes next.
+    behind: bool,
     inflight: VecDeque<Inflight>,
 }
 
@@ -151,6 +156,9 @@ pub struct Outflow {
     /// packet id: (channel, message_id, accepted_at). Only [`Outflow::taken`] makes them
     /// delivered; a socket that ends first leaves them pending for the next connection.
     handed: HashMap<String, (String, String, i64)>,
+    /// Packets of carried messages ([`Outflow::offer`]) handed out since the last flush,
+    /// in order; sent ahead of what the flush reads.
+    ready: Vec<Envelope>,
     /// Channels to read at the next flush, in the order they became due.
     due: Vec<String>,
     due_set: HashSet<String>,
@@ -166,6 +174,7 @@ impl Outflow {
             routes: HashMap::new(),
             done: Vec::new(),
             handed: HashMap::new(),
+            ready: Vec::new(),
             due: Vec::new(),
             due_set: HashSet::new(),
             draining: false,
@@ -183,6 +192,7 @@ impl Outflow {
                 kind,
                 tenant_id: ch.tenant_id.clone(),
                 cursor: 0,
+                behind: true,
                 inflight: VecDeque::new(),
             },
         );
@@ -271,6 +281,37 @@ impl Outflow {
         }
     }
 
+    /// A doorbell carried the stored message `c` of a channel. It is handed out at once when
+    /// it is the channel's next message here: every message before it (up to `c.prev`) was
+    /// already read or handed out on this route, and the window has room. Otherwise the
+    /// store is read (a missed or out-of-order doorbell, a full window, a reset after a
+    /// timeout), so order and exactly-once remain the store's.
+    pub fn offer(&mut self, channel_id: &str, c: Carried) {
+        let window = self.limits.window as usize;
+        let Some(route) = self.routes.get_mut(channel_id) else {
+            return;
+        };
+        if c.seq <= route.cursor {
+            // Already read from the store (or a repeated doorbell).
+            return;
+        }
+        let next = c.prev <= route.cursor
+            && route.inflight.len() < window
+            && c.expires_at > now_ms()
+            && !self.draining;
+        if !next {
+            route.behind = true;
+            return self.wake(channel_id);
+        }
+        let Some(d) = self.conn.render_carried(channel_id, c, route.kind) else {
+            return;
+        };
+        route.cursor = d.seq;
+        let mut ready = std::mem::take(&mut self.ready);
+        self.hand_out(channel_id, d, &mut ready);
+        self.ready = ready;
+    }
+
     /// Every route may have news (a lagged or lost doorbell stream).
     pub fn wake_all(&mut self) {
         let ids: Vec<String> = self.routes.keys().cloned().collect();
@@ -323,16 +364,22 @@ impl Outflow {
                 if let Some(i) = route.inflight.remove(idx) {
                     self.conn.record_delivery_latency(i.accepted_at);
                 }
+                let behind = route.behind;
                 self.done
                     .push((channel_id.to_owned(), p.message_id.clone()));
-                self.wake(channel_id);
+                if behind {
+                    self.wake(channel_id);
+                }
             }
             AckVerdict::Failed(reason) => {
                 route.inflight.remove(idx);
+                let behind = route.behind;
                 if let Err(f) = self.conn.rejected(channel_id, &p.message_id, &reason).await {
                     tracing::warn!(code = %f.code, "recording a rejection failed; the message stays pending");
                 }
-                self.wake(channel_id);
+                if behind {
+                    self.wake(channel_id);
+                }
             }
             AckVerdict::Retry(code) => {
                 // The whole window restarts from the oldest pending once the pause is over.
@@ -361,6 +408,7 @@ impl Outflow {
             }
             route.inflight.clear();
             route.cursor = 0;
+            route.behind = true;
             overdue_channels.push((id.clone(), overdue));
         }
         for (id, overdue) in overdue_channels {
@@ -408,6 +456,9 @@ impl Outflow {
                 .get(&s.channel_id)
                 .is_some_and(|r| s.max_pending_seq.is_some_and(|m| m > r.cursor));
             if behind {
+                if let Some(r) = self.routes.get_mut(&s.channel_id) {
+                    r.behind = true;
+                }
                 self.wake(&s.channel_id);
             }
         }
@@ -420,7 +471,7 @@ impl Outflow {
     /// Returns the packets to send, in order.
     pub async fn flush(&mut self) -> Vec<Envelope> {
         self.write_done().await;
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.ready);
         let due = std::mem::take(&mut self.due);
         self.due_set.clear();
         for id in due {
@@ -451,22 +502,35 @@ impl Outflow {
             return;
         };
         let room = window.saturating_sub(route.inflight.len());
-        if room == 0 || route.kind == DeliveryKind::None {
+        if room == 0 {
+            // Woken with a full window: read when a slot frees.
+            route.behind = true;
             return;
         }
-        let batch = match self
+        if route.kind == DeliveryKind::None {
+            return;
+        }
+        let read = self
             .conn
             .pending(channel_id, route.kind, route.cursor, room as u32)
-            .await
-        {
+            .await;
+        let Some(route) = self.routes.get_mut(channel_id) else {
+            return;
+        };
+        let batch = match read {
             Ok(b) => b,
             Err(f) => {
                 tracing::warn!(code = %f.code, "reading pending messages failed; retried on the next sweep");
+                route.behind = true;
                 return;
             }
         };
+        // A read that filled the window may have left messages behind it.
+        route.behind = batch.len() >= room;
         for d in batch {
-            route.cursor = route.cursor.max(d.seq);
+            if let Some(route) = self.routes.get_mut(channel_id) {
+                route.cursor = route.cursor.max(d.seq);
+            }
             // An ack whose write failed must not be delivered again after a reset, nor a
             // push the transport still holds.
             let recorded = self
@@ -480,33 +544,42 @@ impl Outflow {
             if recorded || held {
                 continue;
             }
-            let packet_id = new_id("pkt");
-            self.conn.hub.journal.record(
-                &route.tenant_id,
-                channel_id,
-                &d.message_id,
-                JournalStep::Sent,
-                &self.socket_id,
-            );
-            let env =
-                d.packet
-                    .into_envelope(packet_id.clone(), now_ms(), Correlation::push(channel_id));
-            out.push(env);
-            match route.kind {
-                DeliveryKind::ChatMessage => route.inflight.push_back(Inflight {
-                    message_id: d.message_id,
+            self.hand_out(channel_id, d, out);
+        }
+    }
+
+    /// Puts one delivery of a routed channel on its way: journaled, enveloped, and in flight
+    /// until acked (or, for `message.push`, until the transport reports it written).
+    fn hand_out(&mut self, channel_id: &str, d: Delivery, out: &mut Vec<Envelope>) {
+        let Some(route) = self.routes.get_mut(channel_id) else {
+            return;
+        };
+        let packet_id = new_id("pkt");
+        self.conn.hub.journal.record(
+            &route.tenant_id,
+            channel_id,
+            &d.message_id,
+            JournalStep::Sent,
+            &self.socket_id,
+        );
+        let env =
+            d.packet
+                .into_envelope(packet_id.clone(), now_ms(), Correlation::push(channel_id));
+        out.push(env);
+        match route.kind {
+            DeliveryKind::ChatMessage => route.inflight.push_back(Inflight {
+                message_id: d.message_id,
+                packet_id,
+                due: Instant::now() + self.limits.ack_timeout,
+                accepted_at: d.accepted_at,
+            }),
+            // message.push has no business ack: the socket's write is the delivery,
+            // reported back through `taken`.
+            _ => {
+                self.handed.insert(
                     packet_id,
-                    due: Instant::now() + self.limits.ack_timeout,
-                    accepted_at: d.accepted_at,
-                }),
-                // message.push has no business ack: the socket's write is the delivery,
-                // reported back through `taken`.
-                _ => {
-                    self.handed.insert(
-                        packet_id,
-                        (channel_id.to_owned(), d.message_id, d.accepted_at),
-                    );
-                }
+                    (channel_id.to_owned(), d.message_id, d.accepted_at),
+                );
             }
         }
     }

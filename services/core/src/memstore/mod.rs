@@ -47,6 +47,11 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// How many times `pending_outbox` was answered: the reads the delivery path made.
+    pub fn pending_reads(&self) -> u64 {
+        self.with(|t| Ok(t.pending_reads)).unwrap_or_default()
+    }
+
     /// Runs `f` on the tables under the lock: one call, one atomic step. A std mutex, since
     /// no step awaits while it holds the lock.
     fn with<T>(&self, f: impl FnOnce(&mut Tables) -> BackendResult<T>) -> BackendResult<T> {
@@ -113,6 +118,8 @@ struct Tables {
     /// Journal steps by id (insert order).
     journal: BTreeMap<i64, JournalRecord>,
     last_journal_id: i64,
+    /// `pending_outbox` calls answered (tests count the delivery path's store reads).
+    pending_reads: u64,
 }
 
 /// The error a unique key gives in the SQL stores.

@@ -3,7 +3,7 @@
 
 use crate::error::{BackendError, BackendResult};
 use crate::model::*;
-use crate::store::{BatchFacts, plan_enqueue_batch};
+use crate::store::{BatchFacts, place_batch, plan_enqueue_batch};
 
 use super::{Tables, capped, missing};
 
@@ -51,17 +51,20 @@ impl Tables {
             }
         }
         for m in self.outbox.values() {
+            if !facts.channels.contains(&m.channel_id) {
+                continue;
+            }
+            // Ascending seq: the last one seen is the channel's highest.
+            facts.last.insert(m.channel_id.clone(), m.seq);
             // Expired messages awaiting the purge do not hold the channel's capacity.
-            if facts.channels.contains(&m.channel_id)
-                && m.state == OutboxState::Pending
-                && m.expires_at > now
-            {
+            if m.state == OutboxState::Pending && m.expires_at > now {
                 *facts.pending.entry(m.channel_id.clone()).or_insert(0) += 1;
             }
         }
-        let outcomes = plan_enqueue_batch(items, &facts);
+        let mut outcomes = plan_enqueue_batch(items, &facts);
+        let mut seqs = Vec::new();
         for (it, outcome) in items.iter().zip(&outcomes) {
-            if *outcome != EnqueueOutcome::Stored {
+            if !outcome.is_stored() {
                 continue;
             }
             let r = &it.record;
@@ -79,7 +82,9 @@ impl Tables {
             );
             self.outbox_ids.insert(key.clone(), self.last_seq);
             self.seen.insert(key, it.dedupe_until);
+            seqs.push(self.last_seq);
         }
+        place_batch(items, &mut outcomes, &facts, &seqs);
         outcomes
     }
 

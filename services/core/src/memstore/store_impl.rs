@@ -275,7 +275,10 @@ impl Store for MemoryStore {
         now: i64,
         limit: u32,
     ) -> BackendResult<Vec<OutboxRecord>> {
-        self.with(|t| Ok(t.pending_outbox(channel_id, after_seq, now, limit)))
+        self.with(|t| {
+            t.pending_reads += 1;
+            Ok(t.pending_outbox(channel_id, after_seq, now, limit))
+        })
     }
 
     async fn enqueue_outbox_batch(&self, items: &[Enqueue]) -> BackendResult<Vec<EnqueueOutcome>> {

@@ -319,7 +319,11 @@ impl Session {
 
     pub(super) async fn on_bell(&mut self, bell: Doorbell, step: &mut SessionStep) {
         match bell {
-            Doorbell::Outbox { channel_id } => self.flow.wake(&channel_id),
+            Doorbell::Outbox {
+                channel_id,
+                carried: Some(c),
+            } => self.flow.offer(&channel_id, *c),
+            Doorbell::Outbox { channel_id, .. } => self.flow.wake(&channel_id),
             Doorbell::Descriptor { channel_id } => {
                 if !self.flow.is_routed(&channel_id) {
                     return;
