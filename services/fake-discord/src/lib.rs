@@ -62,6 +62,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use axum::serve::ListenerExt as _;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -334,7 +335,15 @@ impl FakeDiscord {
         });
         let router = rest::router(shared.clone()).merge(gateway::router(shared.clone()));
         let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
+            if let Err(e) = axum::serve(
+                listener.tap_io(|tcp| {
+                    // Nagle off, as a real server has it: no delayed-ACK waits.
+                    let _ = tcp.set_nodelay(true);
+                }),
+                router,
+            )
+            .await
+            {
                 tracing::warn!(error = %e, "fake discord server stopped");
             }
         });

@@ -64,6 +64,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use axum::serve::ListenerExt as _;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
@@ -305,7 +306,14 @@ impl FakeSlack {
         let _ = inner.base.set(format!("http://{addr}"));
         let app = api::router(inner.clone()).merge(socket::router(inner.clone()));
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(
+                listener.tap_io(|tcp| {
+                    // Nagle off, as a real server has it: no delayed-ACK waits.
+                    let _ = tcp.set_nodelay(true);
+                }),
+                app,
+            )
+            .await;
         });
         let dispatcher = tokio::spawn(events::dispatch(inner.clone()));
         Ok(Self {

@@ -45,6 +45,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use axum::serve::ListenerExt as _;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -305,7 +306,15 @@ impl FakeTelegram {
         });
         let router = api::router(shared.clone()).merge(admin::router(shared.clone()));
         let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
+            if let Err(e) = axum::serve(
+                listener.tap_io(|tcp| {
+                    // Nagle off, as a real server has it: no delayed-ACK waits.
+                    let _ = tcp.set_nodelay(true);
+                }),
+                router,
+            )
+            .await
+            {
                 tracing::warn!(error = %e, "fake telegram server stopped");
             }
         });

@@ -32,7 +32,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchyard_webhook_signing as signing;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -234,7 +234,7 @@ impl Builder {
         });
         let router = Router::new().fallback(receive).with_state(state.clone());
         let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
+            if let Err(e) = axum::serve(without_nagle(listener), router).await {
                 eprintln!("fake webhook stopped: {e}");
             }
         });
@@ -566,4 +566,15 @@ impl InboundRequest {
         let body = resp.json::<Value>().await.unwrap_or(Value::Null);
         (status, body)
     }
+}
+
+/// `listener` with Nagle's algorithm off on every accepted socket, as a real chat system's
+/// HTTP server has it: `axum::serve` leaves it on, so a response written in two parts would
+/// wait for the client's delayed ACK (up to 40 ms) and the loadtest would time the fake.
+pub fn without_nagle(listener: TcpListener) -> axum::serve::TapIo<TcpListener, fn(&mut TcpStream)> {
+    use axum::serve::ListenerExt as _;
+    fn set(tcp: &mut TcpStream) {
+        let _ = tcp.set_nodelay(true);
+    }
+    listener.tap_io(set as fn(&mut TcpStream))
 }

@@ -80,3 +80,17 @@ async fn strict_mode_rejects_and_hands_messages_over() {
     let s = fake.stats();
     assert_eq!((s.posts, s.bad_signature, s.malformed), (3, 1, 1));
 }
+
+#[tokio::test]
+async fn accepted_sockets_have_nagle_off() {
+    use axum::serve::Listener as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut listener = switchyard_fake_webhook::without_nagle(listener);
+    let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (accepted, _) = listener.accept().await;
+    assert!(
+        accepted.nodelay().unwrap(),
+        "TCP_NODELAY on the accepted socket"
+    );
+}

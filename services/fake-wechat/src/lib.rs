@@ -50,6 +50,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use axum::serve::ListenerExt as _;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -348,13 +349,29 @@ impl FakeWechat {
         });
         let router = api::router(shared.clone(), false);
         let task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
+            if let Err(e) = axum::serve(
+                listener.tap_io(|tcp| {
+                    // Nagle off, as a real server has it: no delayed-ACK waits.
+                    let _ = tcp.set_nodelay(true);
+                }),
+                router,
+            )
+            .await
+            {
                 tracing::warn!(error = %e, "fake wechat server stopped");
             }
         });
         let router = api::router(shared.clone(), true);
         let idc2 = tokio::spawn(async move {
-            if let Err(e) = axum::serve(idc2, router).await {
+            if let Err(e) = axum::serve(
+                idc2.tap_io(|tcp| {
+                    // Nagle off, as a real server has it: no delayed-ACK waits.
+                    let _ = tcp.set_nodelay(true);
+                }),
+                router,
+            )
+            .await
+            {
                 tracing::warn!(error = %e, "fake wechat second site stopped");
             }
         });

@@ -164,15 +164,19 @@ impl Dialer {
         let connecting = async {
             match &self.tls {
                 TlsMode::Mutual(cfg) => {
+                    // No Nagle: run events and answers are small frames that must not wait
+                    // for the pod's delayed ACK.
                     tokio_tungstenite::connect_async_tls_with_config(
                         req,
                         None,
-                        false,
+                        true,
                         Some(tokio_tungstenite::Connector::Rustls(cfg.clone())),
                     )
                     .await
                 }
-                TlsMode::Plaintext => tokio_tungstenite::connect_async(req).await,
+                TlsMode::Plaintext => {
+                    tokio_tungstenite::connect_async_with_config(req, None, true).await
+                }
             }
         };
         let ws = match tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting).await {

@@ -106,7 +106,7 @@ pub async fn serve<T: Transport>(
             () = shutdown.cancelled() => break,
             // Reap finished connections so the set does not grow with the listener's age.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            accepted = listener.accept() => accepted,
+            accepted = accept(&listener) => accepted,
         };
         let (tcp, remote) = match accepted {
             Ok(a) => a,
@@ -116,11 +116,6 @@ pub async fn serve<T: Transport>(
                 continue;
             }
         };
-        // Small frames (acks, progress, tool answers) go out at once instead of waiting for
-        // the peer's delayed ACK (Nagle): ~40 ms off every request/answer pair.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted socket");
-        }
         match permits.clone().try_acquire_owned() {
             Ok(permit) => {
                 let router = router.clone();
@@ -151,6 +146,17 @@ pub async fn serve<T: Transport>(
         );
         connections.shutdown().await;
     }
+}
+
+/// The next connection, with Nagle's algorithm off: small frames (acks, progress, tool
+/// answers) go out at once instead of waiting for the peer's delayed ACK, ~40 ms off a
+/// request/answer pair. Cancel-safe, like `TcpListener::accept`.
+async fn accept(listener: &TcpListener) -> std::io::Result<(TcpStream, SocketAddr)> {
+    let (tcp, remote) = listener.accept().await?;
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted socket");
+    }
+    Ok((tcp, remote))
 }
 
 async fn connection<T: Transport>(
@@ -189,5 +195,20 @@ async fn connection<T: Transport>(
     };
     if let Err(e) = result {
         tracing::debug!(%remote, error = %e, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_sockets_have_nagle_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (tcp, _) = accept(&listener).await.unwrap();
+        assert!(tcp.nodelay().unwrap(), "TCP_NODELAY on the accepted socket");
     }
 }

@@ -30,12 +30,12 @@ use crate::inbound::{Handled, handle_event};
 /// The supervisor loop of one pod; ends (giving its leases up) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
     let mut tasks = Consumers::new(&stop);
     loop {
-        reconcile(&rt, &host, &mut tasks).await;
+        reconcile(&rt, &services, &mut tasks).await;
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(rt.cfg.refresh_interval) => {}
@@ -45,14 +45,14 @@ pub(crate) async fn supervise(
     tasks.shutdown().await;
 }
 
-async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &mut Consumers) {
-    if let Err(e) = rt.registry.refresh(host.as_ref()).await {
+async fn reconcile(rt: &Arc<Runtime>, services: &Arc<dyn ProviderServices>, tasks: &mut Consumers) {
+    if let Err(e) = rt.registry.refresh(services.as_ref()).await {
         tracing::warn!(error = %e, "bound feishu apps not reloaded; retried at the next refresh");
         return;
     }
     let mut wanted = HashMap::new();
     for app in rt.registry.all() {
-        if app.creds.http_events() || rt.is_revoked(host.as_ref(), &app).await {
+        if app.creds.http_events() || rt.is_revoked(services.as_ref(), &app).await {
             continue;
         }
         wanted.insert(app.key.clone(), (rt.fingerprint(&app), app));
@@ -64,8 +64,8 @@ async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &
             .collect(),
     );
     for (key, (fp, app)) in wanted {
-        let (rt, host) = (rt.clone(), host.clone());
-        tasks.ensure(&key, &fp, move |stop| run_app(rt, host, app, stop));
+        let (rt, services) = (rt.clone(), services.clone());
+        tasks.ensure(&key, &fp, move |stop| run_app(rt, services, app, stop));
     }
     metrics::gauge!("switchyard_feishu_long_connection_apps").set(tasks.len() as f64);
 }
@@ -79,7 +79,7 @@ enum Ended {
 
 async fn run_app(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     app: Arc<App>,
     stop: CancellationToken,
 ) {
@@ -89,17 +89,17 @@ async fn run_app(
         backoff: rt.cfg.reconnect_backoff,
     };
     let name = format!("ws:{}", app.key);
-    let mut lease = Lease::new(host.clone(), name, "feishu long connection", cfg);
+    let mut lease = Lease::new(services.clone(), name, "feishu long connection", cfg);
     let mut failures: u32 = 0;
     while lease.hold(&stop).await.is_some() {
-        match connect_and_serve(&rt, host.as_ref(), &app, &mut lease, &stop).await {
+        match connect_and_serve(&rt, services.as_ref(), &app, &mut lease, &stop).await {
             Ended::Stopped => break,
             Ended::LostLease => {
                 tracing::info!(app_key = %app.key, "feishu long connection lease lost; connection closed");
                 failures = 0;
             }
             Ended::Revoked => {
-                rt.on_revoked(host.as_ref(), &app).await;
+                rt.on_revoked(services.as_ref(), &app).await;
                 break;
             }
             Ended::Failed => {
@@ -185,7 +185,7 @@ impl Fragments {
 
 async fn connect_and_serve(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     app: &App,
     lease: &mut Lease,
     stop: &CancellationToken,
@@ -209,7 +209,8 @@ async fn connect_and_serve(
         .unwrap_or(0);
     let connected = tokio::time::timeout(
         rt.cfg.request_timeout,
-        tokio_tungstenite::connect_async(url.expose()),
+        // No Nagle (`true`): acks are small frames that must not wait for a delayed ACK.
+        tokio_tungstenite::connect_async_with_config(url.expose(), None, true),
     )
     .await;
     let ws = match connected {
@@ -300,7 +301,7 @@ async fn connect_and_serve(
                         }
                         inflight.push(async move {
                             let started = Instant::now();
-                            let h = handle_event(rt, host, app, &whole).await;
+                            let h = handle_event(rt, services, app, &whole).await;
                             (head, h, started.elapsed().as_millis())
                         });
                     }

@@ -30,12 +30,12 @@ use crate::registry::Bound;
 /// The supervisor loop of one pod; ends (giving its leases up) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
     let mut tasks = Consumers::new(&stop);
     loop {
-        reconcile(&rt, &host, &mut tasks).await;
+        reconcile(&rt, &services, &mut tasks).await;
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(rt.cfg.refresh_interval) => {}
@@ -45,8 +45,8 @@ pub(crate) async fn supervise(
     tasks.shutdown().await;
 }
 
-async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &mut Consumers) {
-    if let Err(e) = rt.registry.refresh(host.as_ref()).await {
+async fn reconcile(rt: &Arc<Runtime>, services: &Arc<dyn ProviderServices>, tasks: &mut Consumers) {
+    if let Err(e) = rt.registry.refresh(services.as_ref()).await {
         tracing::warn!(error = %e, "bound slack channels not reloaded; retried at the next refresh");
         return;
     }
@@ -54,7 +54,7 @@ async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &
     for (key, mut bounds) in rt.registry.socket_apps() {
         let mut live = Vec::new();
         for b in bounds.drain(..) {
-            if !rt.is_revoked(host.as_ref(), &b.creds).await {
+            if !rt.is_revoked(services.as_ref(), &b.creds).await {
                 live.push(b);
             }
         }
@@ -74,9 +74,9 @@ async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &
             .collect(),
     );
     for (key, (fp, bounds)) in wanted {
-        let (rt, host, app_key) = (rt.clone(), host.clone(), key.clone());
+        let (rt, services, app_key) = (rt.clone(), services.clone(), key.clone());
         tasks.ensure(&key, &fp, move |stop| {
-            run_app(rt, host, app_key, bounds, stop)
+            run_app(rt, services, app_key, bounds, stop)
         });
     }
     metrics::gauge!("switchyard_slack_socket_apps").set(tasks.len() as f64);
@@ -99,7 +99,7 @@ enum Ended {
 
 async fn run_app(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     app_key: String,
     bounds: Vec<Arc<Bound>>,
     stop: CancellationToken,
@@ -110,10 +110,10 @@ async fn run_app(
         backoff: rt.cfg.reconnect_backoff,
     };
     let name = format!("socket:{app_key}");
-    let mut lease = Lease::new(host.clone(), name, "slack socket mode", cfg);
+    let mut lease = Lease::new(services.clone(), name, "slack socket mode", cfg);
     let mut failures: u32 = 0;
     while lease.hold(&stop).await.is_some() {
-        let ended = serve(&rt, host.as_ref(), &app_key, &bounds, &mut lease, &stop).await;
+        let ended = serve(&rt, services.as_ref(), &app_key, &bounds, &mut lease, &stop).await;
         if matches!(ended, Ended::Failed | Ended::Again) {
             metrics::counter!("switchyard_slack_reconnects_total").increment(1);
         }
@@ -121,7 +121,8 @@ async fn run_app(
             Ended::Stopped => break,
             Ended::Revoked => {
                 if let Some(b) = bounds.first() {
-                    rt.on_revoked(host.as_ref(), &b.creds, &b.channel_id).await;
+                    rt.on_revoked(services.as_ref(), &b.creds, &b.channel_id)
+                        .await;
                 }
                 break;
             }
@@ -147,7 +148,7 @@ type Done = (String, Handled);
 /// One connection, from `apps.connections.open` until it ends.
 async fn serve(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     app_key: &str,
     bounds: &[Arc<Bound>],
     lease: &mut Lease,
@@ -166,7 +167,8 @@ async fn serve(
     };
     let connected = tokio::time::timeout(
         rt.cfg.request_timeout,
-        tokio_tungstenite::connect_async(url.expose()),
+        // No Nagle (`true`): acks are small frames that must not wait for a delayed ACK.
+        tokio_tungstenite::connect_async_with_config(url.expose(), None, true),
     )
     .await;
     let ws = match connected {
@@ -248,7 +250,7 @@ async fn serve(
                             continue;
                         };
                         inflight.push(async move {
-                            let h = handle_event(rt, host, &bound, &payload).await;
+                            let h = handle_event(rt, services, &bound, &payload).await;
                             (envelope_id, h)
                         });
                     }

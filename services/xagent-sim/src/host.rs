@@ -333,10 +333,11 @@ pub async fn connect_raw(
             .map_err(|_| (0, "the JWT is not a valid header value".to_owned()))?;
         req.headers_mut().insert("authorization", value);
     }
+    // No Nagle (`true`): run events are small frames that must not wait for a delayed ACK.
     match tokio_tungstenite::connect_async_tls_with_config(
         req,
         None,
-        false,
+        true,
         Some(tokio_tungstenite::Connector::Rustls(cfg)),
     )
     .await

@@ -223,7 +223,7 @@ impl Sim {
             req.headers_mut()
                 .insert(AUTHORIZATION, header(&format!("Bearer {k}"))?);
         }
-        let (stream, resp) = tokio_tungstenite::connect_async(req).await?;
+        let (stream, resp) = dial(req).await?;
         let negotiated = resp
             .headers()
             .get(SEC_WEBSOCKET_PROTOCOL)
@@ -259,5 +259,48 @@ impl Violations {
 
     pub(crate) fn snapshot(&self) -> Vec<String> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The WebSocket as xAgent would open it, with Nagle's algorithm off: the backend writes
+/// small frames back to back (an ack, then a `tool.invoke`), and with Nagle the second waits
+/// for the pod's delayed ACK of the first, up to 40 ms (the loadtest's tool and outbound p99
+/// was that wait, not the pods').
+pub(crate) async fn dial(
+    req: http::Request<()>,
+) -> std::result::Result<
+    (
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+        tokio_tungstenite::tungstenite::handshake::client::Response,
+    ),
+    tokio_tungstenite::tungstenite::Error,
+> {
+    tokio_tungstenite::connect_async_with_config(req, None, true).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_socket_is_dialed_without_nagle() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tokio_tungstenite::accept_async(tcp).await.unwrap()
+        });
+        let req = format!("ws://{addr}/ws").into_client_request().unwrap();
+        let (ws, _) = dial(req).await.unwrap();
+        let tokio_tungstenite::MaybeTlsStream::Plain(tcp) = ws.get_ref() else {
+            panic!("a ws:// URL gives a plain TCP stream");
+        };
+        assert!(
+            tcp.nodelay().unwrap(),
+            "TCP_NODELAY is set on the dialed socket"
+        );
+        drop(server.await.unwrap());
     }
 }

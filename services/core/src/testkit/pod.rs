@@ -2,26 +2,29 @@
 
 use std::sync::{Arc, Mutex};
 
+use axum::serve::ListenerExt as _;
 use serde_json::{Map, Value};
 use switchyard_protocol::card::AuthFlow;
 use switchyard_protocol::im::ActivityStatus;
 use tokio_util::sync::CancellationToken;
 
 use super::cluster::{Cluster, Session};
-use super::host::FakeHost;
+use super::services::FakeServices;
 use super::{NoProgress, TENANT, init_logs};
 use crate::provider::{
-    AuthPoll, AuthRequest, AuthStep, OutboundMessage, Provider, ProviderError, ToolCall,
+    AuthPoll, AuthRequest, AuthStep, OutboundMessage, Provider, ProviderError, ProviderServices,
+    ToolCall,
 };
 
-/// One pod: a provider, its host and the stop of its background loops (cancelled on drop).
+/// One pod: a provider, the services it was built with and the stop of its background loops
+/// (cancelled on drop).
 /// What the provider answered to the calls made through the pod is kept in `shown`, in the
 /// form a client would see it, for the secrets checks.
 pub struct ProviderPod<P> {
     pub provider: Arc<P>,
-    pub host: Arc<FakeHost>,
+    pub services: Arc<FakeServices>,
     pub stop: CancellationToken,
-    /// `http://127.0.0.1:PORT`, the host's public base URL; the provider's ingress, if it has
+    /// `http://127.0.0.1:PORT`, the services' public base URL; the provider's ingress, if it has
     /// one, is served there under its prefix.
     pub url: String,
     /// The public parts of every auth step, tool result and error the provider returned.
@@ -55,30 +58,45 @@ pub fn public_step(step: &AuthStep) -> String {
 }
 
 impl<P: Provider> ProviderPod<P> {
-    /// Starts `provider` on pod `name` of `cluster`: its ingress served on a real port and,
-    /// when `run` is true, its background loops started (after the ingress, as the edge does).
-    pub async fn start(cluster: Arc<Cluster>, name: &str, provider: P, run: bool) -> Self {
+    /// Starts a provider on pod `name` of `cluster`, as the edge does: the pod's services
+    /// for a provider mounted under `prefix` first, then the provider `build` makes with
+    /// them, its ingress served on a real port and, when `run` is true, its background loops
+    /// started (after the ingress).
+    pub async fn start(
+        cluster: Arc<Cluster>,
+        name: &str,
+        prefix: &str,
+        build: impl FnOnce(Arc<dyn ProviderServices>) -> P,
+        run: bool,
+    ) -> Self {
         init_logs();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let provider = Arc::new(provider);
-        let host = FakeHost::new(cluster, name, &url, provider.prefix());
+        let services = FakeServices::new(cluster, name, &url, prefix);
+        let provider = Arc::new(build(services.clone()));
+        assert_eq!(provider.prefix(), prefix, "the provider's prefix");
         let stop = CancellationToken::new();
-        if let Some(router) = provider.ingress(host.clone()) {
+        if let Some(router) = provider.ingress() {
             let app = axum::Router::new().nest(provider.prefix(), router);
             let served = stop.clone();
             tokio::spawn(async move {
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(served.cancelled_owned())
-                    .await;
+                let _ = axum::serve(
+                    listener.tap_io(|tcp| {
+                        // Nagle off, as a real server has it: no delayed-ACK waits.
+                        let _ = tcp.set_nodelay(true);
+                    }),
+                    app,
+                )
+                .with_graceful_shutdown(served.cancelled_owned())
+                .await;
             });
         }
         if run {
-            provider.start(host.clone(), stop.clone());
+            provider.start(stop.clone());
         }
         Self {
             provider,
-            host,
+            services,
             stop,
             url,
             shown: Mutex::default(),
@@ -86,7 +104,7 @@ impl<P: Provider> ProviderPod<P> {
     }
 
     pub fn cluster(&self) -> &Arc<Cluster> {
-        &self.host.cluster
+        &self.services.cluster
     }
 
     fn show(&self, what: String) {
@@ -148,7 +166,7 @@ impl<P: Provider> ProviderPod<P> {
     pub async fn bind(&self, flow_id: &str, channel_id: &str, input: Value) -> AuthStep {
         let step = self.auth(flow_id, channel_id, input).await;
         if let AuthStep::Authenticated { credentials, .. } = &step {
-            self.host.cluster.bind(channel_id, credentials.clone());
+            self.services.cluster.bind(channel_id, credentials.clone());
         }
         step
     }
@@ -162,7 +180,7 @@ impl<P: Provider> ProviderPod<P> {
         session_id: &str,
         input: Value,
     ) -> AuthStep {
-        self.host
+        self.services
             .cluster
             .open_session(session_id, channel_id, Value::Null);
         let Value::Object(input) = input else {
@@ -172,14 +190,14 @@ impl<P: Provider> ProviderPod<P> {
             .try_auth(&self.flow(flow_id), channel_id, session_id, &input)
             .await
             .expect("auth_start");
-        self.host.cluster.apply(session_id, step.clone());
+        self.services.cluster.apply(session_id, step.clone());
         step
     }
 
     /// `auth.status` as the core runs it (terminal sessions are not polled); returns the
     /// session afterwards.
     pub async fn session_poll(&self, flow_id: &str, session_id: &str, refresh: bool) -> Session {
-        let s = self.host.cluster.session(session_id);
+        let s = self.services.cluster.session(session_id);
         if s.status.is_terminal() {
             return s;
         }
@@ -198,9 +216,9 @@ impl<P: Provider> ProviderPod<P> {
             .expect("auth_poll");
         if let Some(step) = step {
             self.show(public_step(&step));
-            self.host.cluster.apply(session_id, step);
+            self.services.cluster.apply(session_id, step);
         }
-        self.host.cluster.session(session_id)
+        self.services.cluster.session(session_id)
     }
 
     /// Calls a tool on a bound channel (`args` is an object).
@@ -211,7 +229,7 @@ impl<P: Provider> ProviderPod<P> {
         args: Value,
         key: &str,
     ) -> Result<Value, ProviderError> {
-        let binding = self.host.cluster.binding(channel_id);
+        let binding = self.services.cluster.binding(channel_id);
         let Value::Object(arguments) = args else {
             panic!("object arguments")
         };
@@ -237,10 +255,12 @@ impl<P: Provider> ProviderPod<P> {
         text: Option<&str>,
         file_refs: &[&str],
     ) -> Result<(), ProviderError> {
-        let binding = self.host.cluster.binding(channel_id);
+        let binding = self.services.cluster.binding(channel_id);
         let mut files = Vec::new();
         for r in file_refs {
-            let (f, _) = crate::ProviderServices::open_file(self.host.as_ref(), channel_id, r)
+            let (f, _) = self
+                .services
+                .open_file(channel_id, r)
                 .await
                 .expect("uploaded file");
             files.push(f);
@@ -265,7 +285,7 @@ impl<P: Provider> ProviderPod<P> {
         channel_id: &str,
         status: ActivityStatus,
     ) -> Result<(), ProviderError> {
-        let binding = self.host.cluster.binding(channel_id);
+        let binding = self.services.cluster.binding(channel_id);
         self.provider.activity(&binding, status).await
     }
 
@@ -275,7 +295,7 @@ impl<P: Provider> ProviderPod<P> {
         message_id: &str,
         text: &str,
     ) -> Result<(), ProviderError> {
-        let binding = self.host.cluster.binding(channel_id);
+        let binding = self.services.cluster.binding(channel_id);
         self.provider.delta(&binding, message_id, text).await
     }
 }
