@@ -8,6 +8,7 @@
 //! server or transport lives here; those are the edge's.
 
 pub mod admission;
+pub mod bindings;
 pub mod bounded_body;
 pub mod bus;
 pub mod client_error;

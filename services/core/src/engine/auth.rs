@@ -220,6 +220,7 @@ impl Connector {
             .store
             .set_channel_binding(&ch.id, None, None, ConnectionStatus::Created, &view, now)
             .await?;
+        self.binding_changed(&ch.id).await;
         let mut fresh = ch.clone();
         fresh.binding = None;
         fresh.binding_key = None;
@@ -288,6 +289,7 @@ impl CardServices {
                         now,
                     )
                     .await?;
+                self.binding_changed(&ch.id).await;
                 ch.binding = Some(blob);
                 ch.binding_key = binding_key;
                 ch.status = status;

@@ -92,6 +92,8 @@ impl Janitor {
             };
             report.connectors_removed += 1;
             report.channels_removed += cascade.channels.len();
+            let ids: Vec<String> = cascade.channels.iter().map(|c| c.id.clone()).collect();
+            crate::bindings::announce(self.hub.bus.as_ref(), &ids).await;
             self.release_channels(&cascade.channels).await;
             report.files_removed += self.delete_bytes(&cascade.files).await;
             let _ = self
@@ -106,6 +108,7 @@ impl Janitor {
                 return Ok(Some(report));
             }
             let files = store.delete_channel(&ch.id).await?;
+            crate::bindings::announce(self.hub.bus.as_ref(), std::slice::from_ref(&ch.id)).await;
             report.channels_removed += 1;
             report.files_removed += self.delete_bytes(&files).await;
         }

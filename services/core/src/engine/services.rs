@@ -14,6 +14,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
 use super::{Fault, Hub};
+use crate::bindings::{BindingCache, CachedBinding};
 use crate::bus::Doorbell;
 use crate::crypto::rows;
 use crate::ephemeral::Ephemeral;
@@ -25,44 +26,6 @@ use crate::provider::{
     ServicesError,
 };
 
-/// Channels of one Card whose binding was read moments ago, with their connector_id (which
-/// never changes). Entries live [`RECENT_FOR`]; the map is bounded and simply cleared when
-/// full. A channel unbound within that window may take one more inbound message, exactly
-/// as it could between the two reads before.
-#[derive(Debug, Default)]
-pub(crate) struct RecentBindings {
-    /// Channel -> (connector, tenant, when read).
-    map: std::sync::Mutex<std::collections::HashMap<String, (String, String, std::time::Instant)>>,
-}
-
-const RECENT_FOR: std::time::Duration = std::time::Duration::from_secs(2);
-const RECENT_MAX: usize = 4096;
-
-impl RecentBindings {
-    fn remember(&self, channel_id: &str, connector_id: &str, tenant_id: &str) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= RECENT_MAX && !map.contains_key(channel_id) {
-            map.clear();
-        }
-        map.insert(
-            channel_id.to_owned(),
-            (
-                connector_id.to_owned(),
-                tenant_id.to_owned(),
-                std::time::Instant::now(),
-            ),
-        );
-    }
-
-    /// The channel's (connector, tenant), when read lately.
-    fn connector_of(&self, channel_id: &str) -> Option<(String, String)> {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(channel_id)
-            .filter(|(_, _, at)| at.elapsed() < RECENT_FOR)
-            .map(|(c, t, _)| (c.clone(), t.clone()))
-    }
-}
-
 /// What the core offers one Card's provider: the hub seen through the Card (its channels,
 /// leases, state and secrets are namespaced by the Card id), and the prefix its file URLs live
 /// under.
@@ -70,9 +33,9 @@ pub struct CardServices {
     pub hub: Arc<Hub>,
     card_id: String,
     prefix: &'static str,
-    /// Bound channels of this Card just read by a provider (`ProviderServices::binding`), so
-    /// the inbound message that follows does not read the channel again.
-    recent: RecentBindings,
+    /// Bound channels of this Card read lately, kept until a bus notice says they changed,
+    /// so ingress reads no channel (`crate::bindings`).
+    bindings: BindingCache,
 }
 
 impl std::fmt::Debug for CardServices {
@@ -85,10 +48,10 @@ impl CardServices {
     /// The services of Card `card_id`, mounted under `prefix` (`/slack`).
     pub fn new(hub: Arc<Hub>, card_id: &str, prefix: &'static str) -> Arc<Self> {
         Arc::new(Self {
+            bindings: BindingCache::new(hub.bus.clone()),
             hub,
             card_id: card_id.to_owned(),
             prefix,
-            recent: RecentBindings::default(),
         })
     }
 
@@ -121,6 +84,32 @@ impl CardServices {
         }
     }
 
+    /// The channel's binding as ingress needs it: from memory, else read (and kept).
+    async fn cached_binding(
+        &self,
+        channel_id: &str,
+    ) -> Result<Option<CachedBinding>, BackendError> {
+        self.bindings
+            .get_or_load(channel_id, || async {
+                let Some(ch) = self.own_channel(channel_id).await? else {
+                    return Ok(None);
+                };
+                Ok(self.decrypt_binding(&ch).map(|binding| CachedBinding {
+                    connector_id: ch.connector_id,
+                    binding,
+                }))
+            })
+            .await
+    }
+
+    /// After a binding of this Card changed in the store: forgotten here at once, announced
+    /// to every pod's cache.
+    pub(crate) async fn binding_changed(&self, channel_id: &str) {
+        let ids = [channel_id.to_owned()];
+        self.bindings.forget(&ids);
+        crate::bindings::announce(self.hub.bus.as_ref(), &ids).await;
+    }
+
     fn fault_to_services(f: Fault) -> ServicesError {
         ServicesError::Invalid(f.message)
     }
@@ -129,15 +118,7 @@ impl CardServices {
 #[async_trait]
 impl ProviderServices for CardServices {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
-        let Some(ch) = self.own_channel(channel_id).await? else {
-            return Ok(None);
-        };
-        let binding = self.decrypt_binding(&ch);
-        if binding.is_some() {
-            self.recent
-                .remember(&ch.id, &ch.connector_id, &ch.tenant_id);
-        }
-        Ok(binding)
+        Ok(self.cached_binding(channel_id).await?.map(|c| c.binding))
     }
 
     async fn bound_channels(&self) -> Result<Vec<Binding>, BackendError> {
@@ -153,16 +134,13 @@ impl ProviderServices for CardServices {
         channel_id: &str,
         msg: InboundMessage,
     ) -> Result<InboundOutcome, ServicesError> {
-        // A provider that just read the binding (webhook ingress) saves the second read; the
-        // batch still checks that the channel exists.
-        let (connector_id, tenant_id) = match self.recent.connector_of(channel_id) {
-            Some(c) => c,
-            None => {
-                let ch = self.bound_channel(channel_id).await?;
-                (ch.connector_id, ch.tenant_id)
-            }
-        };
-        self.enqueue_inbound(channel_id, &connector_id, &tenant_id, msg)
+        // From memory when the channel was read lately (the provider's own binding lookup,
+        // or an earlier message): the message costs its share of the batch insert only.
+        let c = self
+            .cached_binding(channel_id)
+            .await?
+            .ok_or(ServicesError::UnknownChannel)?;
+        self.enqueue_inbound(channel_id, &c.connector_id, &c.binding.tenant_id, msg)
             .await
     }
 
@@ -323,6 +301,7 @@ impl ProviderServices for CardServices {
                 crate::ids::now_ms(),
             )
             .await?;
+        self.binding_changed(&ch.id).await;
         self.ring(
             &ch.connector_id,
             Doorbell::Descriptor {
@@ -403,25 +382,4 @@ impl ProviderServices for CardServices {
 /// The kv namespace of a provider's secrets: apart from its plain state.
 fn secret_namespace(card_id: &str) -> String {
     format!("{card_id}#secrets")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn recent_bindings_answer_for_known_channels_and_stay_bounded() {
-        let r = RecentBindings::default();
-        assert_eq!(r.connector_of("cch_a"), None);
-        r.remember("cch_a", "conn_1", "ten_1");
-        assert_eq!(
-            r.connector_of("cch_a"),
-            Some(("conn_1".to_owned(), "ten_1".to_owned()))
-        );
-        for i in 0..RECENT_MAX + 10 {
-            r.remember(&format!("cch_{i}"), "conn_2", "ten_1");
-        }
-        let len = r.map.lock().unwrap().len();
-        assert!(len <= RECENT_MAX, "{len}");
-    }
 }
