@@ -311,6 +311,9 @@ pub trait ProviderServices: Send + Sync + 'static {
     }
 }
 
+/// A target system as the core drives it. A provider is built with its
+/// [`ProviderServices`] (its factory receives them, see [`ProviderFactory::build`]), so every
+/// method may use them from the start.
 #[async_trait]
 pub trait Provider: Send + Sync + 'static {
     fn card(&self) -> &Card;
@@ -363,13 +366,12 @@ pub trait Provider: Send + Sync + 'static {
         Ok(())
     }
     /// Provider ingress routes, mounted under the prefix.
-    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
-        let _ = host;
+    fn ingress(&self) -> Option<axum::Router> {
         None
     }
     /// Starts background consumers (pollers, long connections) once per pod; they stop when
     /// `stop` is cancelled. Called after `ingress`.
-    fn start(&self, host: Arc<dyn ProviderServices>, stop: tokio_util::sync::CancellationToken) {
-        let _ = (host, stop);
+    fn start(&self, stop: tokio_util::sync::CancellationToken) {
+        let _ = stop;
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use switchyard_protocol::BuildInfo;
 
 use crate::netguard::OutboundPolicy;
-use crate::provider::Provider;
+use crate::provider::{Provider, ProviderServices};
 
 /// A duration written `500ms`, `30s`, `5m`, `1h` (or a bare number of seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +112,11 @@ pub struct SharedSettings {
 /// documented lines of `print-default-config`) and how the provider is built from it.
 ///
 /// The edge reads `[SECTION]` from the settings file and `SWITCHYARD_<SECTION>__<KEY>`
-/// variables, refuses unknown keys naming them, and calls [`ProviderFactory::build`] once.
+/// variables, refuses unknown keys naming them, makes the services of Card [`CARD_ID`]
+/// mounted under [`PREFIX`], and calls [`ProviderFactory::build`] once with them.
+///
+/// [`CARD_ID`]: ProviderFactory::CARD_ID
+/// [`PREFIX`]: ProviderFactory::PREFIX
 pub trait ProviderFactory: Send + Sync + 'static {
     /// The section's settings.
     type Section: Serialize
@@ -126,6 +130,11 @@ pub trait ProviderFactory: Send + Sync + 'static {
         + 'static;
     /// The section's name (`slack` for `[slack]` and `SWITCHYARD_SLACK__*`).
     const SECTION: &'static str;
+    /// The `connector_card_id` of the provider's Card (`im.slack`); its services are this
+    /// Card's.
+    const CARD_ID: &'static str;
+    /// The provider's mount prefix (`/slack`), as [`Provider::prefix`] answers.
+    const PREFIX: &'static str;
     /// The section as `print-default-config` prints it: `[SECTION]`, then each key with a
     /// comment, every value the default. Each provider's tests check it parses to
     /// `Section::default()`.
@@ -136,7 +145,12 @@ pub trait ProviderFactory: Send + Sync + 'static {
         Ok(())
     }
 
-    fn build(section: &Self::Section, shared: &SharedSettings) -> Arc<dyn Provider>;
+    /// The provider, holding `services` (made for [`Self::CARD_ID`]) from its first moment.
+    fn build(
+        section: &Self::Section,
+        shared: &SharedSettings,
+        services: Arc<dyn ProviderServices>,
+    ) -> Arc<dyn Provider>;
 
     /// Describes and registers the provider's metric families at zero, once at start.
     fn describe_metrics() {}

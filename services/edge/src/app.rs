@@ -27,7 +27,7 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::doorbells::Doorbells;
 use crate::http::{ConnState, connector_router};
-pub use crate::providers::providers;
+pub use crate::providers::connectors;
 use crate::session::SessionLimits;
 
 mod backends;
@@ -307,10 +307,7 @@ pub async fn run(
         gateway.clone(),
         crate::hosts::CertSource::Header(trusted_ingress(&cfg)?),
     );
-    let connectors: Vec<Connector> = providers(&cfg, hosts.clone(), public_gateway)
-        .into_iter()
-        .map(|p| Connector::new(hub.clone(), p))
-        .collect();
+    let connectors: Vec<Connector> = connectors(&cfg, &hub, hosts.clone(), public_gateway);
     let metrics_addr = metrics_listener.local_addr()?;
     let base_urls: Vec<(String, String)> = connectors
         .iter()
@@ -394,8 +391,7 @@ pub async fn run(
     }
     // Spans name the path only: query strings carry URL signatures and pairing tokens.
     for c in &connectors {
-        c.provider
-            .start(c.services(), providers_stop.clone());
+        c.provider.start(providers_stop.clone());
     }
     let app = app.layer(axum::middleware::from_fn(crate::listener::answer_refusals));
     let app = crate::telemetry::observe(app, "public", &pod);

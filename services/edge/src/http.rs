@@ -16,7 +16,6 @@ use serde::Deserialize;
 use serde_json::json;
 use switchyard_core::client_error::ClientError;
 use switchyard_core::engine::{Connector, DownloadAuth, DownloadCheck};
-use switchyard_core::provider::ProviderServices;
 use switchyard_protocol::{PROTOCOL_VERSION, SUBPROTOCOL};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -67,10 +66,7 @@ async fn tenant_of(conn: &Connector, headers: &HeaderMap) -> Result<String, Resp
 }
 
 pub fn connector_router(state: ConnState) -> Router {
-    let ingress = state
-        .conn
-        .provider
-        .ingress(state.conn.services() as Arc<dyn ProviderServices>);
+    let ingress = state.conn.provider.ingress();
     let mut r = Router::new()
         .route("/connector-card.json", get(card))
         .route("/skill.md", get(skill))

@@ -1,13 +1,15 @@
 //! The one list of providers this build mounts: each IM provider crate's factory, one line
 //! each (the crate owns its settings section, defaults, validation and metrics), plus the
 //! two providers the edge wires itself (the generic webhook, built from the shared settings
-//! only, and the agent-host connector, which serves the hosts gateway).
+//! only, and the agent-host connector, which serves the hosts gateway). Each is built with
+//! its Card's services, made first ([`CardServices`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use switchyard_core::engine::{CardServices, Connector, Hub};
 use switchyard_core::hosts::Hosts;
-use switchyard_core::provider::Provider;
+use switchyard_core::provider::{Provider, ProviderServices};
 
 use crate::config::{Config, SectionFactory};
 
@@ -41,9 +43,27 @@ pub fn describe_metrics() {
     }
 }
 
-/// The providers this build mounts; `gateway` is what the agent-host connector serves for
-/// hosts next to its own routes.
-pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<Arc<dyn Provider>> {
+/// Makes the services of Card `card_id` under `prefix`, builds its provider with them and
+/// mounts it.
+fn mount(
+    hub: &Arc<Hub>,
+    card_id: &str,
+    prefix: &'static str,
+    build: impl FnOnce(Arc<dyn ProviderServices>) -> Arc<dyn Provider>,
+) -> Connector {
+    let services = CardServices::new(hub.clone(), card_id, prefix);
+    let provider = build(services.clone());
+    Connector::mount(services, provider)
+}
+
+/// The providers this build mounts, each on its services; `gateway` is what the agent-host
+/// connector serves for hosts next to its own routes.
+pub fn connectors(
+    cfg: &Config,
+    hub: &Arc<Hub>,
+    hosts: Arc<Hosts>,
+    gateway: axum::Router,
+) -> Vec<Connector> {
     let build_info = crate::app::build_info;
     let shared = cfg.shared_settings(build_info());
     let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);
@@ -56,23 +76,44 @@ pub fn providers(cfg: &Config, hosts: Arc<Hosts>, gateway: axum::Router) -> Vec<
     wh.max_inbound_concurrent_per_tenant = shared.ingress.max_concurrent_per_tenant;
     wh.max_inbound_concurrent_per_channel = shared.ingress.max_concurrent_per_channel;
     wh.outbound = shared.outbound.clone();
-    let mut out: Vec<Arc<dyn Provider>> = vec![Arc::new(
-        switchyard_provider_webhook::WebhookProvider::new(wh),
+    let mut out = vec![mount(
+        hub,
+        switchyard_provider_webhook::CARD_ID,
+        switchyard_provider_webhook::PREFIX,
+        |services| {
+            Arc::new(switchyard_provider_webhook::WebhookProvider::new(
+                wh, services,
+            ))
+        },
     )];
-    out.extend(cfg.providers.build(&shared));
-    out.push(Arc::new(
-        switchyard_provider_agent_host::AgentHostProvider::new(
-            build_info(),
-            true,
-            hosts,
-            // A wait ends before the engine's tool timeout cuts it.
-            cfg.limits
-                .tool_timeout
-                .0
-                .saturating_sub(Duration::from_secs(5))
-                .max(Duration::from_secs(1)),
-        )
-        .with_gateway(gateway),
+    out.extend(cfg.providers.sections().map(|section| {
+        mount(hub, section.card_id(), section.prefix(), |services| {
+            section.build(&shared, services)
+        })
+    }));
+    // A wait ends before the engine's tool timeout cuts it.
+    let max_wait = cfg
+        .limits
+        .tool_timeout
+        .0
+        .saturating_sub(Duration::from_secs(5))
+        .max(Duration::from_secs(1));
+    out.push(mount(
+        hub,
+        switchyard_provider_agent_host::CARD_ID,
+        AGENT_HOST_PREFIX,
+        |services| {
+            Arc::new(
+                switchyard_provider_agent_host::AgentHostProvider::new(
+                    build_info(),
+                    true,
+                    hosts,
+                    max_wait,
+                    services,
+                )
+                .with_gateway(gateway),
+            )
+        },
     ));
     out
 }

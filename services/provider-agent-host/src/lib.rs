@@ -8,7 +8,7 @@
 
 mod card;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -34,7 +34,8 @@ pub struct AgentHostProvider {
     card: Card,
     skill: String,
     hosts: Arc<Hosts>,
-    host: OnceLock<Arc<dyn ProviderServices>>,
+    /// What the core offers this Card (artifact files are opened through it).
+    services: Arc<dyn ProviderServices>,
     /// Longest `agent_run_wait`; kept below the engine's tool timeout.
     max_wait: Duration,
     /// The Connector API routes hosts dial, served under this connector's prefix; the edge
@@ -48,12 +49,13 @@ impl AgentHostProvider {
         api_key_required: bool,
         hosts: Arc<Hosts>,
         max_wait: Duration,
+        services: Arc<dyn ProviderServices>,
     ) -> Self {
         Self {
             card: card::build(build, api_key_required),
             skill: card::skill(),
             hosts,
-            host: OnceLock::new(),
+            services,
             max_wait,
             gateway: None,
         }
@@ -63,16 +65,6 @@ impl AgentHostProvider {
     pub fn with_gateway(mut self, routes: axum::Router) -> Self {
         self.gateway = Some(routes);
         self
-    }
-
-    fn core(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
-        self.host.get().ok_or_else(|| {
-            ProviderError::new(
-                ProviderErrorKind::Transient,
-                ErrorCode::Unavailable.as_str(),
-                "the connector is starting",
-            )
-        })
     }
 
     /// The host a binding names, checked against the binding's tenant.
@@ -450,7 +442,7 @@ impl AgentHostProvider {
             .await
             .map_err(|e| map_err(e.into()))?;
         let item = self
-            .core()?
+            .services
             .store_inbound_file(
                 &call.binding.channel_id,
                 &art.name,
@@ -659,14 +651,8 @@ impl Provider for AgentHostProvider {
         ))
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
-        let _ = host;
+    fn ingress(&self) -> Option<axum::Router> {
         self.gateway.clone()
-    }
-
-    fn start(&self, host: Arc<dyn ProviderServices>, stop: tokio_util::sync::CancellationToken) {
-        let _ = stop;
-        let _ = self.host.set(host);
     }
 }
 

@@ -23,7 +23,7 @@ use switchyard_core::testkit::conformance::ProviderHarness;
 use switchyard_core::testkit::{Cluster, ProviderPod, TENANT};
 use switchyard_protocol::BuildInfo;
 use switchyard_provider_agent_host::{
-    AgentHostProvider, FIELD_HOST_NAME, FIELD_PAIRING_CODE, FLOW_PAIRING,
+    AgentHostProvider, FIELD_HOST_NAME, FIELD_PAIRING_CODE, FLOW_PAIRING, PREFIX,
 };
 
 const HOST_NAME: &str = "build-box";
@@ -87,8 +87,14 @@ impl ProviderHarness for AgentHost {
             git_rev: "r".into(),
             build_time: "b".into(),
         };
-        let provider = AgentHostProvider::new(build, true, hosts, Duration::from_secs(5));
-        let pod = ProviderPod::start(Cluster::new(), "pod-a", provider, true).await;
+        let pod = ProviderPod::start(
+            Cluster::new(),
+            "pod-a",
+            PREFIX,
+            |services| AgentHostProvider::new(build, true, hosts, Duration::from_secs(5), services),
+            true,
+        )
+        .await;
         Self {
             pod,
             pairing_code: host.pairing_code,

@@ -1,4 +1,4 @@
-//! This pod's view of the bound bots: which channel serves which bot. Built from the host's
+//! This pod's view of the bound bots: which channel serves which bot. Built from the services'
 //! bound channels, refreshed periodically and when a binding is made or released here.
 
 use std::collections::HashMap;
@@ -48,11 +48,11 @@ impl Registry {
             .collect()
     }
 
-    pub async fn refresh(&self, host: &dyn ProviderServices) -> Result<(), BackendError> {
+    pub async fn refresh(&self, services: &dyn ProviderServices) -> Result<(), BackendError> {
         let _one = self.refreshing.lock().await;
         let mut bots: HashMap<String, Arc<Bot>> = HashMap::new();
         let mut by_channel = HashMap::new();
-        for b in host.bound_channels().await? {
+        for b in services.bound_channels().await? {
             let Some(creds) = Credentials::from_stored(&b.credentials) else {
                 tracing::warn!(connector_channel_id = %b.channel_id, "discord binding with unreadable credentials skipped");
                 continue;

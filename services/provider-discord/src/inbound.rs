@@ -70,7 +70,7 @@ enum Fetch {
     Retry,
 }
 
-async fn fetch(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot, a: &Attachment) -> Fetch {
+async fn fetch(rt: &Runtime, services: &dyn ProviderServices, bot: &Bot, a: &Attachment) -> Fetch {
     let max = rt.cfg.max_download_bytes;
     let name = if a.filename.trim().is_empty() {
         format!("attachment_{}", a.id)
@@ -97,7 +97,7 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot, a: &Attachm
         }
     };
     let mime = a.content_type.clone().or(mime);
-    match host
+    match services
         .store_inbound_file(&bot.channel_id, &name, mime.as_deref(), stream)
         .await
     {
@@ -116,7 +116,7 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot, a: &Attachm
 /// Handles one MESSAGE_CREATE for `bot`.
 pub(crate) async fn handle_message(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     bot: &Bot,
     m: &MessageCreate,
 ) -> Handled {
@@ -124,7 +124,8 @@ pub(crate) async fn handle_message(
         return counted("ignored", Handled::Done);
     }
     let seen_key = format!("dc:seen:{}:{}", bot.key, m.id);
-    if !m.attachments.is_empty() && matches!(host.ephemeral().get(&seen_key).await, Ok(Some(_))) {
+    if !m.attachments.is_empty() && matches!(services.ephemeral().get(&seen_key).await, Ok(Some(_)))
+    {
         return counted("duplicate", Handled::Done);
     }
     let mut files = Vec::new();
@@ -134,7 +135,7 @@ pub(crate) async fn handle_message(
         lines.push(text);
     }
     for a in &m.attachments {
-        match fetch(rt, host, bot, a).await {
+        match fetch(rt, services, bot, a).await {
             Fetch::Stored(f) => files.push(f),
             Fetch::Skipped(n) => lines.push(n),
             Fetch::Retry => return counted("retry", Handled::Retry),
@@ -164,8 +165,8 @@ pub(crate) async fn handle_message(
         channel_id: m.channel_id.clone(),
         reply_to: (!dm).then(|| message_id.clone()),
     };
-    remember(rt, host, &bot.channel_id, &conv).await;
-    let outcome = match host.accept_inbound(&bot.channel_id, msg).await {
+    remember(rt, services, &bot.channel_id, &conv).await;
+    let outcome = match services.accept_inbound(&bot.channel_id, msg).await {
         Ok(InboundOutcome::Stored) => counted("stored", Handled::Done),
         Ok(InboundOutcome::Duplicate) => counted("duplicate", Handled::Done),
         Err(e) if e.retryable() => {
@@ -178,7 +179,7 @@ pub(crate) async fn handle_message(
         }
     };
     if !m.attachments.is_empty() {
-        let _ = host
+        let _ = services
             .ephemeral()
             .put(&seen_key, vec![1], Duration::from_secs(24 * 3600))
             .await;
@@ -188,7 +189,7 @@ pub(crate) async fn handle_message(
 
 async fn remember(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     channel_id: &str,
     conv: &Conversation,
 ) {
@@ -197,7 +198,7 @@ async fn remember(
     };
     let key = conversation_key(channel_id);
     if rt.remember_local(&key, &json)
-        && let Err(e) = host.kv_put(&key, &json).await
+        && let Err(e) = services.kv_put(&key, &json).await
     {
         tracing::warn!(connector_channel_id = channel_id, error = %e, "discord conversation not recorded");
     }

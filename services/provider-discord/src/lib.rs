@@ -34,7 +34,7 @@ mod section;
 mod telemetry;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -126,7 +126,7 @@ pub(crate) struct Runtime {
     pub cfg: DiscordConfig,
     pub api: api::Api,
     pub registry: bots::Registry,
-    pub host: OnceLock<Arc<dyn ProviderServices>>,
+    pub services: Arc<dyn ProviderServices>,
     pub kick: Notify,
     /// Fingerprints of tokens Discord refused, and of tokens known not to be.
     revoked: Mutex<HashSet<String>>,
@@ -136,13 +136,6 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    pub fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
-        self.host.get().ok_or_else(|| {
-            tracing::error!("discord provider used before a host was attached");
-            internal("the provider is not ready")
-        })
-    }
-
     /// True when `value` differs from what was last recorded under `key` (and records it).
     pub fn remember_local(&self, key: &str, value: &str) -> bool {
         let mut w = self.written.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,7 +149,7 @@ impl Runtime {
         true
     }
 
-    pub async fn is_revoked(&self, host: &dyn ProviderServices, fp: &str) -> bool {
+    pub async fn is_revoked(&self, services: &dyn ProviderServices, fp: &str) -> bool {
         if self
             .revoked
             .lock()
@@ -173,7 +166,7 @@ impl Runtime {
         {
             return false;
         }
-        match host.kv_get(&format!("revoked:{fp}")).await {
+        match services.kv_get(&format!("revoked:{fp}")).await {
             Ok(Some(v)) if v == "1" => {
                 self.revoked
                     .lock()
@@ -193,33 +186,38 @@ impl Runtime {
         }
     }
 
-    pub async fn clear_revoked(&self, host: &dyn ProviderServices, fp: &str) {
+    pub async fn clear_revoked(&self, services: &dyn ProviderServices, fp: &str) {
         self.revoked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(fp);
-        if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "0").await {
+        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "0").await {
             tracing::warn!(error = %e, "revocation mark not cleared");
         }
     }
 
     /// Discord refused a bot's token (401, close 4004): remember it durably and mark every
     /// channel bound with it `revoked`, which pushes their Descriptors.
-    pub async fn on_revoked(&self, host: &dyn ProviderServices, bot: &Bot) {
+    pub async fn on_revoked(&self, services: &dyn ProviderServices, bot: &Bot) {
         let fp = bot.creds.fingerprint();
-        self.mark(host, &fp, &bot.key, ConnectionStatus::Revoked)
+        self.mark(services, &fp, &bot.key, ConnectionStatus::Revoked)
             .await;
     }
 
     /// The same for a channel this pod has not loaded yet.
-    pub async fn revoke_channel(&self, host: &dyn ProviderServices, channel_id: &str, fp: &str) {
-        self.mark(host, fp, channel_id, ConnectionStatus::Revoked)
+    pub async fn revoke_channel(
+        &self,
+        services: &dyn ProviderServices,
+        channel_id: &str,
+        fp: &str,
+    ) {
+        self.mark(services, fp, channel_id, ConnectionStatus::Revoked)
             .await;
     }
 
     /// Discord closed the Gateway for good (4010 to 4014: most often the Message Content
     /// intent is not enabled): the bot's channels show `error` until it is bound again.
-    pub async fn on_gateway_refused(&self, host: &dyn ProviderServices, bot: &Bot) {
+    pub async fn on_gateway_refused(&self, services: &dyn ProviderServices, bot: &Bot) {
         let fp = bot.creds.fingerprint();
         // Kept like a revocation (no session with this token until it is bound again), so
         // the supervisor does not reconnect in a loop.
@@ -231,18 +229,21 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fp);
-        if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "1").await {
+        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "1").await {
             tracing::warn!(error = %e, "gateway refusal not stored");
         }
-        for ch in self.channels_of(host, &fp).await {
-            if let Err(e) = host.set_target_status(&ch, ConnectionStatus::Error).await {
+        for ch in self.channels_of(services, &fp).await {
+            if let Err(e) = services
+                .set_target_status(&ch, ConnectionStatus::Error)
+                .await
+            {
                 tracing::warn!(connector_channel_id = %ch, error = %e, "channel not marked failed");
             }
         }
     }
 
-    async fn channels_of(&self, host: &dyn ProviderServices, fp: &str) -> Vec<String> {
-        match host.bound_channels().await {
+    async fn channels_of(&self, services: &dyn ProviderServices, fp: &str) -> Vec<String> {
+        match services.bound_channels().await {
             Ok(all) => all
                 .into_iter()
                 .filter(|b| {
@@ -259,7 +260,7 @@ impl Runtime {
 
     async fn mark(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         fp: &str,
         name: &str,
         status: ConnectionStatus,
@@ -277,11 +278,11 @@ impl Runtime {
             tracing::warn!(bot = %name, "discord refused a bot token; its channels are marked revoked");
             metrics::counter!("switchyard_discord_tokens_revoked_total").increment(1);
         }
-        if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "1").await {
+        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "1").await {
             tracing::warn!(error = %e, "revocation mark not stored");
         }
-        for ch in self.channels_of(host, fp).await {
-            if let Err(e) = host.set_target_status(&ch, status).await {
+        for ch in self.channels_of(services, fp).await {
+            if let Err(e) = services.set_target_status(&ch, status).await {
                 tracing::warn!(connector_channel_id = %ch, error = %e, "channel not marked revoked");
             }
         }
@@ -315,7 +316,7 @@ pub struct DiscordProvider {
 }
 
 impl DiscordProvider {
-    pub fn new(cfg: DiscordConfig) -> Self {
+    pub fn new(cfg: DiscordConfig, services: Arc<dyn ProviderServices>) -> Self {
         let card = card::build(cfg.build.clone(), cfg.api_key_required);
         let api = api::Api::new(&cfg.api_base, cfg.request_timeout, cfg.transfer_timeout);
         Self {
@@ -325,7 +326,7 @@ impl DiscordProvider {
                 cfg,
                 api,
                 registry: bots::Registry::default(),
-                host: OnceLock::new(),
+                services,
                 kick: Notify::new(),
                 revoked: Mutex::new(HashSet::new()),
                 known_good: Mutex::new(HashSet::new()),
@@ -334,19 +335,12 @@ impl DiscordProvider {
         }
     }
 
-    /// Gives the provider its host without starting loops (tests). The first host is kept.
-    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
-        if self.rt.host.set(host).is_err() {
-            tracing::debug!("discord provider already has a host");
-        }
-    }
-
     /// Reloads the bound bots now and wakes the supervisor (tests; it also runs periodically).
     pub async fn refresh(&self) -> Result<(), ProviderError> {
-        let host = self.rt.host()?.clone();
+        let services = self.rt.services.clone();
         self.rt
             .registry
-            .refresh(host.as_ref())
+            .refresh(services.as_ref())
             .await
             .map_err(|_| ProviderError::transient("bindings could not be read"))?;
         self.rt.kick.notify_one();
@@ -365,18 +359,18 @@ fn flow_failed(code: &str, message: &str) -> AuthStep {
 /// supervisor so the Gateway session starts (or stops) at once.
 fn after_change(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     channel_id: String,
     bound: bool,
 ) {
     tokio::spawn(async move {
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if matches!(host.binding(&channel_id).await, Ok(Some(_))) == bound {
+            if matches!(services.binding(&channel_id).await, Ok(Some(_))) == bound {
                 break;
             }
         }
-        if let Err(e) = rt.registry.refresh(host.as_ref()).await {
+        if let Err(e) = rt.registry.refresh(services.as_ref()).await {
             tracing::warn!(error = %e, "bound discord bots not reloaded");
         }
         rt.kick.notify_one();
@@ -421,15 +415,15 @@ impl Provider for DiscordProvider {
                 "bot_token is not a Discord bot token (three parts joined by dots, from Bot > Reset Token)",
             ));
         }
-        let host = self.rt.host()?.clone();
+        let services = self.rt.services.clone();
         let step = outbound::validate_binding(
             &self.rt,
-            host.as_ref(),
+            services.as_ref(),
             switchyard_core::crypto::Secret::new(token),
         )
         .await?;
         if matches!(step, AuthStep::Authenticated { .. }) {
-            after_change(self.rt.clone(), host, req.channel_id.to_owned(), true);
+            after_change(self.rt.clone(), services, req.channel_id.to_owned(), true);
         }
         Ok(step)
     }
@@ -464,26 +458,26 @@ impl Provider for DiscordProvider {
     }
 
     async fn release(&self, binding: &Binding) -> Result<(), ProviderError> {
-        if let Some(host) = self.rt.host.get() {
-            after_change(
-                self.rt.clone(),
-                host.clone(),
-                binding.channel_id.clone(),
-                false,
-            );
-        }
+        after_change(
+            self.rt.clone(),
+            self.rt.services.clone(),
+            binding.channel_id.clone(),
+            false,
+        );
         Ok(())
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
+    fn ingress(&self) -> Option<axum::Router> {
         // Discord pushes nothing over HTTP to a bot: everything comes over the Gateway.
-        self.attach(host);
         None
     }
 
-    fn start(&self, host: Arc<dyn ProviderServices>, stop: CancellationToken) {
-        self.attach(host.clone());
+    fn start(&self, stop: CancellationToken) {
         telemetry::describe_metrics();
-        tokio::spawn(gateway::supervise(self.rt.clone(), host, stop));
+        tokio::spawn(gateway::supervise(
+            self.rt.clone(),
+            self.rt.services.clone(),
+            stop,
+        ));
     }
 }

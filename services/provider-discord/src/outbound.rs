@@ -53,7 +53,7 @@ fn failed(code: &str, message: &str) -> AuthStep {
 /// Checks the token with `GET /users/@me`; the bot's name goes to the Descriptor.
 pub(crate) async fn validate_binding(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     token: Secret,
 ) -> Result<AuthStep, ProviderError> {
     let deadline = Instant::now() + rt.cfg.request_timeout * 2;
@@ -98,7 +98,7 @@ pub(crate) async fn validate_binding(
         bot_name: name,
     };
     // A token that works is not revoked, whatever an earlier failure recorded.
-    rt.clear_revoked(host, &c.fingerprint()).await;
+    rt.clear_revoked(services, &c.fingerprint()).await;
     Ok(AuthStep::Authenticated {
         credentials: c.to_stored(),
         view: c.view(),
@@ -136,7 +136,7 @@ fn qualified(channel_id: &str, id: &str) -> String {
 
 struct Target<'a> {
     rt: &'a Runtime,
-    host: &'a dyn ProviderServices,
+    services: &'a dyn ProviderServices,
     creds: Credentials,
     bot_key: String,
     channel_id: &'a str,
@@ -152,7 +152,7 @@ impl Target<'_> {
         let creds = credentials(binding)?;
         Ok(Target {
             rt,
-            host: rt.host()?.as_ref(),
+            services: rt.services.as_ref(),
             bot_key: creds.bot_key(),
             creds,
             channel_id: &binding.channel_id,
@@ -181,10 +181,10 @@ impl Target<'_> {
     async fn fail(&self, e: ApiError) -> ProviderError {
         if e.is_unauthorized() {
             if let Some(bot) = self.rt.registry.of_channel(self.channel_id) {
-                self.rt.on_revoked(self.host, &bot).await;
+                self.rt.on_revoked(self.services, &bot).await;
             } else {
                 self.rt
-                    .revoke_channel(self.host, self.channel_id, &self.creds.fingerprint())
+                    .revoke_channel(self.services, self.channel_id, &self.creds.fingerprint())
                     .await;
             }
         } else {
@@ -304,7 +304,11 @@ impl Target<'_> {
     }
 
     async fn conversation(&self) -> Result<Option<Conversation>, ProviderError> {
-        match self.host.kv_get(&conversation_key(self.channel_id)).await {
+        match self
+            .services
+            .kv_get(&conversation_key(self.channel_id))
+            .await
+        {
             Ok(v) => Ok(v.and_then(|s| serde_json::from_str(&s).ok())),
             Err(e) => {
                 tracing::warn!(connector_channel_id = self.channel_id, error = %e, "discord conversation unreadable");
@@ -316,7 +320,12 @@ impl Target<'_> {
     }
 
     async fn read_turn(&self) -> Option<Conversation> {
-        match self.host.ephemeral().get(&turn_key(self.channel_id)).await {
+        match self
+            .services
+            .ephemeral()
+            .get(&turn_key(self.channel_id))
+            .await
+        {
             Ok(Some(b)) => serde_json::from_slice(&b).ok(),
             _ => None,
         }
@@ -332,7 +341,7 @@ impl Target<'_> {
         };
         let bytes = serde_json::to_vec(&conv).unwrap_or_default();
         match self
-            .host
+            .services
             .ephemeral()
             .put_if_absent(&turn_key(self.channel_id), bytes, self.rt.cfg.turn_ttl)
             .await
@@ -346,7 +355,7 @@ impl Target<'_> {
 
     async fn end_turn(&self) {
         let _ = self
-            .host
+            .services
             .ephemeral()
             .delete(&turn_key(self.channel_id))
             .await;
@@ -354,7 +363,7 @@ impl Target<'_> {
 
     /// Reads an uploaded file of the channel whole (bounded by Discord's upload limit).
     async fn read_file(&self, file_ref: &str) -> Result<(String, Vec<u8>), ProviderError> {
-        let (f, stream) = match self.host.open_file(self.channel_id, file_ref).await {
+        let (f, stream) = match self.services.open_file(self.channel_id, file_ref).await {
             Ok(x) => x,
             Err(e) if e.retryable() => {
                 return Err(ProviderError::new(
@@ -545,15 +554,15 @@ fn fingerprint(text: &str) -> String {
     sha256_hex(text.as_bytes())[..32].to_owned()
 }
 
-async fn read_stream(host: &dyn ProviderServices, key: &str) -> Option<Stream> {
-    match host.ephemeral().get(key).await {
+async fn read_stream(services: &dyn ProviderServices, key: &str) -> Option<Stream> {
+    match services.ephemeral().get(key).await {
         Ok(Some(b)) => serde_json::from_slice(&b).ok(),
         _ => None,
     }
 }
 
-async fn write_stream(host: &dyn ProviderServices, key: &str, s: &Stream) {
-    let _ = host
+async fn write_stream(services: &dyn ProviderServices, key: &str, s: &Stream) {
+    let _ = services
         .ephemeral()
         .put(key, serde_json::to_vec(s).unwrap_or_default(), STREAM_TTL)
         .await;
@@ -617,10 +626,10 @@ pub(crate) async fn delta(
         return Ok(());
     }
     let t = Target::new(rt, binding, Duration::from_secs(3))?;
-    let eph = t.host.ephemeral();
+    let eph = t.services.ephemeral();
     let skey = stream_key(t.channel_id, message_id);
     let key = format!("msg:{}:{message_id}", t.channel_id);
-    let s = match read_stream(t.host, &skey).await {
+    let s = match read_stream(t.services, &skey).await {
         None => {
             let Some(conv) = t.turn().await? else {
                 return Ok(());
@@ -658,7 +667,7 @@ pub(crate) async fn delta(
                 t.typing(&dest.channel_id).await;
                 next.typed_at = now_ms();
             }
-            write_stream(t.host, &skey, &next).await;
+            write_stream(t.services, &skey, &next).await;
             Ok(())
         }
         Err(e) if first => {
@@ -675,11 +684,11 @@ pub(crate) async fn delta(
 pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
     let t = Target::new(rt, msg.binding, rt.cfg.send_budget)?;
     let skey = stream_key(t.channel_id, msg.message_id);
-    let mut stream = read_stream(t.host, &skey).await;
+    let mut stream = read_stream(t.services, &skey).await;
     let until = Instant::now() + Duration::from_secs(3);
     while matches!(&stream, Some(s) if s.ids.is_empty()) && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        stream = read_stream(t.host, &skey).await;
+        stream = read_stream(t.services, &skey).await;
     }
     let dest = match stream.as_ref().and_then(|s| s.dest.clone()) {
         Some(d) => Some(d),
@@ -719,7 +728,7 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
     .await;
     match result {
         Ok(()) => {
-            let _ = t.host.ephemeral().delete(&skey).await;
+            let _ = t.services.ephemeral().delete(&skey).await;
             t.end_turn().await;
             Ok(())
         }

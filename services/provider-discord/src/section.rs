@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use switchyard_core::provider::{Provider, ProviderFactory, SharedSettings};
+use switchyard_core::provider::{Provider, ProviderFactory, ProviderServices, SharedSettings};
 use switchyard_core::settings::{Dur, check_http_url};
 
 use crate::{DiscordConfig, DiscordProvider};
@@ -40,6 +40,8 @@ pub struct DiscordFactory;
 impl ProviderFactory for DiscordFactory {
     type Section = DiscordSection;
     const SECTION: &'static str = "discord";
+    const CARD_ID: &'static str = crate::CARD_ID;
+    const PREFIX: &'static str = crate::PREFIX;
     const DEFAULT_TOML: &'static str = r#"[discord]
 # Discord REST root: {base}/channels/{id}/messages, ...; the Gateway URL comes from
 # GET {base}/gateway/bot.
@@ -55,10 +57,14 @@ turn_ttl = "600s"
         check_http_url("discord.api_base", &section.api_base)
     }
 
-    fn build(section: &DiscordSection, shared: &SharedSettings) -> Arc<dyn Provider> {
+    fn build(
+        section: &DiscordSection,
+        shared: &SharedSettings,
+        services: Arc<dyn ProviderServices>,
+    ) -> Arc<dyn Provider> {
         let mut c = DiscordConfig::new(shared.build.clone(), &section.api_base);
         c.lease_ttl = section.lease_ttl.0;
         c.turn_ttl = section.turn_ttl.0;
-        Arc::new(DiscordProvider::new(c))
+        Arc::new(DiscordProvider::new(c, services))
     }
 }

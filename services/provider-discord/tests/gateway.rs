@@ -257,7 +257,9 @@ async fn a_crashed_pods_session_is_taken_over_from_its_last_kept_sequence() {
     texts(&a, 1).await;
     // Pod a can no longer store, renew or take leases: its connection closes when the next
     // renewal fails; pod b takes the lease once it expires and resumes the kept session.
-    a.host.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+    a.services
+        .dead
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     for i in 0..3 {
         dc.push_message(BOT_ID, DM, USER, &format!("after {i}"), false, &[]);
     }

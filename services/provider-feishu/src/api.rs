@@ -317,7 +317,7 @@ impl Api {
     /// A tenant access token for the app: the cached one, or a new one.
     pub async fn token(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         c: &Credentials,
         fresh: bool,
     ) -> Result<Secret, ApiError> {
@@ -333,7 +333,7 @@ impl Api {
             {
                 return Ok(t.token.clone());
             }
-            if let Some(t) = self.shared_token(host, &key).await {
+            if let Some(t) = self.shared_token(services, &key).await {
                 return Ok(t);
             }
         }
@@ -392,7 +392,7 @@ impl Api {
         );
         let stored = json!({"t": token.expose(), "u": use_until}).to_string();
         let ttl = Duration::from_millis((life_ms - margin).max(1000) as u64);
-        if let Err(e) = host
+        if let Err(e) = services
             .ephemeral()
             .put(&cache_key(&key), stored.into_bytes(), ttl)
             .await
@@ -402,8 +402,8 @@ impl Api {
         Ok(token)
     }
 
-    async fn shared_token(&self, host: &dyn ProviderServices, key: &str) -> Option<Secret> {
-        let raw = host.ephemeral().get(&cache_key(key)).await.ok()??;
+    async fn shared_token(&self, services: &dyn ProviderServices, key: &str) -> Option<Secret> {
+        let raw = services.ephemeral().get(&cache_key(key)).await.ok()??;
         let v: Value = serde_json::from_slice(&raw).ok()?;
         let use_until = v.get("u")?.as_i64()?;
         if use_until <= now_ms() {
@@ -421,7 +421,7 @@ impl Api {
     }
 
     /// Forgets a token Feishu called invalid (here and cluster-wide).
-    async fn drop_token(&self, host: &dyn ProviderServices, c: &Credentials, bad: &Secret) {
+    async fn drop_token(&self, services: &dyn ProviderServices, c: &Credentials, bad: &Secret) {
         let key = c.app_key();
         {
             let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
@@ -432,7 +432,7 @@ impl Api {
                 local.remove(&key);
             }
         }
-        if let Ok(Some(raw)) = host.ephemeral().get(&cache_key(&key)).await
+        if let Ok(Some(raw)) = services.ephemeral().get(&cache_key(&key)).await
             && serde_json::from_slice::<Value>(&raw)
                 .ok()
                 .and_then(|v| {
@@ -442,7 +442,7 @@ impl Api {
                 })
                 .unwrap_or(true)
         {
-            let _ = host.ephemeral().delete(&cache_key(&key)).await;
+            let _ = services.ephemeral().delete(&cache_key(&key)).await;
         }
     }
 
@@ -450,7 +450,7 @@ impl Api {
     /// repeated. `send` builds the request from the token.
     async fn authorised<F>(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         c: &Credentials,
         route: &'static str,
         send: F,
@@ -460,7 +460,7 @@ impl Api {
     {
         let mut fresh = false;
         loop {
-            let token = self.token(host, c, fresh).await?;
+            let token = self.token(services, c, fresh).await?;
             let resp = send(&token)
                 .send()
                 .await
@@ -485,7 +485,7 @@ impl Api {
                         }),
                     );
                     tracing::info!(route, "feishu token refused; renewing it once");
-                    self.drop_token(host, c, &token).await;
+                    self.drop_token(services, c, &token).await;
                     fresh = true;
                     continue;
                 }
@@ -502,7 +502,7 @@ impl Api {
     /// A JSON call under `/open-apis/...`; the whole envelope when `code` is 0.
     pub async fn call(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         c: &Credentials,
         route: &'static str,
         method: reqwest::Method,
@@ -511,7 +511,7 @@ impl Api {
     ) -> Result<Value, ApiError> {
         let url = format!("{}{path_and_query}", self.base(c.domain));
         let sent = self
-            .authorised(host, c, route, |t| {
+            .authorised(services, c, route, |t| {
                 let mut r = self
                     .client
                     .request(method.clone(), &url)
@@ -535,7 +535,7 @@ impl Api {
     /// A multipart upload; `form` is rebuilt for a repeat after a token renewal.
     pub async fn upload<F>(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         c: &Credentials,
         route: &'static str,
         path: &str,
@@ -547,7 +547,7 @@ impl Api {
     {
         let url = format!("{}{path}", self.base(c.domain));
         let sent = self
-            .authorised(host, c, route, |t| {
+            .authorised(services, c, route, |t| {
                 self.client
                     .post(&url)
                     .timeout(timeout)
@@ -567,14 +567,14 @@ impl Api {
     /// Streams a message resource; returns the stream with its content type and file name.
     pub async fn download(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         c: &Credentials,
         path: &str,
         timeout: Duration,
     ) -> Result<(ByteStream, Option<String>, Option<String>, Option<u64>), ApiError> {
         let url = format!("{}{path}", self.base(c.domain));
         let resp = self
-            .authorised(host, c, "resource", |t| {
+            .authorised(services, c, "resource", |t| {
                 self.client
                     .get(&url)
                     .timeout(timeout)

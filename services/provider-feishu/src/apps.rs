@@ -1,4 +1,4 @@
-//! This pod's view of the bound apps: which channel serves which app. Built from the host's
+//! This pod's view of the bound apps: which channel serves which app. Built from the services'
 //! bound channels, refreshed periodically and on demand (an event for an app bound a moment
 //! ago on another pod).
 
@@ -61,13 +61,13 @@ impl Registry {
             .collect()
     }
 
-    pub async fn refresh(&self, host: &dyn ProviderServices) -> Result<(), BackendError> {
+    pub async fn refresh(&self, services: &dyn ProviderServices) -> Result<(), BackendError> {
         let _one = self.refreshing.lock().await;
-        self.load(host).await
+        self.load(services).await
     }
 
-    async fn load(&self, host: &dyn ProviderServices) -> Result<(), BackendError> {
-        let bindings = host.bound_channels().await?;
+    async fn load(&self, services: &dyn ProviderServices) -> Result<(), BackendError> {
+        let bindings = services.bound_channels().await?;
         let mut apps: HashMap<String, Arc<App>> = HashMap::new();
         let mut by_channel = HashMap::new();
         for b in bindings {

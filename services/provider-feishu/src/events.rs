@@ -30,11 +30,11 @@ use crate::inbound::{Handled, handle_event, peek};
 #[derive(Clone)]
 struct St {
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     slots: Arc<IngressAdmission>,
 }
 
-pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Router {
+pub(crate) fn router(rt: Arc<Runtime>, services: Arc<dyn ProviderServices>) -> Router {
     // Which tenant an events URL belongs to is not known before the store is asked, so a
     // call is held to its channel's share; the tenant's share is the channel's too.
     let slots = IngressAdmission::new(IngressShares {
@@ -44,7 +44,11 @@ pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Route
     });
     Router::new()
         .route("/events/{channel_id}", post(event))
-        .with_state(St { rt, host, slots })
+        .with_state(St {
+            rt,
+            services,
+            slots,
+        })
 }
 
 /// A decrypted body that is the console's URL verification.
@@ -70,13 +74,13 @@ async fn event(
         Ok(s) => s,
         Err(r) => return r.client_error().into_response(),
     };
-    let host = st.host.as_ref();
+    let services = st.services.as_ref();
     // A channel bound a moment ago (here or on another pod) is not in this pod's view of the
     // apps until the next reload; its binding is read directly rather than answered 404
     // (Feishu's URL check comes seconds after the binding, often before any reload).
     let app = match st.rt.registry.of_channel(&channel_id) {
         Some(a) => Some(a),
-        None => match host.binding(&channel_id).await {
+        None => match services.binding(&channel_id).await {
             Ok(b) => b.and_then(|b| App::of_binding(&b)).map(Arc::new),
             Err(e) => {
                 tracing::warn!(error = %e, "feishu binding not read");
@@ -249,7 +253,7 @@ async fn event(
         )
         .into_response();
     }
-    match handle_event(&st.rt, host, &app, &plain).await {
+    match handle_event(&st.rt, services, &app, &plain).await {
         Handled::Done => (StatusCode::OK, axum::Json(json!({"msg": "ok"}))).into_response(),
         Handled::Retry => ClientError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -258,7 +262,7 @@ async fn event(
         )
         .into_response(),
         Handled::Revoked => {
-            st.rt.on_revoked(host, &app).await;
+            st.rt.on_revoked(services, &app).await;
             ClientError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "revoked",

@@ -297,7 +297,7 @@ enum Fetch {
 
 async fn fetch(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     app: &App,
     message_id: &str,
     a: &Attachment,
@@ -311,7 +311,7 @@ async fn fetch(
     let deadline = Instant::now() + rt.cfg.request_timeout * 2;
     let got = retrying(deadline, true, || {
         rt.api
-            .download(host, &app.creds, &path, rt.cfg.transfer_timeout)
+            .download(services, &app.creds, &path, rt.cfg.transfer_timeout)
     })
     .await;
     let (stream, mime, name, len) = match got {
@@ -339,7 +339,7 @@ async fn fetch(
         .map(str::to_owned)
         .or(mime)
         .filter(|m| m != "application/octet-stream" || a.kind == "file");
-    match host
+    match services
         .store_inbound_file(&app.channel_id, &filename, mime.as_deref(), stream)
         .await
     {
@@ -363,7 +363,7 @@ fn counted(outcome: &'static str, h: Handled) -> Handled {
 /// Handles one event body for `app` (already authenticated by its transport).
 pub(crate) async fn handle_event(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     app: &App,
     raw: &[u8],
 ) -> Handled {
@@ -387,13 +387,13 @@ pub(crate) async fn handle_event(
     }
     let seen_key = format!("fs:evt:{}:{}", app.key, m.message_id);
     let (text, wanted) = normalise(&m);
-    if !wanted.is_empty() && matches!(host.ephemeral().get(&seen_key).await, Ok(Some(_))) {
+    if !wanted.is_empty() && matches!(services.ephemeral().get(&seen_key).await, Ok(Some(_))) {
         return counted("duplicate", Handled::Done);
     }
     let mut files = Vec::new();
     let mut notes = Vec::new();
     for a in &wanted {
-        match fetch(rt, host, app, &m.message_id, a).await {
+        match fetch(rt, services, app, &m.message_id, a).await {
             Fetch::Stored(f) => files.push(f),
             Fetch::Skipped(n) => notes.push(n),
             Fetch::Retry => return counted("retry", Handled::Retry),
@@ -422,14 +422,15 @@ pub(crate) async fn handle_event(
         message_id: m.message_id.clone(),
         text: (!lines.is_empty()).then(|| lines.join("\n")),
         sender_id: Some(env.event.sender.sender_id.open_id.clone()).filter(|s| !s.is_empty()),
-        sender_name: names::sender_name(rt, host, app, &env.event.sender.sender_id.open_id).await,
+        sender_name: names::sender_name(rt, services, app, &env.event.sender.sender_id.open_id)
+            .await,
         files,
     };
     let had_files = !wanted.is_empty();
     // Recorded before the message is handed over: xAgent may start answering (and fix the
     // answer's target from the conversation) before `accept_inbound` even returns.
-    remember(rt, host, &app.channel_id, &m).await;
-    let outcome = match host.accept_inbound(&app.channel_id, msg).await {
+    remember(rt, services, &app.channel_id, &m).await;
+    let outcome = match services.accept_inbound(&app.channel_id, msg).await {
         Ok(InboundOutcome::Stored) => counted("stored", Handled::Done),
         Ok(InboundOutcome::Duplicate) => counted("duplicate", Handled::Done),
         Err(e) if e.retryable() => {
@@ -442,7 +443,7 @@ pub(crate) async fn handle_event(
         }
     };
     if had_files {
-        let _ = host
+        let _ = services
             .ephemeral()
             .put(&seen_key, vec![1], Duration::from_secs(24 * 3600))
             .await;
@@ -451,7 +452,7 @@ pub(crate) async fn handle_event(
 }
 
 /// Records where the answer goes (only when it changed: direct chats rarely do).
-async fn remember(rt: &Runtime, host: &dyn ProviderServices, channel_id: &str, m: &Message) {
+async fn remember(rt: &Runtime, services: &dyn ProviderServices, channel_id: &str, m: &Message) {
     let group = m.chat_type != "p2p";
     let conv = Conversation {
         chat_id: m.chat_id.clone(),
@@ -463,12 +464,14 @@ async fn remember(rt: &Runtime, host: &dyn ProviderServices, channel_id: &str, m
         return;
     };
     let changed = rt.remember_local(&conversation_key(channel_id), &json);
-    if changed && let Err(e) = host.kv_put(&conversation_key(channel_id), &json).await {
+    if changed && let Err(e) = services.kv_put(&conversation_key(channel_id), &json).await {
         tracing::warn!(connector_channel_id = channel_id, error = %e, "feishu conversation not recorded");
     }
     if !group
         && rt.remember_local(&default_chat_key(channel_id), &m.chat_id)
-        && let Err(e) = host.kv_put(&default_chat_key(channel_id), &m.chat_id).await
+        && let Err(e) = services
+            .kv_put(&default_chat_key(channel_id), &m.chat_id)
+            .await
     {
         tracing::warn!(connector_channel_id = channel_id, error = %e, "feishu default chat not recorded");
     }

@@ -37,7 +37,7 @@ mod telemetry;
 mod ws;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -164,7 +164,7 @@ pub(crate) struct Runtime {
     pub api: api::Api,
     pub accounts: accounts::Accounts,
     pub registry: apps::Registry,
-    pub host: OnceLock<Arc<dyn ProviderServices>>,
+    pub services: Arc<dyn ProviderServices>,
     pub kick: Notify,
     /// Fingerprints of app credentials Feishu refused.
     revoked: Mutex<HashSet<String>>,
@@ -174,13 +174,6 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    pub fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
-        self.host.get().ok_or_else(|| {
-            tracing::error!("feishu provider used before a host was attached");
-            internal("the provider is not ready")
-        })
-    }
-
     /// Changes when the app's secret, domain or ingress mode changes.
     pub fn fingerprint(&self, app: &App) -> String {
         creds_fingerprint(&app.creds)
@@ -199,7 +192,7 @@ impl Runtime {
         true
     }
 
-    pub async fn is_revoked(&self, host: &dyn ProviderServices, app: &App) -> bool {
+    pub async fn is_revoked(&self, services: &dyn ProviderServices, app: &App) -> bool {
         let fp = creds_fingerprint(&app.creds);
         if self
             .revoked
@@ -217,7 +210,7 @@ impl Runtime {
         {
             return false;
         }
-        match host.kv_get(&format!("revoked:{fp}")).await {
+        match services.kv_get(&format!("revoked:{fp}")).await {
             Ok(Some(v)) if v == "1" => {
                 self.revoked
                     .lock()
@@ -238,7 +231,7 @@ impl Runtime {
 
     /// Feishu refused the app (deleted, disabled, secret changed): remember it durably and
     /// mark its channels `revoked`, which pushes their Descriptors.
-    pub async fn on_revoked(&self, host: &dyn ProviderServices, app: &App) {
+    pub async fn on_revoked(&self, services: &dyn ProviderServices, app: &App) {
         let fp = creds_fingerprint(&app.creds);
         let first = self
             .revoked
@@ -253,10 +246,10 @@ impl Runtime {
             tracing::warn!(app_key = %app.key, "feishu refused an app's credentials; its channels are marked revoked");
             metrics::counter!("switchyard_feishu_apps_revoked_total").increment(1);
         }
-        if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "1").await {
+        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "1").await {
             tracing::warn!(error = %e, "revocation mark not stored");
         }
-        let channels: Vec<String> = match host.bound_channels().await {
+        let channels: Vec<String> = match services.bound_channels().await {
             Ok(all) => all
                 .into_iter()
                 .filter(|b| {
@@ -271,20 +264,23 @@ impl Runtime {
             }
         };
         for ch in channels {
-            if let Err(e) = host.set_target_status(&ch, ConnectionStatus::Revoked).await {
+            if let Err(e) = services
+                .set_target_status(&ch, ConnectionStatus::Revoked)
+                .await
+            {
                 tracing::warn!(connector_channel_id = %ch, error = %e, "channel not marked revoked");
             }
         }
         self.kick.notify_one();
     }
 
-    pub async fn clear_revoked(&self, host: &dyn ProviderServices, c: &Credentials) {
+    pub async fn clear_revoked(&self, services: &dyn ProviderServices, c: &Credentials) {
         let fp = creds_fingerprint(c);
         self.revoked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fp);
-        if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "0").await {
+        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "0").await {
             tracing::warn!(error = %e, "revocation mark not cleared");
         }
     }
@@ -330,7 +326,7 @@ pub struct FeishuProvider {
 }
 
 impl FeishuProvider {
-    pub fn new(cfg: FeishuConfig) -> Self {
+    pub fn new(cfg: FeishuConfig, services: Arc<dyn ProviderServices>) -> Self {
         let card = card::build(cfg.build.clone(), cfg.api_key_required);
         let api = api::Api::new(
             &cfg.api_base,
@@ -351,7 +347,7 @@ impl FeishuProvider {
                 api,
                 accounts,
                 registry: apps::Registry::default(),
-                host: OnceLock::new(),
+                services,
                 kick: Notify::new(),
                 revoked: Mutex::new(HashSet::new()),
                 known_good: Mutex::new(HashSet::new()),
@@ -360,19 +356,12 @@ impl FeishuProvider {
         }
     }
 
-    /// Gives the provider its host without mounting ingress or starting loops (tests).
-    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
-        if self.rt.host.set(host).is_err() {
-            tracing::debug!("feishu provider already has a host");
-        }
-    }
-
     /// Reloads the bound apps now (tests; the supervisor does it periodically).
     pub async fn refresh(&self) -> Result<(), ProviderError> {
-        let host = self.rt.host()?.clone();
+        let services = self.rt.services.clone();
         self.rt
             .registry
-            .refresh(host.as_ref())
+            .refresh(services.as_ref())
             .await
             .map_err(|_| ProviderError::transient("bindings could not be read"))?;
         self.rt.kick.notify_one();
@@ -404,19 +393,19 @@ fn input_str<'a>(input: &'a serde_json::Map<String, Value>, k: &str) -> &'a str 
 /// supervisor so the long connection starts (or stops) at once.
 fn after_change(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     channel_id: String,
     bound: bool,
 ) {
     tokio::spawn(async move {
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let now_bound = matches!(host.binding(&channel_id).await, Ok(Some(_)));
+            let now_bound = matches!(services.binding(&channel_id).await, Ok(Some(_)));
             if now_bound == bound {
                 break;
             }
         }
-        if let Err(e) = rt.registry.refresh(host.as_ref()).await {
+        if let Err(e) = rt.registry.refresh(services.as_ref()).await {
             tracing::warn!(error = %e, "bound feishu apps not reloaded");
         }
         rt.kick.notify_one();
@@ -439,7 +428,6 @@ impl Provider for FeishuProvider {
 
     async fn auth_start(&self, req: AuthRequest<'_>) -> Result<AuthStep, ProviderError> {
         if req.flow.id == FLOW_QR_CREATE_APP {
-            self.rt.host()?;
             return Ok(qr::start(&self.rt, req.auth_session_id));
         }
         if req.flow.id != FLOW_APP_BINDING {
@@ -483,10 +471,10 @@ impl Provider for FeishuProvider {
             bot_name: String::new(),
             bot_open_id: String::new(),
         };
-        let host = self.rt.host()?.clone();
-        let step = outbound::validate_binding(&self.rt, host.as_ref(), c).await?;
+        let services = self.rt.services.clone();
+        let step = outbound::validate_binding(&self.rt, services.as_ref(), c).await?;
         if matches!(step, AuthStep::Authenticated { .. }) {
-            after_change(self.rt.clone(), host, req.channel_id.to_owned(), true);
+            after_change(self.rt.clone(), services, req.channel_id.to_owned(), true);
         }
         Ok(step)
     }
@@ -528,24 +516,24 @@ impl Provider for FeishuProvider {
     }
 
     async fn release(&self, binding: &Binding) -> Result<(), ProviderError> {
-        if let Some(host) = self.rt.host.get() {
-            after_change(
-                self.rt.clone(),
-                host.clone(),
-                binding.channel_id.clone(),
-                false,
-            );
-        }
+        after_change(
+            self.rt.clone(),
+            self.rt.services.clone(),
+            binding.channel_id.clone(),
+            false,
+        );
         Ok(())
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
-        self.attach(host.clone());
-        Some(events::router(self.rt.clone(), host))
+    fn ingress(&self) -> Option<axum::Router> {
+        Some(events::router(self.rt.clone(), self.rt.services.clone()))
     }
 
-    fn start(&self, host: Arc<dyn ProviderServices>, stop: CancellationToken) {
-        self.attach(host.clone());
-        tokio::spawn(ws::supervise(self.rt.clone(), host, stop));
+    fn start(&self, stop: CancellationToken) {
+        tokio::spawn(ws::supervise(
+            self.rt.clone(),
+            self.rt.services.clone(),
+            stop,
+        ));
     }
 }

@@ -53,11 +53,11 @@ fn failed(code: &str, message: &str) -> AuthStep {
 /// Gets a tenant token and the bot's info; the name goes to the Descriptor.
 pub(crate) async fn validate_binding(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     mut c: Credentials,
 ) -> Result<AuthStep, ProviderError> {
     let deadline = Instant::now() + rt.cfg.request_timeout * 2;
-    match retrying(deadline, true, || rt.api.token(host, &c, true)).await {
+    match retrying(deadline, true, || rt.api.token(services, &c, true)).await {
         Ok(_) => {}
         Err(e) if e.is_app_refused() || e.code().is_some() => {
             return Ok(failed(
@@ -69,7 +69,7 @@ pub(crate) async fn validate_binding(
     }
     let info = retrying(deadline, true, || {
         rt.api.call(
-            host,
+            services,
             &c,
             "bot_info",
             Method::GET,
@@ -99,7 +99,7 @@ pub(crate) async fn validate_binding(
         .unwrap_or("")
         .to_owned();
     // A secret that works is not revoked, whatever an earlier failure recorded.
-    rt.clear_revoked(host, &c).await;
+    rt.clear_revoked(services, &c).await;
     Ok(AuthStep::Authenticated {
         credentials: c.to_stored(),
         view: c.view(),
@@ -116,7 +116,7 @@ enum Dest {
 
 struct Target<'a> {
     rt: &'a Runtime,
-    host: &'a dyn ProviderServices,
+    services: &'a dyn ProviderServices,
     creds: Credentials,
     channel_id: &'a str,
     deadline: Instant,
@@ -188,7 +188,7 @@ impl Target<'_> {
     ) -> Result<Target<'a>, ProviderError> {
         Ok(Target {
             rt,
-            host: rt.host()?.as_ref(),
+            services: rt.services.as_ref(),
             creds: credentials(binding)?,
             channel_id: &binding.channel_id,
             deadline: Instant::now() + budget,
@@ -200,7 +200,7 @@ impl Target<'_> {
         if p.kind == ProviderErrorKind::Unauthorized
             && let Some(app) = self.rt.registry.of_channel(self.channel_id)
         {
-            self.rt.on_revoked(self.host, &app).await;
+            self.rt.on_revoked(self.services, &app).await;
         } else {
             tracing::info!(connector_channel_id = self.channel_id, error = %e.summary(), "feishu send failed");
         }
@@ -238,7 +238,7 @@ impl Target<'_> {
         };
         let got = retrying(self.deadline, true, || {
             self.rt.api.call(
-                self.host,
+                self.services,
                 &self.creds,
                 route,
                 Method::POST,
@@ -265,7 +265,7 @@ impl Target<'_> {
         let body = json!({"msg_type": "text", "content": json!({"text": text}).to_string()});
         retrying(self.deadline, true, || {
             self.rt.api.call(
-                self.host,
+                self.services,
                 &self.creds,
                 "message_edit",
                 Method::PUT,
@@ -279,7 +279,7 @@ impl Target<'_> {
 
     /// Uploads a file of the channel; the key and the message type that carries it.
     async fn upload(&self, file_ref: &str) -> Result<(String, &'static str), ProviderError> {
-        let (f, stream) = match self.host.open_file(self.channel_id, file_ref).await {
+        let (f, stream) = match self.services.open_file(self.channel_id, file_ref).await {
             Ok(x) => x,
             Err(e) if e.retryable() => {
                 return Err(ProviderError::new(
@@ -310,7 +310,7 @@ impl Target<'_> {
         let got = if msg_type == "image" {
             retrying(self.deadline, true, || {
                 self.rt.api.upload(
-                    self.host,
+                    self.services,
                     &self.creds,
                     "image_upload",
                     "/open-apis/im/v1/images",
@@ -330,7 +330,7 @@ impl Target<'_> {
         } else {
             retrying(self.deadline, true, || {
                 self.rt.api.upload(
-                    self.host,
+                    self.services,
                     &self.creds,
                     "file_upload",
                     "/open-apis/im/v1/files",
@@ -407,7 +407,11 @@ impl Target<'_> {
     }
 
     async fn conversation(&self) -> Result<Option<Conversation>, ProviderError> {
-        match self.host.kv_get(&conversation_key(self.channel_id)).await {
+        match self
+            .services
+            .kv_get(&conversation_key(self.channel_id))
+            .await
+        {
             Ok(v) => Ok(v.and_then(|s| serde_json::from_str(&s).ok())),
             Err(e) => {
                 tracing::warn!(connector_channel_id = self.channel_id, error = %e, "feishu conversation unreadable");
@@ -419,7 +423,12 @@ impl Target<'_> {
     }
 
     async fn read_turn(&self) -> Option<Conversation> {
-        match self.host.ephemeral().get(&turn_key(self.channel_id)).await {
+        match self
+            .services
+            .ephemeral()
+            .get(&turn_key(self.channel_id))
+            .await
+        {
             Ok(Some(b)) => serde_json::from_slice(&b).ok(),
             Ok(None) => None,
             Err(e) => {
@@ -440,7 +449,7 @@ impl Target<'_> {
         let key = turn_key(self.channel_id);
         let bytes = serde_json::to_vec(&conv).unwrap_or_default();
         match self
-            .host
+            .services
             .ephemeral()
             .put_if_absent(&key, bytes, self.rt.cfg.turn_ttl)
             .await
@@ -457,7 +466,7 @@ impl Target<'_> {
 
     async fn end_turn(&self) {
         if let Err(e) = self
-            .host
+            .services
             .ephemeral()
             .delete(&turn_key(self.channel_id))
             .await
@@ -467,7 +476,11 @@ impl Target<'_> {
     }
 
     async fn default_chat(&self) -> Result<Dest, ProviderError> {
-        match self.host.kv_get(&default_chat_key(self.channel_id)).await {
+        match self
+            .services
+            .kv_get(&default_chat_key(self.channel_id))
+            .await
+        {
             Ok(Some(chat)) if !chat.is_empty() => Ok(Dest::Chat(chat)),
             Ok(_) => Err(ProviderError::new(
                 ProviderErrorKind::Rejected,
@@ -573,7 +586,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
             };
             if call.tool_id != TOOL_SEND_FILE {
                 let (f, _) = t
-                    .host
+                    .services
                     .open_file(t.channel_id, file_ref)
                     .await
                     .map_err(|_| {

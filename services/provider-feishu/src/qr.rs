@@ -148,29 +148,28 @@ async fn begin(rt: &Runtime, session_expires_at: i64) -> Result<QrState, Account
 /// `auth.start`: pending at once; the QR arrives through the session a moment later.
 pub(crate) fn start(rt: &Arc<Runtime>, auth_session_id: &str) -> AuthStep {
     let st = fetching_state();
-    if let Some(host) = rt.host.get().cloned() {
-        let rt = rt.clone();
-        let session = auth_session_id.to_owned();
-        let expires = st.session_expires_at;
-        tokio::spawn(async move {
-            let step = match begin(&rt, expires).await {
-                Ok(st) => pending(AuthStatus::Pending, &st, MSG_SCAN),
-                Err(e) => begin_failed(&e),
-            };
-            // The core stores the start's own (fetching) step after this call returns; wait
-            // for it, so the QR is not overwritten by it.
-            for _ in 0..100 {
-                match host.auth_state(&session).await {
-                    Ok(Some((_, _, state))) if state["phase"] == PHASE_FETCHING => break,
-                    Ok(None) => return,
-                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
+    let services = rt.services.clone();
+    let rt = rt.clone();
+    let session = auth_session_id.to_owned();
+    let expires = st.session_expires_at;
+    tokio::spawn(async move {
+        let step = match begin(&rt, expires).await {
+            Ok(st) => pending(AuthStatus::Pending, &st, MSG_SCAN),
+            Err(e) => begin_failed(&e),
+        };
+        // The core stores the start's own (fetching) step after this call returns; wait
+        // for it, so the QR is not overwritten by it.
+        for _ in 0..100 {
+            match services.auth_state(&session).await {
+                Ok(Some((_, _, state))) if state["phase"] == PHASE_FETCHING => break,
+                Ok(None) => return,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
             }
-            if let Err(e) = host.advance_auth(&session, step).await {
-                tracing::debug!(error = %e, "feishu QR not handed to its session (canceled or expired)");
-            }
-        });
-    }
+        }
+        if let Err(e) = services.advance_auth(&session, step).await {
+            tracing::debug!(error = %e, "feishu QR not handed to its session (canceled or expired)");
+        }
+    });
     pending(AuthStatus::Pending, &st, MSG_FETCHING)
 }
 
@@ -306,13 +305,10 @@ async fn bind(rt: &Arc<Runtime>, channel_id: &str, st: &QrState) -> AuthStep {
         bot_name: String::new(),
         bot_open_id: String::new(),
     };
-    let host = match rt.host() {
-        Ok(h) => h.clone(),
-        Err(e) => return failed(&e.code, &e.message),
-    };
-    match crate::outbound::validate_binding(rt, host.as_ref(), c).await {
+    let services = rt.services.clone();
+    match crate::outbound::validate_binding(rt, services.as_ref(), c).await {
         Ok(step @ AuthStep::Authenticated { .. }) => {
-            crate::after_change(rt.clone(), host, channel_id.to_owned(), true);
+            crate::after_change(rt.clone(), services, channel_id.to_owned(), true);
             step
         }
         Ok(step) => step,

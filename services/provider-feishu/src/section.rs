@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use switchyard_core::provider::{Provider, ProviderFactory, SharedSettings};
+use switchyard_core::provider::{Provider, ProviderFactory, ProviderServices, SharedSettings};
 use switchyard_core::settings::{Dur, check_http_url};
 
 use crate::{FeishuConfig, FeishuProvider};
@@ -50,6 +50,8 @@ pub struct FeishuFactory;
 impl ProviderFactory for FeishuFactory {
     type Section = FeishuSection;
     const SECTION: &'static str = "feishu";
+    const CARD_ID: &'static str = crate::CARD_ID;
+    const PREFIX: &'static str = crate::PREFIX;
     const DEFAULT_TOML: &'static str = r#"[feishu]
 # Feishu Open Platform root: {base}/open-apis/..., the long-connection endpoint
 # {base}/callback/ws/endpoint.
@@ -74,7 +76,11 @@ turn_ttl = "600s"
         check_http_url("feishu.lark_accounts_base", &section.lark_accounts_base)
     }
 
-    fn build(section: &FeishuSection, shared: &SharedSettings) -> Arc<dyn Provider> {
+    fn build(
+        section: &FeishuSection,
+        shared: &SharedSettings,
+        services: Arc<dyn ProviderServices>,
+    ) -> Arc<dyn Provider> {
         let i = &shared.ingress;
         let mut c = FeishuConfig::new(
             shared.build.clone(),
@@ -91,7 +97,7 @@ turn_ttl = "600s"
         c.http_min_body_rate = i.min_body_rate;
         c.max_http_concurrent = i.max_concurrent;
         c.max_http_concurrent_per_channel = i.max_concurrent_per_channel;
-        Arc::new(FeishuProvider::new(c))
+        Arc::new(FeishuProvider::new(c, services))
     }
 
     fn describe_metrics() {

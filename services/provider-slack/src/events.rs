@@ -31,13 +31,13 @@ use crate::registry::Bound;
 #[derive(Clone)]
 struct St {
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
 }
 
-pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Router {
+pub(crate) fn router(rt: Arc<Runtime>, services: Arc<dyn ProviderServices>) -> Router {
     Router::new()
         .route("/events/{channel_id}", post(event))
-        .with_state(St { rt, host })
+        .with_state(St { rt, services })
 }
 
 fn header_str<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
@@ -65,12 +65,12 @@ async fn event(
     if st.rt.admission.pod_full() {
         return Refused::Pod.client_error().into_response();
     }
-    let host = st.host.as_ref();
+    let services = st.services.as_ref();
     // A channel bound a moment ago (here or on another pod) is read directly rather than
     // answered 404: Slack checks the Request URL right after it is entered.
     let bound = match st.rt.registry.of_channel(&channel_id) {
         Some(b) => Some(b),
-        None => match host.binding(&channel_id).await {
+        None => match services.binding(&channel_id).await {
             Ok(b) => b.and_then(|b| Bound::of_binding(&b)).map(Arc::new),
             Err(e) => {
                 tracing::warn!(error = %e, "slack binding not read");
@@ -168,11 +168,11 @@ async fn event(
     }
     let retry = header_str(&headers, "x-slack-retry-num");
     let event_id = v.get("event_id").and_then(Value::as_str).unwrap_or("");
-    if !retry.is_empty() && seen(host, &bound, event_id).await {
+    if !retry.is_empty() && seen(services, &bound, event_id).await {
         metrics::counter!("switchyard_slack_events_total", "outcome" => "duplicate").increment(1);
         return StatusCode::OK.into_response();
     }
-    match handle_event(&st.rt, host, &bound, &v).await {
+    match handle_event(&st.rt, services, &bound, &v).await {
         Handled::Done => StatusCode::OK.into_response(),
         Handled::Retry => refused(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -180,7 +180,7 @@ async fn event(
             "the event was not stored; retry later",
         ),
         Handled::Revoked => {
-            st.rt.on_revoked(host, &bound.creds, &channel_id).await;
+            st.rt.on_revoked(services, &bound.creds, &channel_id).await;
             refused(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "revoked",

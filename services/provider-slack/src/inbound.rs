@@ -169,7 +169,12 @@ enum Fetch {
     Revoked,
 }
 
-async fn fetch(rt: &Runtime, host: &dyn ProviderServices, bound: &Bound, f: &SlackFile) -> Fetch {
+async fn fetch(
+    rt: &Runtime,
+    services: &dyn ProviderServices,
+    bound: &Bound,
+    f: &SlackFile,
+) -> Fetch {
     let name = f
         .name
         .clone()
@@ -209,7 +214,7 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderServices, bound: &Bound, f: &Sla
         }
     };
     let mime = f.mimetype.clone().or(mime);
-    match host
+    match services
         .store_inbound_file(&bound.channel_id, &name, mime.as_deref(), stream)
         .await
     {
@@ -235,10 +240,10 @@ fn seen_key(bound: &Bound, event_id: &str) -> String {
 }
 
 /// True when the event was handled already (a retry or a redelivery).
-pub(crate) async fn seen(host: &dyn ProviderServices, bound: &Bound, event_id: &str) -> bool {
+pub(crate) async fn seen(services: &dyn ProviderServices, bound: &Bound, event_id: &str) -> bool {
     !event_id.is_empty()
         && matches!(
-            host.ephemeral().get(&seen_key(bound, event_id)).await,
+            services.ephemeral().get(&seen_key(bound, event_id)).await,
             Ok(Some(_))
         )
 }
@@ -246,7 +251,7 @@ pub(crate) async fn seen(host: &dyn ProviderServices, bound: &Bound, event_id: &
 /// Handles one `event_callback` body for `bound` (already authenticated by its transport).
 pub(crate) async fn handle_event(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     bound: &Bound,
     payload: &Value,
 ) -> Handled {
@@ -257,7 +262,7 @@ pub(crate) async fn handle_event(
         .get("event_id")
         .and_then(Value::as_str)
         .unwrap_or("");
-    if seen(host, bound, event_id).await {
+    if seen(services, bound, event_id).await {
         return counted("duplicate", Handled::Done);
     }
     let ev: Event = match payload.get("event").cloned().map(serde_json::from_value) {
@@ -281,7 +286,7 @@ pub(crate) async fn handle_event(
     let mut files = Vec::new();
     let mut notes = Vec::new();
     for f in ev.files.iter().take(MAX_FILES) {
-        match fetch(rt, host, bound, f).await {
+        match fetch(rt, services, bound, f).await {
             Fetch::Stored(item) => files.push(item),
             Fetch::Skipped(n) => notes.push(n),
             Fetch::Retry => return counted("retry", Handled::Retry),
@@ -307,7 +312,7 @@ pub(crate) async fn handle_event(
             Some(ev.thread_ts.clone().unwrap_or_else(|| ev.ts.clone()))
         },
     };
-    remember(rt, host, &bound.channel_id, &conv, dm).await;
+    remember(rt, services, &bound.channel_id, &conv, dm).await;
     let msg = InboundMessage {
         message_id: message_id(&ev.channel, &ev.ts, ev.thread_ts.as_deref()),
         text: (!lines.is_empty()).then(|| lines.join("\n")),
@@ -315,7 +320,7 @@ pub(crate) async fn handle_event(
         sender_name: names::sender_name(rt, bound, &ev.user).await,
         files,
     };
-    let outcome = match host.accept_inbound(&bound.channel_id, msg).await {
+    let outcome = match services.accept_inbound(&bound.channel_id, msg).await {
         Ok(InboundOutcome::Stored) => counted("stored", Handled::Done),
         Ok(InboundOutcome::Duplicate) => counted("duplicate", Handled::Done),
         Err(e) if e.retryable() => {
@@ -328,7 +333,7 @@ pub(crate) async fn handle_event(
         }
     };
     if !event_id.is_empty()
-        && let Err(e) = host
+        && let Err(e) = services
             .ephemeral()
             .put(&seen_key(bound, event_id), vec![1], SEEN_TTL)
             .await
@@ -342,7 +347,7 @@ pub(crate) async fn handle_event(
 /// start answering before `accept_inbound` even returns.
 async fn remember(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     channel_id: &str,
     conv: &Conversation,
     dm: bool,
@@ -350,14 +355,14 @@ async fn remember(
     let v = serde_json::to_string(conv).unwrap_or_default();
     let key = conversation_key(channel_id);
     if rt.remember_local(&key, &v)
-        && let Err(e) = host.kv_put(&key, &v).await
+        && let Err(e) = services.kv_put(&key, &v).await
     {
         tracing::warn!(connector_channel_id = %channel_id, error = %e, "slack conversation not recorded");
     }
     if dm {
         let key = dm_key(channel_id);
         if rt.remember_local(&key, &conv.channel)
-            && let Err(e) = host.kv_put(&key, &conv.channel).await
+            && let Err(e) = services.kv_put(&key, &conv.channel).await
         {
             tracing::warn!(connector_channel_id = %channel_id, error = %e, "slack direct message not recorded");
         }

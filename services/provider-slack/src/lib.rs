@@ -32,7 +32,7 @@ mod socket;
 mod telemetry;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -140,7 +140,7 @@ pub(crate) struct Runtime {
     pub names: inbound::names::Names,
     /// Core's ingress admission for the Events API: slots of the pod, the tenant, the channel.
     pub admission: Arc<IngressAdmission>,
-    pub host: OnceLock<Arc<dyn ProviderServices>>,
+    pub services: Arc<dyn ProviderServices>,
     pub kick: Notify,
     /// Fingerprints of credentials Slack refused, and of those known not to be (so the
     /// supervisor's reloads do not read a mark per binding each time).
@@ -151,13 +151,6 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    pub fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
-        self.host.get().ok_or_else(|| {
-            tracing::error!("slack provider used before a host was attached");
-            internal("the provider is not ready")
-        })
-    }
-
     /// True when `value` differs from what was last recorded under `key` (and records it).
     pub fn remember_local(&self, key: &str, value: &str) -> bool {
         let mut w = self.written.lock().unwrap_or_else(|p| p.into_inner());
@@ -171,7 +164,7 @@ impl Runtime {
         true
     }
 
-    pub async fn is_revoked(&self, host: &dyn ProviderServices, c: &Credentials) -> bool {
+    pub async fn is_revoked(&self, services: &dyn ProviderServices, c: &Credentials) -> bool {
         let fp = c.fingerprint();
         if self
             .revoked
@@ -189,7 +182,7 @@ impl Runtime {
         {
             return false;
         }
-        match host.kv_get(&format!("revoked:{fp}")).await {
+        match services.kv_get(&format!("revoked:{fp}")).await {
             Ok(Some(v)) if v == "1" => {
                 self.revoked
                     .lock()
@@ -213,7 +206,12 @@ impl Runtime {
     /// Slack refused the credentials (revoked token, uninstalled app, deactivated account):
     /// remember it durably and mark every channel holding them `revoked`, which pushes their
     /// Descriptors; they must be bound again.
-    pub async fn on_revoked(&self, host: &dyn ProviderServices, c: &Credentials, channel_id: &str) {
+    pub async fn on_revoked(
+        &self,
+        services: &dyn ProviderServices,
+        c: &Credentials,
+        channel_id: &str,
+    ) {
         let fp = c.fingerprint();
         let first = self
             .revoked
@@ -228,10 +226,10 @@ impl Runtime {
             tracing::warn!(connector_channel_id = %channel_id, "slack refused a binding's token; its channels are marked revoked");
             metrics::counter!("switchyard_slack_bindings_revoked_total").increment(1);
         }
-        if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "1").await {
+        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "1").await {
             tracing::warn!(error = %e, "revocation mark not stored");
         }
-        let channels: Vec<String> = match host.bound_channels().await {
+        let channels: Vec<String> = match services.bound_channels().await {
             Ok(all) => all
                 .into_iter()
                 .filter(|b| {
@@ -242,20 +240,23 @@ impl Runtime {
             Err(_) => vec![channel_id.to_owned()],
         };
         for ch in channels {
-            if let Err(e) = host.set_target_status(&ch, ConnectionStatus::Revoked).await {
+            if let Err(e) = services
+                .set_target_status(&ch, ConnectionStatus::Revoked)
+                .await
+            {
                 tracing::warn!(connector_channel_id = %ch, error = %e, "channel not marked revoked");
             }
         }
         self.kick.notify_one();
     }
 
-    pub async fn clear_revoked(&self, host: &dyn ProviderServices, c: &Credentials) {
+    pub async fn clear_revoked(&self, services: &dyn ProviderServices, c: &Credentials) {
         let fp = c.fingerprint();
         self.revoked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fp);
-        if let Err(e) = host.kv_put(&format!("revoked:{fp}"), "0").await {
+        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "0").await {
             tracing::warn!(error = %e, "revocation mark not cleared");
         }
     }
@@ -283,7 +284,7 @@ pub struct SlackProvider {
 }
 
 impl SlackProvider {
-    pub fn new(cfg: SlackConfig) -> Self {
+    pub fn new(cfg: SlackConfig, services: Arc<dyn ProviderServices>) -> Self {
         describe_metrics();
         let card = card::build(cfg.build.clone(), cfg.api_key_required);
         let api = api::Api::new(&cfg.api_base, cfg.request_timeout);
@@ -301,7 +302,7 @@ impl SlackProvider {
                 registry: registry::Registry::default(),
                 names: inbound::names::Names::default(),
                 admission,
-                host: OnceLock::new(),
+                services,
                 kick: Notify::new(),
                 revoked: Mutex::new(HashSet::new()),
                 known_good: Mutex::new(HashSet::new()),
@@ -310,19 +311,11 @@ impl SlackProvider {
         }
     }
 
-    /// Gives the provider its host without mounting ingress or starting loops (tests).
-    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
-        if self.rt.host.set(host).is_err() {
-            tracing::debug!("slack provider already has a host");
-        }
-    }
-
     /// Reloads the bound channels now (tests; the supervisor does it periodically).
     pub async fn refresh(&self) -> Result<(), ProviderError> {
-        let host = self.rt.host()?.clone();
         self.rt
             .registry
-            .refresh(host.as_ref())
+            .refresh(self.rt.services.as_ref())
             .await
             .map_err(|_| ProviderError::transient("bindings could not be read"))?;
         self.rt.kick.notify_one();
@@ -339,18 +332,18 @@ impl SlackProvider {
 /// supervisor so the Socket Mode connection starts (or stops) at once.
 fn after_change(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     channel_id: String,
     bound: bool,
 ) {
     tokio::spawn(async move {
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if matches!(host.binding(&channel_id).await, Ok(Some(_))) == bound {
+            if matches!(services.binding(&channel_id).await, Ok(Some(_))) == bound {
                 break;
             }
         }
-        if let Err(e) = rt.registry.refresh(host.as_ref()).await {
+        if let Err(e) = rt.registry.refresh(services.as_ref()).await {
             tracing::warn!(error = %e, "bound slack channels not reloaded");
         }
         rt.kick.notify_one();
@@ -379,10 +372,10 @@ impl Provider for SlackProvider {
                 "unknown auth flow",
             ));
         }
-        let host = self.rt.host()?.clone();
-        let step = outbound::validate_binding(&self.rt, host.as_ref(), req.input).await?;
+        let services = self.rt.services.clone();
+        let step = outbound::validate_binding(&self.rt, services.as_ref(), req.input).await?;
         if matches!(step, AuthStep::Authenticated { .. }) {
-            after_change(self.rt.clone(), host, req.channel_id.to_owned(), true);
+            after_change(self.rt.clone(), services, req.channel_id.to_owned(), true);
         }
         Ok(step)
     }
@@ -417,24 +410,24 @@ impl Provider for SlackProvider {
     }
 
     async fn release(&self, binding: &Binding) -> Result<(), ProviderError> {
-        if let Some(host) = self.rt.host.get() {
-            after_change(
-                self.rt.clone(),
-                host.clone(),
-                binding.channel_id.clone(),
-                false,
-            );
-        }
+        after_change(
+            self.rt.clone(),
+            self.rt.services.clone(),
+            binding.channel_id.clone(),
+            false,
+        );
         Ok(())
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
-        self.attach(host.clone());
-        Some(events::router(self.rt.clone(), host))
+    fn ingress(&self) -> Option<axum::Router> {
+        Some(events::router(self.rt.clone(), self.rt.services.clone()))
     }
 
-    fn start(&self, host: Arc<dyn ProviderServices>, stop: CancellationToken) {
-        self.attach(host.clone());
-        tokio::spawn(socket::supervise(self.rt.clone(), host, stop));
+    fn start(&self, stop: CancellationToken) {
+        tokio::spawn(socket::supervise(
+            self.rt.clone(),
+            self.rt.services.clone(),
+            stop,
+        ));
     }
 }

@@ -69,7 +69,7 @@ fn field<'a>(input: &'a Map<String, Value>, name: &str) -> Result<Option<&'a str
 /// `apps.connections.open`); the bot's and workspace's names go to the Descriptor.
 pub(crate) async fn validate_binding(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     input: &Map<String, Value>,
 ) -> Result<AuthStep, ProviderError> {
     let invalid = |m: String| Ok(failed("invalid_input", &m));
@@ -159,7 +159,7 @@ pub(crate) async fn validate_binding(
             }
         }
     }
-    rt.clear_revoked(host, &c).await;
+    rt.clear_revoked(services, &c).await;
     Ok(AuthStep::Authenticated {
         credentials: c.to_stored(),
         view: c.view(),
@@ -208,7 +208,7 @@ enum Step {
 
 struct Target<'a> {
     rt: &'a Runtime,
-    host: &'a dyn ProviderServices,
+    services: &'a dyn ProviderServices,
     creds: Credentials,
     channel_id: &'a str,
     deadline: Instant,
@@ -222,7 +222,7 @@ impl Target<'_> {
     ) -> Result<Target<'a>, ProviderError> {
         Ok(Target {
             rt,
-            host: rt.host()?.as_ref(),
+            services: rt.services.as_ref(),
             creds: credentials(binding)?,
             channel_id: &binding.channel_id,
             deadline: Instant::now() + budget,
@@ -232,7 +232,7 @@ impl Target<'_> {
     async fn fail(&self, e: ApiError) -> ProviderError {
         if e.is_auth_refused() {
             self.rt
-                .on_revoked(self.host, &self.creds, self.channel_id)
+                .on_revoked(self.services, &self.creds, self.channel_id)
                 .await;
         } else {
             tracing::info!(connector_channel_id = self.channel_id, error = %e.summary(), "slack send failed");
@@ -285,7 +285,7 @@ impl Target<'_> {
         file_ref: &str,
         comment: Option<&str>,
     ) -> Result<String, ProviderError> {
-        let (f, stream) = match self.host.open_file(self.channel_id, file_ref).await {
+        let (f, stream) = match self.services.open_file(self.channel_id, file_ref).await {
             Ok(x) => x,
             Err(e) if e.retryable() => {
                 return Err(ProviderError::new(
@@ -374,7 +374,7 @@ impl Target<'_> {
         steps: &[Step],
         progress_key: &str,
     ) -> Result<Vec<String>, ProviderError> {
-        let eph = self.host.ephemeral();
+        let eph = self.services.ephemeral();
         let mut done: Vec<String> = match eph.get(progress_key).await {
             Ok(Some(b)) => serde_json::from_slice(&b).unwrap_or_default(),
             Ok(None) => Vec::new(),
@@ -414,7 +414,11 @@ impl Target<'_> {
     }
 
     async fn conversation(&self) -> Result<Option<Conversation>, ProviderError> {
-        match self.host.kv_get(&conversation_key(self.channel_id)).await {
+        match self
+            .services
+            .kv_get(&conversation_key(self.channel_id))
+            .await
+        {
             Ok(v) => Ok(v.and_then(|s| serde_json::from_str(&s).ok())),
             Err(_) => Err(ProviderError::transient(
                 "the conversation could not be read; retry later",
@@ -423,7 +427,12 @@ impl Target<'_> {
     }
 
     async fn read_turn(&self) -> Option<Conversation> {
-        match self.host.ephemeral().get(&turn_key(self.channel_id)).await {
+        match self
+            .services
+            .ephemeral()
+            .get(&turn_key(self.channel_id))
+            .await
+        {
             Ok(Some(b)) => serde_json::from_slice(&b).ok(),
             _ => None,
         }
@@ -439,7 +448,7 @@ impl Target<'_> {
         };
         let bytes = serde_json::to_vec(&conv).unwrap_or_default();
         match self
-            .host
+            .services
             .ephemeral()
             .put_if_absent(&turn_key(self.channel_id), bytes, self.rt.cfg.turn_ttl)
             .await
@@ -452,7 +461,7 @@ impl Target<'_> {
 
     async fn end_turn(&self) {
         if let Err(e) = self
-            .host
+            .services
             .ephemeral()
             .delete(&turn_key(self.channel_id))
             .await
@@ -463,7 +472,7 @@ impl Target<'_> {
 
     /// The latest direct message to the bot.
     async fn default_dest(&self) -> Result<Conversation, ProviderError> {
-        match self.host.kv_get(&dm_key(self.channel_id)).await {
+        match self.services.kv_get(&dm_key(self.channel_id)).await {
             Ok(Some(c)) if !c.is_empty() => Ok(Conversation {
                 channel: c,
                 thread_ts: None,
@@ -487,7 +496,7 @@ impl Target<'_> {
             ttl: STREAM_TTL,
         };
         DeltaStream::new(
-            self.host.ephemeral(),
+            self.services.ephemeral(),
             "sl:stream",
             self.channel_id,
             message_id,

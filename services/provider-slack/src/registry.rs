@@ -1,7 +1,7 @@
 //! This pod's view of the bound channels: which channel holds which Slack credentials, and
 //! which channels share one app's Socket Mode connection (an app installed in several
 //! workspaces has one connection for all; its events are routed by `team_id`). Built from
-//! the host's bound channels, refreshed periodically and on demand.
+//! the services' bound channels, refreshed periodically and on demand.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -79,10 +79,10 @@ impl Registry {
         out
     }
 
-    pub async fn refresh(&self, host: &dyn ProviderServices) -> Result<(), BackendError> {
+    pub async fn refresh(&self, services: &dyn ProviderServices) -> Result<(), BackendError> {
         let _one = self.refreshing.lock().await;
         let mut by_channel = HashMap::new();
-        for b in host.bound_channels().await? {
+        for b in services.bound_channels().await? {
             match Bound::of_binding(&b) {
                 Some(x) => {
                     by_channel.insert(b.channel_id.clone(), Arc::new(x));

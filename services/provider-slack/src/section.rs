@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use switchyard_core::provider::{Provider, ProviderFactory, SharedSettings};
+use switchyard_core::provider::{Provider, ProviderFactory, ProviderServices, SharedSettings};
 use switchyard_core::settings::{Dur, check_http_url};
 
 use crate::{SlackConfig, SlackProvider};
@@ -40,6 +40,8 @@ pub struct SlackFactory;
 impl ProviderFactory for SlackFactory {
     type Section = SlackSection;
     const SECTION: &'static str = "slack";
+    const CARD_ID: &'static str = crate::CARD_ID;
+    const PREFIX: &'static str = crate::PREFIX;
     const DEFAULT_TOML: &'static str = r#"[slack]
 # Slack Web API root: POST {base}/{method} ({base}/chat.postMessage,
 # {base}/apps.connections.open, ...). Socket Mode and upload URLs come from the API's answers.
@@ -55,7 +57,11 @@ turn_ttl = "600s"
         check_http_url("slack.api_base", &section.api_base)
     }
 
-    fn build(section: &SlackSection, shared: &SharedSettings) -> Arc<dyn Provider> {
+    fn build(
+        section: &SlackSection,
+        shared: &SharedSettings,
+        services: Arc<dyn ProviderServices>,
+    ) -> Arc<dyn Provider> {
         let mut c = SlackConfig::new(shared.build.clone(), &section.api_base);
         c.lease_ttl = section.lease_ttl.0;
         c.turn_ttl = section.turn_ttl.0;
@@ -63,6 +69,6 @@ turn_ttl = "600s"
         c.http_body_timeout = shared.ingress.body_timeout;
         c.max_http_concurrent = shared.ingress.max_concurrent;
         c.max_http_concurrent_per_channel = shared.ingress.max_concurrent_per_channel;
-        Arc::new(SlackProvider::new(c))
+        Arc::new(SlackProvider::new(c, services))
     }
 }

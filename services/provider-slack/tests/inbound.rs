@@ -78,7 +78,7 @@ async fn a_dead_pods_connection_is_taken_over_with_nothing_lost_or_doubled() {
     })
     .await;
     // Pod A can no longer renew (a crash of its store side): it closes, B takes over.
-    a.host.dead.store(true, Ordering::SeqCst);
+    a.services.dead.store(true, Ordering::SeqCst);
     let killed = Instant::now();
     for i in 0..5 {
         fs.push_message(APP, dm(&format!("during {i}")));

@@ -1,5 +1,5 @@
 //! This pod's view of the bound bots: which channel serves which chat of which bot. Built
-//! from the host's bound channels and refreshed periodically and on demand (an update for an
+//! from the services' bound channels and refreshed periodically and on demand (an update for an
 //! unknown bot or chat may come from a binding made a moment ago on another pod).
 
 use std::collections::{HashMap, HashSet};
@@ -65,17 +65,17 @@ impl Registry {
     /// (one was re-bound after a revocation), a token not in `revoked` is used.
     pub async fn refresh(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         revoked: &HashSet<String>,
     ) -> Result<(), BackendError> {
         let _one = self.refreshing.lock().await;
-        self.load(host, revoked).await
+        self.load(services, revoked).await
     }
 
     /// Reloads unless the view is younger than `max_age` (or another caller just did).
     pub async fn refresh_if_older(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         revoked: &HashSet<String>,
         max_age: Duration,
     ) -> Result<(), BackendError> {
@@ -88,15 +88,15 @@ impl Registry {
         if fresh {
             return Ok(());
         }
-        self.load(host, revoked).await
+        self.load(services, revoked).await
     }
 
     async fn load(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         revoked: &HashSet<String>,
     ) -> Result<(), BackendError> {
-        let bindings = host.bound_channels().await?;
+        let bindings = services.bound_channels().await?;
         let mut bots: HashMap<String, Bot> = HashMap::new();
         for b in bindings {
             let Some(c) = Credentials::from_stored(&b.credentials) else {

@@ -350,7 +350,7 @@ enum Fetch {
 
 async fn fetch(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     bot: &Bot,
     channel_id: &str,
     a: &Attachment,
@@ -410,7 +410,7 @@ async fn fetch(
             ));
         }
     };
-    match host
+    match services
         .store_inbound_file(channel_id, &a.filename, Some(&a.mime), stream)
         .await
     {
@@ -440,7 +440,7 @@ fn counted(outcome: &'static str, h: Handled) -> Handled {
 /// have been bound a moment ago on another pod).
 async fn route_of(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     bot: &Bot,
     chat_id: i64,
 ) -> Option<Route> {
@@ -449,7 +449,7 @@ async fn route_of(
     }
     if let Err(e) = rt
         .registry
-        .refresh_if_older(host, &rt.revoked_set(), Duration::from_secs(2))
+        .refresh_if_older(services, &rt.revoked_set(), Duration::from_secs(2))
         .await
     {
         tracing::warn!(error = %e, "bound bots not reloaded");
@@ -464,12 +464,15 @@ async fn route_of(
     // A group moved here a moment ago, maybe by another pod: reload at once rather than
     // drop the supergroup's first messages.
     if !matches!(
-        host.ephemeral().get(&moved_key(&bot.key, chat_id)).await,
+        services
+            .ephemeral()
+            .get(&moved_key(&bot.key, chat_id))
+            .await,
         Ok(Some(_))
     ) {
         return None;
     }
-    if let Err(e) = rt.registry.refresh(host, &rt.revoked_set()).await {
+    if let Err(e) = rt.registry.refresh(services, &rt.revoked_set()).await {
         tracing::warn!(error = %e, "bound bots not reloaded");
     }
     rt.registry
@@ -481,12 +484,12 @@ async fn route_of(
 /// acknowledged, so nothing the supergroup sends next finds its chat unbound.
 async fn migrated(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     bot: &Bot,
     from: i64,
     to: i64,
 ) -> Handled {
-    match rt.on_migrated(host, bot.id, from, to).await {
+    match rt.on_migrated(services, bot.id, from, to).await {
         Ok(()) => counted("migrated", Handled::Done),
         Err(e) => {
             tracing::warn!(bot_key = %bot.key, error = %e, "telegram chat migration not stored; the update is retried");
@@ -517,7 +520,7 @@ pub(crate) fn inspect_update(raw: &[u8]) -> Option<(usize, usize)> {
 
 pub(crate) async fn handle_update(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     bot: &Bot,
     raw: &Value,
 ) -> Handled {
@@ -533,12 +536,12 @@ pub(crate) async fn handle_update(
         return counted("ignored", Handled::Done);
     };
     if let Some(to) = m.migrate_to_chat_id {
-        return migrated(rt, host, bot, m.chat.id, to).await;
+        return migrated(rt, services, bot, m.chat.id, to).await;
     }
     if let Some(from) = m.migrate_from_chat_id {
-        return migrated(rt, host, bot, from, m.chat.id).await;
+        return migrated(rt, services, bot, from, m.chat.id).await;
     }
-    let Some(route) = route_of(rt, host, bot, m.chat.id).await else {
+    let Some(route) = route_of(rt, services, bot, m.chat.id).await else {
         tracing::debug!(bot_key = %bot.key, "update from a chat no channel is bound to; ignored");
         return counted("unbound_chat", Handled::Done);
     };
@@ -548,7 +551,7 @@ pub(crate) async fn handle_update(
     let ver_key = version_key(bot, &m);
     let mut files_unchanged = false;
     if edited {
-        let before = host.ephemeral().get(&ver_key).await.ok().flatten();
+        let before = services.ephemeral().get(&ver_key).await.ok().flatten();
         let before = before.as_deref().map(String::from_utf8_lossy);
         if before.as_deref() == Some(ver.as_str()) {
             return counted("unchanged", Handled::Done);
@@ -566,13 +569,14 @@ pub(crate) async fn handle_update(
     // A repeated update with files (webhook retry, poll after a crash) skips the downloads;
     // the core's message_id de-dup catches every other repeat.
     let seen_key = format!("tg:upd:{}:{}", bot.key, update_id);
-    if !files_wanted.is_empty() && matches!(host.ephemeral().get(&seen_key).await, Ok(Some(_))) {
+    if !files_wanted.is_empty() && matches!(services.ephemeral().get(&seen_key).await, Ok(Some(_)))
+    {
         return counted("duplicate", Handled::Done);
     }
     let mut files = Vec::new();
     let mut notes = Vec::new();
     for a in &files_wanted {
-        match fetch(rt, host, bot, channel_id, a).await {
+        match fetch(rt, services, bot, channel_id, a).await {
             Fetch::Stored(item) => files.push(item),
             Fetch::Skipped(note) => notes.push(note),
             Fetch::Retry => return counted("retry", Handled::Retry),
@@ -599,11 +603,11 @@ pub(crate) async fn handle_update(
         return counted("ignored", Handled::Done);
     }
     let handled = store(
-        host, bot, channel_id, &m, message_id, text, files, &seen_key,
+        services, bot, channel_id, &m, message_id, text, files, &seen_key,
     )
     .await;
     if handled == Handled::Done
-        && let Err(e) = host
+        && let Err(e) = services
             .ephemeral()
             .put(&ver_key, ver.into_bytes(), VERSION_TTL)
             .await
@@ -615,7 +619,7 @@ pub(crate) async fn handle_update(
 
 #[allow(clippy::too_many_arguments)] // one call site; a struct would only rename them
 async fn store(
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     bot: &Bot,
     channel_id: &str,
     m: &Message,
@@ -636,7 +640,7 @@ async fn store(
         sender_name: sender_name(m),
         files,
     };
-    let outcome = match host.accept_inbound(channel_id, msg).await {
+    let outcome = match services.accept_inbound(channel_id, msg).await {
         Ok(InboundOutcome::Stored) => counted("stored", Handled::Done),
         Ok(InboundOutcome::Duplicate) => counted("duplicate", Handled::Done),
         Err(e) if e.retryable() => {
@@ -649,7 +653,7 @@ async fn store(
         }
     };
     if had_files {
-        let _ = host
+        let _ = services
             .ephemeral()
             .put(seen_key, vec![1], Duration::from_secs(3600))
             .await;

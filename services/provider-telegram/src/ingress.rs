@@ -28,15 +28,19 @@ pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
 #[derive(Clone)]
 struct IngressState {
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     slots: Arc<Semaphore>,
 }
 
-pub(crate) fn router(rt: Arc<Runtime>, host: Arc<dyn ProviderServices>) -> Router {
+pub(crate) fn router(rt: Arc<Runtime>, services: Arc<dyn ProviderServices>) -> Router {
     let slots = Arc::new(Semaphore::new(rt.cfg.max_webhook_concurrent.max(1)));
     Router::new()
         .route("/updates/{bot_key}", post(update))
-        .with_state(IngressState { rt, host, slots })
+        .with_state(IngressState {
+            rt,
+            services,
+            slots,
+        })
 }
 
 async fn update(
@@ -54,14 +58,14 @@ async fn update(
         )
         .into_response();
     };
-    let host = st.host.as_ref();
+    let services = st.services.as_ref();
     let bot = match st.rt.registry.get(&bot_key) {
         Some(b) => b,
         None => {
             // Bound a moment ago on another pod (which registered the webhook and recorded it),
             // or not ours at all: only a recorded registration is worth a reload, so random
             // keys cost one lookup.
-            match host.kv_get(&format!("hook:{bot_key}")).await {
+            match services.kv_get(&format!("hook:{bot_key}")).await {
                 Ok(Some(v)) if !v.is_empty() => {}
                 Ok(_) => {
                     return ClientError::new(
@@ -84,7 +88,7 @@ async fn update(
             if let Err(e) = st
                 .rt
                 .registry
-                .refresh_if_older(host, &st.rt.revoked_set(), Duration::from_millis(200))
+                .refresh_if_older(services, &st.rt.revoked_set(), Duration::from_millis(200))
                 .await
             {
                 tracing::warn!(error = %e, "bound bots not reloaded");
@@ -171,7 +175,7 @@ async fn update(
             .into_response();
         }
     };
-    match handle_update(&st.rt, host, &bot, &raw).await {
+    match handle_update(&st.rt, services, &bot, &raw).await {
         Handled::Done => (StatusCode::OK, axum::Json(json!({}))).into_response(),
         Handled::Retry => ClientError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -180,7 +184,7 @@ async fn update(
         )
         .into_response(),
         Handled::Revoked => {
-            st.rt.on_revoked(host, bot.id, &bot.token_fp).await;
+            st.rt.on_revoked(services, bot.id, &bot.token_fp).await;
             (StatusCode::OK, axum::Json(json!({}))).into_response()
         }
     }

@@ -38,7 +38,7 @@ pub mod fuzzing {
 }
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -159,7 +159,7 @@ pub(crate) struct Runtime {
     pub cfg: TelegramConfig,
     pub api: api::Api,
     pub registry: bots::Registry,
-    pub host: OnceLock<Arc<dyn ProviderServices>>,
+    pub services: Arc<dyn ProviderServices>,
     /// Wakes the supervisor (a binding was made or released on this pod).
     pub kick: Notify,
     /// Fingerprints of tokens Telegram refused.
@@ -171,13 +171,6 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    pub fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
-        self.host.get().ok_or_else(|| {
-            tracing::error!("telegram provider used before a host was attached");
-            internal("the provider is not ready")
-        })
-    }
-
     pub fn revoked_set(&self) -> HashSet<String> {
         self.revoked
             .lock()
@@ -185,10 +178,10 @@ impl Runtime {
             .clone()
     }
 
-    /// The mode in force: Auto resolves on the host's public base URL.
-    pub fn mode(&self, host: &dyn ProviderServices) -> Mode {
+    /// The mode in force: Auto resolves on the services' public base URL.
+    pub fn mode(&self, services: &dyn ProviderServices) -> Mode {
         match self.cfg.mode {
-            Mode::Auto if host.public_base_url().starts_with("https://") => Mode::Webhook,
+            Mode::Auto if services.public_base_url().starts_with("https://") => Mode::Webhook,
             Mode::Auto => Mode::Polling,
             m => m,
         }
@@ -196,7 +189,7 @@ impl Runtime {
 
     /// Telegram refused a token: remember it (durably, so no pod keeps using it) and mark
     /// every channel bound with it `revoked`, which pushes their Descriptors.
-    pub async fn on_revoked(&self, host: &dyn ProviderServices, bot_id: i64, token_fp: &str) {
+    pub async fn on_revoked(&self, services: &dyn ProviderServices, bot_id: i64, token_fp: &str) {
         let first = self
             .revoked
             .lock()
@@ -211,13 +204,13 @@ impl Runtime {
             tracing::warn!(bot_key = %key, "telegram refused a bot token; its channels are marked revoked");
             metrics::counter!("switchyard_telegram_tokens_revoked_total").increment(1);
         }
-        if let Err(e) = host.kv_put(&format!("revoked:{token_fp}"), "1").await {
+        if let Err(e) = services.kv_put(&format!("revoked:{token_fp}"), "1").await {
             tracing::warn!(error = %e, "revocation mark not stored");
         }
-        if let Err(e) = self.registry.refresh(host, &self.revoked_set()).await {
+        if let Err(e) = self.registry.refresh(services, &self.revoked_set()).await {
             tracing::warn!(error = %e, "bound bots not reloaded after a revocation");
         }
-        let routes: Vec<String> = match host.bound_channels().await {
+        let routes: Vec<String> = match services.bound_channels().await {
             Ok(all) => all
                 .iter()
                 .filter_map(|b| {
@@ -232,7 +225,10 @@ impl Runtime {
             }
         };
         for ch in routes {
-            if let Err(e) = host.set_target_status(&ch, ConnectionStatus::Revoked).await {
+            if let Err(e) = services
+                .set_target_status(&ch, ConnectionStatus::Revoked)
+                .await
+            {
                 tracing::warn!(connector_channel_id = %ch, error = %e, "channel not marked revoked");
             }
         }
@@ -245,12 +241,12 @@ impl Runtime {
     /// nothing. Fails only when storage did not take a move, so the caller can retry.
     pub async fn on_migrated(
         &self,
-        host: &dyn ProviderServices,
+        services: &dyn ProviderServices,
         bot_id: i64,
         from: i64,
         to: i64,
     ) -> Result<(), ServicesError> {
-        let moving: Vec<(String, Credentials)> = host
+        let moving: Vec<(String, Credentials)> = services
             .bound_channels()
             .await?
             .iter()
@@ -262,13 +258,13 @@ impl Runtime {
         let bot_key = creds::bot_key(bot_id);
         // Seen by every pod before its registry is: an update from `to` that reaches a pod
         // whose view is a moment old makes it reload instead of ignoring the chat.
-        let _ = host
+        let _ = services
             .ephemeral()
             .put(&moved_key(&bot_key, to), vec![1], Duration::from_secs(600))
             .await;
         for (channel_id, c) in moving {
             let moved = c.moved_to(to);
-            match host
+            match services
                 .rebind(
                     &channel_id,
                     &moved.to_stored(),
@@ -288,14 +284,14 @@ impl Runtime {
                 Err(e) => return Err(e),
             }
         }
-        if let Err(e) = self.registry.refresh(host, &self.revoked_set()).await {
+        if let Err(e) = self.registry.refresh(services, &self.revoked_set()).await {
             tracing::warn!(error = %e, "bound bots not reloaded after a chat migration");
         }
         Ok(())
     }
 
     /// Whether a token was refused before (by any pod).
-    pub async fn is_revoked(&self, host: &dyn ProviderServices, token_fp: &str) -> bool {
+    pub async fn is_revoked(&self, services: &dyn ProviderServices, token_fp: &str) -> bool {
         if self
             .revoked
             .lock()
@@ -312,7 +308,7 @@ impl Runtime {
         {
             return false;
         }
-        match host.kv_get(&format!("revoked:{token_fp}")).await {
+        match services.kv_get(&format!("revoked:{token_fp}")).await {
             Ok(Some(v)) if v == "1" => {
                 self.revoked
                     .lock()
@@ -360,7 +356,7 @@ pub struct TelegramProvider {
 }
 
 impl TelegramProvider {
-    pub fn new(cfg: TelegramConfig) -> Self {
+    pub fn new(cfg: TelegramConfig, services: Arc<dyn ProviderServices>) -> Self {
         let card = card::build(cfg.build.clone(), cfg.api_key_required);
         let api = api::Api::new(&cfg.api_base, cfg.request_timeout);
         Self {
@@ -370,7 +366,7 @@ impl TelegramProvider {
                 cfg,
                 api,
                 registry: bots::Registry::default(),
-                host: OnceLock::new(),
+                services,
                 kick: Notify::new(),
                 revoked: Mutex::new(HashSet::new()),
                 known_good: Mutex::new(HashSet::new()),
@@ -379,20 +375,12 @@ impl TelegramProvider {
         }
     }
 
-    /// Gives the provider its host without mounting ingress or starting loops (tests, tools
-    /// on a pod that runs no pollers). The first host given is kept.
-    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
-        if self.rt.host.set(host).is_err() {
-            tracing::debug!("telegram provider already has a host");
-        }
-    }
-
     /// One supervisor step: reload the bound bots, then (webhook mode) register missing
     /// webhooks. Pollers are started only by [`Provider::start`]; this is the hook tests and
     /// tools use to make a fresh binding visible at once.
     pub async fn step(&self) -> Result<(), ProviderError> {
-        let host = self.rt.host()?.clone();
-        poller::reconcile(&self.rt, &host, None).await;
+        let services = self.rt.services.clone();
+        poller::reconcile(&self.rt, &services, None).await;
         Ok(())
     }
 
@@ -458,12 +446,10 @@ impl Provider for TelegramProvider {
         };
         let token = switchyard_core::crypto::Secret::new(token);
         let step = outbound::validate_binding(&self.rt, &token, chat_param).await?;
-        if let AuthStep::Authenticated { credentials, .. } = &step
-            && let Some(host) = self.rt.host.get()
-        {
+        if let AuthStep::Authenticated { credentials, .. } = &step {
             poller::after_bind(
                 self.rt.clone(),
-                host.clone(),
+                self.rt.services.clone(),
                 req.channel_id.to_owned(),
                 credentials.clone(),
             );
@@ -504,14 +490,16 @@ impl Provider for TelegramProvider {
         poller::release(self.rt.clone(), binding).await
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
-        self.attach(host.clone());
-        Some(ingress::router(self.rt.clone(), host))
+    fn ingress(&self) -> Option<axum::Router> {
+        Some(ingress::router(self.rt.clone(), self.rt.services.clone()))
     }
 
-    fn start(&self, host: Arc<dyn ProviderServices>, stop: CancellationToken) {
-        self.attach(host.clone());
-        tokio::spawn(poller::supervise(self.rt.clone(), host, stop));
+    fn start(&self, stop: CancellationToken) {
+        tokio::spawn(poller::supervise(
+            self.rt.clone(),
+            self.rt.services.clone(),
+            stop,
+        ));
     }
 }
 

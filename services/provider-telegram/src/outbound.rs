@@ -206,9 +206,7 @@ pub(crate) async fn validate_binding(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&fp);
-    if let Some(host) = rt.host.get()
-        && let Err(e) = host.kv_put(&format!("revoked:{fp}"), "0").await
-    {
+    if let Err(e) = rt.services.kv_put(&format!("revoked:{fp}"), "0").await {
         tracing::warn!(error = %e, "revocation mark not cleared");
     }
     Ok(AuthStep::Authenticated {
@@ -221,7 +219,7 @@ pub(crate) async fn validate_binding(
 /// Where a send goes, with its deadline for limits and `retry_after`.
 struct Target<'a> {
     rt: &'a Runtime,
-    host: &'a dyn ProviderServices,
+    services: &'a dyn ProviderServices,
     creds: Credentials,
     /// The chat sends go to: the binding's, until Telegram says the group moved.
     chat: AtomicI64,
@@ -288,11 +286,11 @@ impl Target<'_> {
         binding: &'a Binding,
         budget: Duration,
     ) -> Result<Target<'a>, ProviderError> {
-        let host = rt.host()?.as_ref();
+        let services = rt.services.as_ref();
         let creds = credentials(binding)?;
         Ok(Target {
             rt,
-            host,
+            services,
             chat: AtomicI64::new(creds.chat_id),
             creds,
             channel_id: &binding.channel_id,
@@ -301,7 +299,7 @@ impl Target<'_> {
     }
 
     async fn limit(&self) -> Result<(), ProviderError> {
-        let eph = self.host.ephemeral();
+        let eph = self.services.ephemeral();
         limits::acquire(
             eph.as_ref(),
             self.rt.cfg.limits,
@@ -341,11 +339,11 @@ impl Target<'_> {
         let from = self.chat();
         let stored = self
             .rt
-            .on_migrated(self.host, self.creds.bot_id, from, to)
+            .on_migrated(self.services, self.creds.bot_id, from, to)
             .await;
         let now = match stored {
             Ok(()) => self
-                .host
+                .services
                 .binding(self.channel_id)
                 .await
                 .map_err(|e| e.to_string()),
@@ -374,7 +372,7 @@ impl Target<'_> {
         if e.is_unauthorized() {
             self.rt
                 .on_revoked(
-                    self.host,
+                    self.services,
                     self.creds.bot_id,
                     &token_fingerprint(&self.creds.token),
                 )
@@ -431,7 +429,7 @@ impl Target<'_> {
         &self,
         file_ref: &str,
     ) -> Result<switchyard_core::provider::OutboundFile, ProviderError> {
-        match self.host.open_file(self.channel_id, file_ref).await {
+        match self.services.open_file(self.channel_id, file_ref).await {
             Ok((f, _)) => Ok(f),
             Err(e) if e.retryable() => {
                 tracing::warn!(connector_channel_id = self.channel_id, error = %e, "file store unavailable");
@@ -458,7 +456,7 @@ impl Target<'_> {
         caption: Option<&str>,
         reply_to: Option<i64>,
     ) -> Result<Sent, ApiError> {
-        let (f, stream) = self.host.open_file(self.channel_id, file_ref).await.map_err(|e| {
+        let (f, stream) = self.services.open_file(self.channel_id, file_ref).await.map_err(|e| {
             tracing::warn!(connector_channel_id = self.channel_id, error = %e, "file could not be reopened for upload");
             ApiError::Network(NetKind::Other)
         })?;
@@ -521,7 +519,7 @@ impl Target<'_> {
 
     /// Runs `steps`, skipping those an earlier attempt of the same call completed.
     async fn run(&self, steps: &[Step], progress_key: &str) -> Result<Vec<i64>, ProviderError> {
-        let eph = self.host.ephemeral();
+        let eph = self.services.ephemeral();
         let mut done: Vec<i64> = match eph.get(progress_key).await {
             Ok(Some(b)) => serde_json::from_slice(&b).unwrap_or_default(),
             Ok(None) => Vec::new(),
@@ -761,7 +759,7 @@ pub(crate) async fn activity(
     let t = Target::new(rt, binding, Duration::from_secs(2)).await?;
     let gate = format!("tg:typing:{}", t.channel_id);
     if !t
-        .host
+        .services
         .ephemeral()
         .put_if_absent(&gate, vec![1], TYPING_EVERY)
         .await

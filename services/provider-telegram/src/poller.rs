@@ -37,12 +37,12 @@ const ALLOWED_UPDATES: [&str; 4] = [
 /// The supervisor loop of one pod; ends (and stops its pollers) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
     let mut pollers = Consumers::new(&stop);
     loop {
-        reconcile(&rt, &host, Some(&mut pollers)).await;
+        reconcile(&rt, &services, Some(&mut pollers)).await;
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(rt.cfg.refresh_interval) => {}
@@ -55,18 +55,22 @@ pub(crate) async fn supervise(
 /// One supervisor step: reload the bots, then make each one's update stream exist.
 pub(crate) async fn reconcile(
     rt: &Arc<Runtime>,
-    host: &Arc<dyn ProviderServices>,
+    services: &Arc<dyn ProviderServices>,
     pollers: Option<&mut Consumers>,
 ) {
-    if let Err(e) = rt.registry.refresh(host.as_ref(), &rt.revoked_set()).await {
+    if let Err(e) = rt
+        .registry
+        .refresh(services.as_ref(), &rt.revoked_set())
+        .await
+    {
         tracing::warn!(error = %e, "bound telegram bots not reloaded; retried at the next refresh");
         return;
     }
-    let mode = rt.mode(host.as_ref());
+    let mode = rt.mode(services.as_ref());
     let mut wanted = HashMap::new();
     let mut live = Vec::new();
     for bot in rt.registry.all() {
-        if rt.is_revoked(host.as_ref(), &bot.token_fp).await {
+        if rt.is_revoked(services.as_ref(), &bot.token_fp).await {
             continue;
         }
         wanted.insert(bot.key.clone(), bot.token_fp.clone());
@@ -76,9 +80,9 @@ pub(crate) async fn reconcile(
         (Mode::Polling, Some(p)) => {
             p.retain(&wanted);
             for bot in &live {
-                let (rt, host, bot) = (rt.clone(), host.clone(), bot.clone());
+                let (rt, services, bot) = (rt.clone(), services.clone(), bot.clone());
                 p.ensure(&bot.key.clone(), &bot.token_fp.clone(), move |stop| {
-                    poll_bot(rt, host, bot, stop)
+                    poll_bot(rt, services, bot, stop)
                 });
             }
         }
@@ -88,24 +92,24 @@ pub(crate) async fn reconcile(
                 p.retain(&HashMap::new());
             }
             for bot in &live {
-                ensure_webhook(rt, host.as_ref(), bot).await;
+                ensure_webhook(rt, services.as_ref(), bot).await;
             }
         }
     }
     metrics::gauge!("switchyard_telegram_bots").set(live.len() as f64);
 }
 
-fn webhook_url(host: &dyn ProviderServices, bot: &Bot) -> String {
+fn webhook_url(services: &dyn ProviderServices, bot: &Bot) -> String {
     format!(
         "{}{PREFIX}/updates/{}",
-        host.public_base_url().trim_end_matches('/'),
+        services.public_base_url().trim_end_matches('/'),
         bot.key
     )
 }
 
 /// Registers the bot's webhook unless this URL and token are already registered.
-async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
-    let url = webhook_url(host, bot);
+async fn ensure_webhook(rt: &Runtime, services: &dyn ProviderServices, bot: &Bot) {
+    let url = webhook_url(services, bot);
     // The update types are part of the registration: a webhook registered for fewer types
     // (before edits were asked for) is registered again.
     let fp =
@@ -122,7 +126,7 @@ async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
         return;
     }
     let kv_key = format!("hook:{}", bot.key);
-    if matches!(host.kv_get(&kv_key).await, Ok(Some(v)) if v == fp) {
+    if matches!(services.kv_get(&kv_key).await, Ok(Some(v)) if v == fp) {
         rt.hooked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -138,7 +142,7 @@ async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
     // Recorded before the call: Telegram may deliver the first update to another pod before
     // this one could record the success, and that pod looks the record up to know the bot.
     // A pending record never equals the fingerprint, so a failed registration is retried.
-    if let Err(e) = host.kv_put(&kv_key, &format!("pending:{fp}")).await {
+    if let Err(e) = services.kv_put(&kv_key, &format!("pending:{fp}")).await {
         tracing::warn!(error = %e, "webhook registration not recorded; retried at the next refresh");
         return;
     }
@@ -151,7 +155,7 @@ async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
     {
         Ok(_) => {
             tracing::info!(bot_key = %bot.key, "telegram webhook registered");
-            if let Err(e) = host.kv_put(&kv_key, &fp).await {
+            if let Err(e) = services.kv_put(&kv_key, &fp).await {
                 tracing::warn!(error = %e, "webhook registration not recorded; it is repeated later");
             }
             rt.hooked
@@ -159,7 +163,7 @@ async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(bot.key.clone(), fp);
         }
-        Err(e) if e.is_unauthorized() => rt.on_revoked(host, bot.id, &bot.token_fp).await,
+        Err(e) if e.is_unauthorized() => rt.on_revoked(services, bot.id, &bot.token_fp).await,
         Err(e) => {
             tracing::warn!(bot_key = %bot.key, error = %e.summary(), "telegram webhook not registered; retried at the next refresh")
         }
@@ -168,7 +172,7 @@ async fn ensure_webhook(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) {
 
 async fn poll_bot(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     bot: Arc<Bot>,
     stop: CancellationToken,
 ) {
@@ -178,7 +182,7 @@ async fn poll_bot(
         backoff: rt.cfg.poll_error_backoff,
     };
     let mut lease = Lease::new(
-        host.clone(),
+        services.clone(),
         format!("poll:{}", bot.key),
         "telegram poller",
         cfg,
@@ -190,7 +194,7 @@ async fn poll_bot(
     while let Some(term) = lease.hold(&stop).await {
         if term.fresh {
             // A new term: the previous holder (maybe another pod) moved the cursor.
-            offset = match host.kv_get(&cursor).await {
+            offset = match services.kv_get(&cursor).await {
                 Ok(v) => v.and_then(|s| s.parse().ok()).unwrap_or(0),
                 Err(e) => {
                     tracing::warn!(bot_key = %bot.key, error = %e, "telegram cursor unreadable");
@@ -222,7 +226,8 @@ async fn poll_bot(
                 u
             }
             Err(e) if e.is_unauthorized() => {
-                rt.on_revoked(host.as_ref(), bot.id, &bot.token_fp).await;
+                rt.on_revoked(services.as_ref(), bot.id, &bot.token_fp)
+                    .await;
                 break;
             }
             Err(e) if e.is_webhook_conflict() => {
@@ -235,7 +240,7 @@ async fn poll_bot(
                 {
                     tracing::warn!(bot_key = %bot.key, error = %e.summary(), "telegram webhook not removed");
                 }
-                let _ = host.kv_put(&format!("hook:{}", bot.key), "").await;
+                let _ = services.kv_put(&format!("hook:{}", bot.key), "").await;
                 if !pause(&stop, backoff).await {
                     break;
                 }
@@ -261,7 +266,7 @@ async fn poll_bot(
             if id < offset {
                 continue;
             }
-            outcome = handle_update(&rt, host.as_ref(), &bot, u).await;
+            outcome = handle_update(&rt, services.as_ref(), &bot, u).await;
             if outcome != Handled::Done {
                 break;
             }
@@ -274,7 +279,7 @@ async fn poll_bot(
                 tracing::info!(bot_key = %bot.key, "telegram poller lost the lease during a batch");
                 continue;
             }
-            match host.kv_put(&cursor, &next.to_string()).await {
+            match services.kv_put(&cursor, &next.to_string()).await {
                 Ok(()) => offset = next,
                 Err(e) => {
                     tracing::warn!(bot_key = %bot.key, error = %e, "telegram cursor not stored; the batch is fetched again")
@@ -284,7 +289,8 @@ async fn poll_bot(
         match outcome {
             Handled::Done => {}
             Handled::Revoked => {
-                rt.on_revoked(host.as_ref(), bot.id, &bot.token_fp).await;
+                rt.on_revoked(services.as_ref(), bot.id, &bot.token_fp)
+                    .await;
                 break;
             }
             Handled::Retry => {
@@ -301,7 +307,7 @@ async fn poll_bot(
 /// registration of its bot (a release elsewhere may have removed it) and wake the supervisor.
 pub(crate) fn after_bind(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     channel_id: String,
     stored: Value,
 ) {
@@ -316,7 +322,7 @@ pub(crate) fn after_bind(
         let fp = token_fingerprint(&want.token);
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let bound = match host.binding(&channel_id).await {
+            let bound = match services.binding(&channel_id).await {
                 Ok(Some(b)) => Credentials::from_stored(&b.credentials).is_some_and(|c| {
                     c.bot_id == want.bot_id
                         && c.chat_id == want.chat_id
@@ -340,10 +346,10 @@ pub(crate) fn after_bind(
 /// stops (webhook deleted, lease given up); the supervisors stop their pollers once the core
 /// cleared the binding.
 pub(crate) async fn release(rt: Arc<Runtime>, binding: &Binding) -> Result<(), ProviderError> {
-    let host = rt.host()?.clone();
+    let services = rt.services.clone();
     let creds = credentials(binding)?;
     let key = creds.bot_key();
-    let others = match host.bound_channels().await {
+    let others = match services.bound_channels().await {
         Ok(all) => all
             .iter()
             .filter(|b| b.channel_id != binding.channel_id)
@@ -374,10 +380,10 @@ pub(crate) async fn release(rt: Arc<Runtime>, binding: &Binding) -> Result<(), P
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
-        if let Err(e) = host.kv_put(&format!("hook:{key}"), "").await {
+        if let Err(e) = services.kv_put(&format!("hook:{key}"), "").await {
             tracing::warn!(error = %e, "webhook record not cleared");
         }
-        if let Err(e) = host.release_lease(&format!("poll:{key}")).await {
+        if let Err(e) = services.release_lease(&format!("poll:{key}")).await {
             tracing::warn!(error = %e, "telegram poll lease not released");
         }
     }
@@ -385,7 +391,7 @@ pub(crate) async fn release(rt: Arc<Runtime>, binding: &Binding) -> Result<(), P
     tokio::spawn(async move {
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if matches!(host.binding(&channel_id).await, Ok(None)) {
+            if matches!(services.binding(&channel_id).await, Ok(None)) {
                 break;
             }
         }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use switchyard_core::provider::{Provider, ProviderFactory, SharedSettings};
+use switchyard_core::provider::{Provider, ProviderFactory, ProviderServices, SharedSettings};
 
 use crate::{Mode, TelegramConfig, TelegramProvider};
 
@@ -53,6 +53,8 @@ pub struct TelegramFactory;
 impl ProviderFactory for TelegramFactory {
     type Section = TelegramSection;
     const SECTION: &'static str = "telegram";
+    const CARD_ID: &'static str = crate::CARD_ID;
+    const PREFIX: &'static str = crate::PREFIX;
     const DEFAULT_TOML: &'static str = r#"[telegram]
 # Telegram Bot API root: {base}/bot{token}/{method}, files at {base}/file/bot{token}/{path}.
 api_base = "https://api.telegram.org"
@@ -62,13 +64,17 @@ api_base = "https://api.telegram.org"
 mode = "auto"
 "#;
 
-    fn build(section: &TelegramSection, shared: &SharedSettings) -> Arc<dyn Provider> {
+    fn build(
+        section: &TelegramSection,
+        shared: &SharedSettings,
+        services: Arc<dyn ProviderServices>,
+    ) -> Arc<dyn Provider> {
         let mut c = TelegramConfig::new(shared.build.clone(), &section.api_base);
         c.max_webhook_bytes = shared.ingress.max_json_bytes;
         c.webhook_body_timeout = shared.ingress.body_timeout;
         c.max_webhook_concurrent = shared.ingress.max_concurrent;
         c.mode = section.mode.into();
-        Arc::new(TelegramProvider::new(c))
+        Arc::new(TelegramProvider::new(c, services))
     }
 
     fn describe_metrics() {

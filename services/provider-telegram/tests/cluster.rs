@@ -87,7 +87,7 @@ async fn one_poller_per_bot_and_the_lease_moves_when_its_pod_stops() {
     let next = eventually(WAIT, "the other pod holds the lease", || async {
         cluster
             .lease_holder(&lease_name())
-            .filter(|h| *h == other.host.pod)
+            .filter(|h| *h == other.services.pod)
     })
     .await;
     assert_ne!(next, holder);
@@ -152,7 +152,7 @@ async fn the_lease_moves_when_its_pod_dies() {
     eventually(Duration::from_secs(15), "pod-b polls", || async {
         cluster
             .lease_holder(&lease_name())
-            .filter(|h| *h == b.host.pod)
+            .filter(|h| *h == b.services.pod)
     })
     .await;
     inbound_n(&cluster, 2).await;

@@ -171,7 +171,7 @@ async fn a_move_that_cannot_be_stored_is_retryable_and_sends_nothing() {
     pod.bind("cch_g", TOKEN, json!(OLD)).await;
     tg.migrate_group(TOKEN, OLD, NEW);
     // Storage down: the move is not stored, so the send is not made and may be retried.
-    pod.host
+    pod.services
         .dead
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let err = pod
@@ -182,7 +182,7 @@ async fn a_move_that_cannot_be_stored_is_retryable_and_sends_nothing() {
     assert!(tg.sent_messages(NEW).is_empty());
     assert_eq!(bound_chat(&cluster, "cch_g"), OLD);
     // Storage back: the retry stores the move and sends once.
-    pod.host
+    pod.services
         .dead
         .store(false, std::sync::atomic::Ordering::SeqCst);
     pod.deliver("cch_g", "msg_1", Some("hello"), &[])

@@ -65,7 +65,7 @@ async fn long_text_is_split_and_paced_per_chat() {
 async fn each_file_kind_goes_out_by_its_method() {
     let tg = fake().await;
     let pod = pod_with(&tg, |_| {}).await;
-    let c = &pod.host.cluster;
+    let c = &pod.services.cluster;
     c.add_upload("cch_p", "f_png", "chart.png", "image/png", b"\x89PNG chart");
     c.add_upload("cch_p", "f_mp4", "clip.mp4", "video/mp4", b"mp4 clip");
     c.add_upload("cch_p", "f_ogg", "note.ogg", "audio/ogg", b"OggS note");
@@ -148,7 +148,7 @@ async fn each_file_kind_goes_out_by_its_method() {
 async fn deltas_then_final_message_edit_one_telegram_message() {
     let tg = fake().await;
     let pod = pod_with(&tg, |c| c.edit_interval = Duration::from_millis(200)).await;
-    let b = pod.host.cluster.binding("cch_p");
+    let b = pod.services.cluster.binding("cch_p");
     pod.provider.delta(&b, "msg_s", "Hel").await.unwrap();
     pod.provider.delta(&b, "msg_s", "Hello wo").await.unwrap(); // within the interval: skipped
     tokio::time::sleep(Duration::from_millis(450)).await;
@@ -199,7 +199,7 @@ async fn deltas_then_final_message_edit_one_telegram_message() {
 async fn activity_shows_typing_at_most_every_few_seconds() {
     let tg = fake().await;
     let pod = pod_with(&tg, |_| {}).await;
-    let b = pod.host.cluster.binding("cch_p");
+    let b = pod.services.cluster.binding("cch_p");
     pod.provider
         .activity(&b, ActivityStatus::Thinking)
         .await
@@ -340,7 +340,7 @@ async fn refusals_are_final_and_outages_retryable_without_secrets() {
         false,
     )
     .await;
-    cluster.bind("cch_p", pod.host.cluster.binding("cch_p").credentials);
+    cluster.bind("cch_p", pod.services.cluster.binding("cch_p").credentials);
     let err = offline
         .tool(
             "cch_p",
@@ -446,7 +446,7 @@ async fn a_revoked_token_is_unauthorized_and_revokes_every_channel_of_the_bot() 
     assert_eq!(err.kind, ProviderErrorKind::Unauthorized);
     assert_eq!(err.code, "target_unauthorized");
     assert!(!err.message.contains(TOKEN));
-    let statuses = pod.host.cluster.statuses();
+    let statuses = pod.services.cluster.statuses();
     for ch in ["cch_p", "cch_g"] {
         assert!(
             statuses.contains(&(ch.to_owned(), ConnectionStatus::Revoked)),

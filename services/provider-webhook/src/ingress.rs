@@ -41,7 +41,7 @@ const MAX_FILENAME_BYTES: usize = 255;
 
 #[derive(Clone)]
 pub(crate) struct IngressState {
-    pub host: Arc<dyn ProviderServices>,
+    pub services: Arc<dyn ProviderServices>,
     pub limits: Arc<IngressLimits>,
     pub outbound: OutboundPolicy,
 }
@@ -132,7 +132,7 @@ enum Refusal {
     Read(ReadError),
     Signature(SignatureError),
     Invalid(Invalid),
-    Host(ServicesError),
+    Services(ServicesError),
 }
 
 impl From<Invalid> for Refusal {
@@ -143,7 +143,7 @@ impl From<Invalid> for Refusal {
 
 impl From<ServicesError> for Refusal {
     fn from(e: ServicesError) -> Self {
-        Self::Host(e)
+        Self::Services(e)
     }
 }
 
@@ -165,7 +165,7 @@ impl Refusal {
             Self::Invalid(Invalid(m)) => {
                 ClientError::new(StatusCode::BAD_REQUEST, "invalid_message", m).into_response()
             }
-            Self::Host(e) => ClientError::from(e).into_response(),
+            Self::Services(e) => ClientError::from(e).into_response(),
         }
     }
 }
@@ -182,7 +182,7 @@ async fn inbound(
             .client_error()
             .into_response();
     }
-    let binding = match st.host.binding(&channel_id).await {
+    let binding = match st.services.binding(&channel_id).await {
         Ok(Some(b)) => b,
         Ok(None) => {
             return ClientError::new(
@@ -243,10 +243,10 @@ async fn inbound(
     };
     let result = match result {
         Ok(msg) => st
-            .host
+            .services
             .accept_inbound(&channel_id, msg)
             .await
-            .map_err(Refusal::Host),
+            .map_err(Refusal::Services),
         Err(e) => Err(e),
     };
     match result {
@@ -255,23 +255,26 @@ async fn inbound(
                 InboundOutcome::Stored => "accepted",
                 InboundOutcome::Duplicate => {
                     // The first delivery carries its own files; these would be orphans.
-                    discard(st.host.as_ref(), &channel_id, &stored).await;
+                    discard(st.services.as_ref(), &channel_id, &stored).await;
                     "duplicate"
                 }
             };
             (StatusCode::ACCEPTED, axum::Json(json!({"status": status}))).into_response()
         }
         Err(refusal) => {
-            discard(st.host.as_ref(), &channel_id, &stored).await;
+            discard(st.services.as_ref(), &channel_id, &stored).await;
             refusal.response(&channel_id)
         }
     }
 }
 
 /// Forgets files a refused request stored; the janitor's file expiry is the backstop.
-async fn discard(host: &dyn ProviderServices, channel_id: &str, stored: &[FileItem]) {
+async fn discard(services: &dyn ProviderServices, channel_id: &str, stored: &[FileItem]) {
     for item in stored {
-        if let Err(e) = host.discard_inbound_file(channel_id, &item.file_ref).await {
+        if let Err(e) = services
+            .discard_inbound_file(channel_id, &item.file_ref)
+            .await
+        {
             tracing::warn!(connector_channel_id = %channel_id, error = %e, "refused inbound file not discarded");
         }
     }
@@ -390,7 +393,7 @@ async fn stream_parts(
                 .or_else(|| guess_mime(&filename));
             let bytes: ByteStream = field.map_err(std::io::Error::other).boxed();
             let item = st
-                .host
+                .services
                 .store_inbound_file(channel_id, &filename, mime_type.as_deref(), bytes)
                 .await?;
             stored.push(item);
@@ -414,7 +417,7 @@ async fn store_pending(
     for f in files {
         let mime = f.mime_type.or_else(|| guess_mime(&f.filename));
         let item = st
-            .host
+            .services
             .store_inbound_file(
                 channel_id,
                 &f.filename,

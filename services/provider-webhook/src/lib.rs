@@ -2,9 +2,9 @@
 //! provider through two signed HTTP webhooks, one per direction (CONTRACT.md, "The generic
 //! webhook IM").
 //!
-//! The [`Provider`] trait hands the host only to [`Provider::ingress`], while delivery,
+//! The [`Provider`] trait hands the services only to [`Provider::ingress`], while delivery,
 //! tools and pairing also need it (health, files, the public URL). The provider therefore
-//! keeps the host it is given at mount time; [`WebhookProvider::attach`] does the same for
+//! keeps the services it is given at mount time; [`WebhookProvider::attach`] does the same for
 //! callers that never mount ingress.
 
 mod binding;
@@ -26,7 +26,7 @@ pub mod fuzzing {
     }
 }
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -106,11 +106,11 @@ pub struct WebhookProvider {
     outbound: OutboundPolicy,
     pairing_ttl: Duration,
     sender: outbound::Sender,
-    host: OnceLock<Arc<dyn ProviderServices>>,
+    services: Arc<dyn ProviderServices>,
 }
 
 impl WebhookProvider {
-    pub fn new(cfg: WebhookConfig) -> Self {
+    pub fn new(cfg: WebhookConfig, services: Arc<dyn ProviderServices>) -> Self {
         Self {
             card: card::build(cfg.build, cfg.api_key_required),
             skill: card::skill(),
@@ -131,22 +131,8 @@ impl WebhookProvider {
             pairing_ttl: cfg.pairing_ttl,
             sender: outbound::Sender::new(cfg.request_timeout, cfg.outbound.clone()),
             outbound: cfg.outbound,
-            host: OnceLock::new(),
+            services,
         }
-    }
-
-    /// Gives the provider its host without mounting ingress. The first host given is kept.
-    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
-        if self.host.set(host).is_err() {
-            tracing::debug!("webhook provider already has a host");
-        }
-    }
-
-    fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
-        self.host.get().ok_or_else(|| {
-            tracing::error!("webhook provider used before a host was attached");
-            internal("the provider is not ready")
-        })
     }
 
     async fn send(
@@ -155,9 +141,7 @@ impl WebhookProvider {
         msg: outbound::Message<'_>,
     ) -> Result<(), ProviderError> {
         let creds = credentials(binding)?;
-        self.sender
-            .send(self.host.get().map(|h| h.as_ref()), &creds, msg)
-            .await
+        self.sender.send(self.services.as_ref(), &creds, msg).await
     }
 }
 
@@ -223,7 +207,7 @@ impl Provider for WebhookProvider {
                 },
             ),
             FLOW_PAIRING => {
-                let base = self.host()?.public_base_url();
+                let base = self.services.public_base_url();
                 pairing::start(&base, PREFIX, req.auth_session_id, self.pairing_ttl)
             }
             _ => Err(ProviderError::new(
@@ -252,7 +236,7 @@ impl Provider for WebhookProvider {
                 let file_ref = required_str(call.arguments, "file_ref")?;
                 let text = str_arg(call.arguments, "text")?;
                 // Only the metadata and signed URL are sent: the endpoint fetches the bytes.
-                let (file, _bytes) = self.host()?.open_file(channel_id, file_ref).await.map_err(|e| match e {
+                let (file, _bytes) = self.services.open_file(channel_id, file_ref).await.map_err(|e| match e {
                     ServicesError::Full | ServicesError::Overloaded | ServicesError::Backend(_) => {
                         tracing::warn!(connector_channel_id = channel_id, error = %e, "file lookup failed");
                         ProviderError::new(ProviderErrorKind::Transient, ErrorCode::Unavailable.as_str(), "file storage is unavailable")
@@ -307,10 +291,9 @@ impl Provider for WebhookProvider {
         Ok(())
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
-        self.attach(host.clone());
+    fn ingress(&self) -> Option<axum::Router> {
         Some(ingress::router(ingress::IngressState {
-            host,
+            services: self.services.clone(),
             limits: self.ingress_limits.clone(),
             outbound: self.outbound.clone(),
         }))

@@ -122,22 +122,20 @@ impl Sender {
         }
     }
 
-    /// Posts one message; health is reported to `host` when one is attached.
+    /// Posts one message; its health is reported to `services`.
     pub async fn send(
         &self,
-        host: Option<&dyn ProviderServices>,
+        services: &dyn ProviderServices,
         creds: &Credentials,
         msg: Message<'_>,
     ) -> Result<(), ProviderError> {
         let outcome = self.post(creds, &msg).await;
-        if let Some(host) = host {
-            track_health(
-                host,
-                msg.channel_id,
-                matches!(outcome, Outcome::Unavailable(_) | Outcome::Blocked(_)),
-            )
-            .await;
-        }
+        track_health(
+            services,
+            msg.channel_id,
+            matches!(outcome, Outcome::Unavailable(_) | Outcome::Blocked(_)),
+        )
+        .await;
         match outcome {
             Outcome::Accepted => Ok(()),
             Outcome::Refused(status) => Err(ProviderError::rejected(format!(
@@ -254,8 +252,8 @@ fn failure_key(channel_id: &str) -> String {
 }
 
 /// Health is best effort: a failing ephemeral store or status update never fails a delivery.
-async fn track_health(host: &dyn ProviderServices, channel_id: &str, failed: bool) {
-    let eph = host.ephemeral();
+async fn track_health(services: &dyn ProviderServices, channel_id: &str, failed: bool) {
+    let eph = services.ephemeral();
     let key = failure_key(channel_id);
     let status = if failed {
         match eph.incr(&key, FAILURE_TTL).await {
@@ -281,7 +279,7 @@ async fn track_health(host: &dyn ProviderServices, channel_id: &str, failed: boo
             }
         }
     };
-    if let Err(e) = host.set_target_status(channel_id, status).await {
+    if let Err(e) = services.set_target_status(channel_id, status).await {
         tracing::warn!(connector_channel_id = channel_id, status = status.as_str(), error = %e, "target status not updated");
     }
 }

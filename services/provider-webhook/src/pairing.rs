@@ -105,7 +105,7 @@ fn wants_html(headers: &HeaderMap) -> bool {
 
 /// Finds an open pairing session and checks the link's token against it.
 async fn authorize(
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     auth_session_id: &str,
     query: Option<&str>,
 ) -> Result<(AuthStatus, Value, PairingState), Response> {
@@ -117,7 +117,7 @@ async fn authorize(
         )
         .into_response()
     };
-    let (_, status, state) = match host.auth_state(auth_session_id).await {
+    let (_, status, state) = match services.auth_state(auth_session_id).await {
         Ok(Some(s)) => s,
         Ok(None) => return Err(not_found()),
         Err(e) => return Err(ClientError::from(e).into_response()),
@@ -151,7 +151,7 @@ pub(crate) async fn page(
     headers: HeaderMap,
 ) -> Response {
     let (status, state, pairing) =
-        match authorize(st.host.as_ref(), &auth_session_id, query.as_deref()).await {
+        match authorize(st.services.as_ref(), &auth_session_id, query.as_deref()).await {
             Ok(v) => v,
             Err(r) => return r,
         };
@@ -167,7 +167,7 @@ pub(crate) async fn page(
             expires_at: pairing.expires_at,
             state,
         };
-        if let Err(e) = st.host.advance_auth(&auth_session_id, step).await {
+        if let Err(e) = st.services.advance_auth(&auth_session_id, step).await {
             return ClientError::from(e).into_response();
         }
     }
@@ -200,7 +200,7 @@ pub(crate) async fn submit(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(r) = authorize(st.host.as_ref(), &auth_session_id, query.as_deref()).await {
+    if let Err(r) = authorize(st.services.as_ref(), &auth_session_id, query.as_deref()).await {
         return r;
     }
     let raw = match read_bounded(&headers, body, MAX_SUBMIT_BYTES, st.limits.pace).await {
@@ -239,7 +239,7 @@ pub(crate) async fn submit(
     };
     let display_name = creds.view().display_name;
     if let Err(e) = st
-        .host
+        .services
         .advance_auth(&auth_session_id, creds.into_step())
         .await
     {

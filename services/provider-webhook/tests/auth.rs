@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{CHANNEL, FakeHost, config, fake_host, serve_ingress};
+use common::{CHANNEL, FakeServices, config, fake_services, serve_ingress};
 use serde_json::{Map, Value, json};
 use switchyard_core::model::AuthStatus;
 use switchyard_core::provider::{AuthRequest, AuthStep, Provider};
@@ -28,7 +28,7 @@ async fn start(p: &WebhookProvider, flow: &str, session: &str, input: Value) -> 
 
 #[tokio::test]
 async fn form_binds_valid_input() {
-    let p = WebhookProvider::new(config());
+    let p = WebhookProvider::new(config(), fake_services());
     let step = start(
         &p,
         FLOW_BINDING,
@@ -56,7 +56,7 @@ async fn form_binds_valid_input() {
 
 #[tokio::test]
 async fn form_refuses_bad_input_without_echoing_secrets() {
-    let p = WebhookProvider::new(config());
+    let p = WebhookProvider::new(config(), fake_services());
     let cases = [
         json!({"endpoint_url": "not a url", "signing_secret": GOOD_SECRET}),
         json!({"endpoint_url": "ftp://chat.example.com/x", "signing_secret": GOOD_SECRET}),
@@ -85,7 +85,7 @@ async fn form_refuses_bad_input_without_echoing_secrets() {
 }
 
 struct Pairing {
-    host: Arc<FakeHost>,
+    services: Arc<FakeServices>,
     base: String,
     link: String,
     http: reqwest::Client,
@@ -94,9 +94,9 @@ struct Pairing {
 
 /// Starts a pairing as the core would: auth_start, then the session stored with its state.
 async fn pairing(session: &str) -> Pairing {
-    let host = fake_host();
-    let p = WebhookProvider::new(config());
-    let base = serve_ingress(&p, host.clone()).await;
+    let services = fake_services();
+    let p = WebhookProvider::new(config(), services.clone());
+    let base = serve_ingress(&p).await;
     let step = start(&p, FLOW_PAIRING, session, json!({})).await;
     let AuthStep::Pending {
         status,
@@ -121,11 +121,11 @@ async fn pairing(session: &str) -> Pairing {
         !state.to_string().contains(token),
         "only a hash of the token is kept"
     );
-    host.open_session(session, CHANNEL, state);
+    services.open_session(session, CHANNEL, state);
     // Same path on the test server instead of the public base URL.
     let link = qr.replace("https://switchyard.example.com", &base);
     Pairing {
-        host,
+        services,
         base,
         link,
         http: reqwest::Client::new(),
@@ -143,7 +143,7 @@ async fn pairing_get_marks_scanned_and_post_completes() {
     let page: Value = resp.json().await.unwrap();
     assert_eq!(page["submit"]["method"], "POST");
     {
-        let steps = t.host.steps.lock().unwrap();
+        let steps = t.services.steps.lock().unwrap();
         assert_eq!(steps.len(), 1);
         assert!(matches!(
             steps[0].1,
@@ -168,7 +168,7 @@ async fn pairing_get_marks_scanned_and_post_completes() {
             .starts_with("text/html")
     );
     assert!(html.text().await.unwrap().contains("<form"));
-    assert_eq!(t.host.steps.lock().unwrap().len(), 1);
+    assert_eq!(t.services.steps.lock().unwrap().len(), 1);
 
     // Invalid input leaves the session open.
     let resp = t
@@ -195,7 +195,7 @@ async fn pairing_get_marks_scanned_and_post_completes() {
         v,
         json!({"status": "authenticated", "display_name": "Webhook chat.example.com"})
     );
-    let steps = t.host.steps.lock().unwrap();
+    let steps = t.services.steps.lock().unwrap();
     let AuthStep::Authenticated {
         credentials, view, ..
     } = &steps[1].1
@@ -244,7 +244,7 @@ async fn pairing_accepts_the_html_form_post() {
     assert_eq!(resp.status().as_u16(), 200);
     assert!(resp.text().await.unwrap().contains("Webhook 10.0.0.5"));
     assert!(matches!(
-        t.host.steps.lock().unwrap()[0].1,
+        t.services.steps.lock().unwrap()[0].1,
         AuthStep::Authenticated { .. }
     ));
 }
@@ -276,7 +276,7 @@ async fn pairing_refuses_bad_tokens_and_unknown_sessions() {
             .as_u16(),
         403
     );
-    assert!(t.host.steps.lock().unwrap().is_empty());
+    assert!(t.services.steps.lock().unwrap().is_empty());
 
     let unknown = t.link.replace("as_pair3", "as_missing");
     assert_eq!(
@@ -316,7 +316,7 @@ async fn pairing_link_expires() {
     let t = pairing("as_pair4").await;
     // Age the stored state past its expiry.
     {
-        let mut sessions = t.host.sessions.lock().unwrap();
+        let mut sessions = t.services.sessions.lock().unwrap();
         let state = &mut sessions.get_mut("as_pair4").unwrap().state;
         state["expires_at"] = json!(switchyard_core::ids::now_ms() - 1);
     }

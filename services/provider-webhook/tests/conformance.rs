@@ -8,7 +8,7 @@ use common::*;
 use serde_json::{Value, json};
 use switchyard_core::testkit::conformance::ProviderHarness;
 use switchyard_fake_webhook::{FakeWebhook, InboundRequest};
-use switchyard_provider_webhook::{FLOW_BINDING, TOOL_MESSAGE_SEND, WebhookProvider};
+use switchyard_provider_webhook::{FLOW_BINDING, PREFIX, TOOL_MESSAGE_SEND, WebhookProvider};
 
 /// The secret of the endpoint URL's query (the chat system's own token).
 const PATH_SECRET: &str = "path-secret-token";
@@ -27,7 +27,8 @@ impl ProviderHarness for Webhook {
         let pod = ProviderPod::start(
             Cluster::new(),
             "pod-a",
-            WebhookProvider::new(config()),
+            PREFIX,
+            |services| WebhookProvider::new(config(), services),
             true,
         )
         .await;

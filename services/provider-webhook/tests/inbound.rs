@@ -5,26 +5,26 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use base64::Engine as _;
-use common::{CHANNEL, FakeHost, SECRET, config, creds, fake_host, serve_ingress};
+use common::{CHANNEL, FakeServices, SECRET, config, creds, fake_services, serve_ingress};
 use serde_json::{Value, json};
 use switchyard_fake_webhook::InboundRequest;
 use switchyard_provider_webhook::WebhookProvider;
 use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 struct Ingress {
-    host: std::sync::Arc<FakeHost>,
+    services: std::sync::Arc<FakeServices>,
     base: String,
     http: reqwest::Client,
     _provider: WebhookProvider,
 }
 
 async fn setup() -> Ingress {
-    let host = fake_host();
-    host.bind(CHANNEL, creds("https://chat.example.com/hooks/in"));
-    let provider = WebhookProvider::new(config());
-    let base = serve_ingress(&provider, host.clone()).await;
+    let services = fake_services();
+    services.bind(CHANNEL, creds("https://chat.example.com/hooks/in"));
+    let provider = WebhookProvider::new(config(), services.clone());
+    let base = serve_ingress(&provider).await;
     Ingress {
-        host,
+        services,
         base,
         http: reqwest::Client::new(),
         _provider: provider,
@@ -83,7 +83,7 @@ async fn json_message_is_accepted() {
     let body = json!({"message_id": "m1", "text": "hello", "sender": {"id": "u1", "name": "Ada"}});
     let (status, v) = t.post_json(CHANNEL, &body).await;
     assert_eq!((status, v), (202, json!({"status": "accepted"})));
-    let got = t.host.inbound();
+    let got = t.services.inbound();
     assert_eq!(got.len(), 1);
     let (ch, m) = &got[0];
     assert_eq!(ch, CHANNEL);
@@ -102,7 +102,7 @@ async fn json_files_are_stored() {
         json!({"message_id": "m2", "files": [{"filename": "a.pdf", "content_base64": content}]});
     let (status, _) = t.post_json(CHANNEL, &body).await;
     assert_eq!(status, 202);
-    let m = &t.host.inbound()[0].1;
+    let m = &t.services.inbound()[0].1;
     assert_eq!(m.text, None);
     assert_eq!(m.files.len(), 1);
     assert_eq!(
@@ -111,7 +111,7 @@ async fn json_files_are_stored() {
         "guessed from the filename"
     );
     let stored = t
-        .host
+        .services
         .files
         .lock()
         .unwrap()
@@ -141,7 +141,7 @@ async fn bad_signature_is_401() {
     // Missing headers altogether.
     let resp = t.http.post(t.url(CHANNEL)).body(body).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 401);
-    assert!(t.host.inbound().is_empty());
+    assert!(t.services.inbound().is_empty());
 }
 
 #[tokio::test]
@@ -181,7 +181,7 @@ async fn stale_timestamp_is_401() {
             .unwrap()
             .contains("300 seconds")
     );
-    assert!(t.host.inbound().is_empty());
+    assert!(t.services.inbound().is_empty());
 }
 
 #[tokio::test]
@@ -208,7 +208,7 @@ async fn duplicate_is_202_and_stored_once() {
         t.post_json(CHANNEL, &body).await,
         (202, json!({"status": "duplicate"}))
     );
-    assert_eq!(t.host.inbound().len(), 1);
+    assert_eq!(t.services.inbound().len(), 1);
 }
 
 #[tokio::test]
@@ -236,7 +236,7 @@ async fn invalid_messages_are_400() {
         )
         .await;
     assert_eq!(status, 400);
-    assert!(t.host.inbound().is_empty());
+    assert!(t.services.inbound().is_empty());
 }
 
 #[tokio::test]
@@ -269,12 +269,12 @@ async fn multipart_files_go_through_the_file_store() {
         .await;
     assert_eq!((status, v), (202, json!({"status": "accepted"})));
 
-    let m = &t.host.inbound()[0].1;
+    let m = &t.services.inbound()[0].1;
     assert_eq!(m.message_id, "mp1");
     assert_eq!(m.text.as_deref(), Some("see attached"));
     assert_eq!(m.sender_id.as_deref(), Some("u7"));
     assert_eq!(m.files.len(), 2);
-    let files = t.host.files.lock().unwrap().clone();
+    let files = t.services.files.lock().unwrap().clone();
     let txt = &files[&m.files[0].file_ref];
     assert_eq!(
         (txt.filename.as_str(), txt.mime_type.as_deref()),
@@ -309,7 +309,7 @@ async fn multipart_without_message_part_is_400() {
 #[tokio::test]
 async fn full_channel_queue_is_429_with_retry_after() {
     let t = setup().await;
-    t.host.full.store(true, Ordering::SeqCst);
+    t.services.full.store(true, Ordering::SeqCst);
     let (status, v) = t
         .post_json(CHANNEL, &json!({"message_id": "m1", "text": "hi"}))
         .await;
@@ -321,14 +321,14 @@ async fn full_channel_queue_is_429_with_retry_after() {
 #[tokio::test]
 async fn saturated_pod_is_503_with_retry_after() {
     let t = setup().await;
-    t.host.overloaded.store(true, Ordering::SeqCst);
+    t.services.overloaded.store(true, Ordering::SeqCst);
     let (status, v) = t
         .post_json(CHANNEL, &json!({"message_id": "m1", "text": "hi"}))
         .await;
     assert_eq!(status, 503);
     assert_eq!(v["error"]["code"], "overloaded");
     assert_eq!(v["retry_after"], "5");
-    assert!(t.host.inbound().is_empty());
+    assert!(t.services.inbound().is_empty());
 }
 
 #[tokio::test]
@@ -339,5 +339,5 @@ async fn oversized_body_is_413() {
     let (status, v) = t.post_json(CHANNEL, &body).await;
     assert_eq!(status, 413);
     assert_eq!(v["error"]["code"], "too_large");
-    assert!(t.host.inbound().is_empty());
+    assert!(t.services.inbound().is_empty());
 }

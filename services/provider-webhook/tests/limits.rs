@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{CHANNEL, FakeHost, SECRET, config, creds, fake_host, serve_ingress};
+use common::{CHANNEL, FakeServices, SECRET, config, creds, fake_services, serve_ingress};
 use serde_json::{Value, json};
 use switchyard_fake_webhook::InboundRequest;
 use switchyard_provider_webhook::{WebhookConfig, WebhookProvider};
@@ -18,21 +18,21 @@ use tokio::sync::mpsc;
 const WRONG_SECRET: &str = "not-the-secret-0123456789";
 
 struct Ingress {
-    host: Arc<FakeHost>,
+    services: Arc<FakeServices>,
     base: String,
     http: reqwest::Client,
     _provider: WebhookProvider,
 }
 
 async fn setup(cfg: WebhookConfig) -> Ingress {
-    let host = fake_host();
+    let services = fake_services();
     for ch in [CHANNEL, "cch_two", "cch_three"] {
-        host.bind(ch, creds("https://chat.example.com/hooks/in"));
+        services.bind(ch, creds("https://chat.example.com/hooks/in"));
     }
-    let provider = WebhookProvider::new(cfg);
-    let base = serve_ingress(&provider, host.clone()).await;
+    let provider = WebhookProvider::new(cfg, services.clone());
+    let base = serve_ingress(&provider).await;
     Ingress {
-        host,
+        services,
         base,
         http: reqwest::Client::new(),
         _provider: provider,
@@ -140,7 +140,7 @@ async fn json_over_the_json_cap_is_413_before_the_signature_is_checked() {
         (status, v["error"]["code"].as_str()),
         (413, Some("too_large"))
     );
-    assert!(t.host.inbound().is_empty());
+    assert!(t.services.inbound().is_empty());
 }
 
 #[tokio::test]
@@ -163,7 +163,7 @@ async fn multipart_files_stream_to_the_store_and_are_discarded_when_the_signatur
     s.tx.send(Ok(Bytes::from(chunk.clone()))).await.unwrap();
     // The file part reaches the store while the body is still arriving: nothing buffers it.
     let started = tokio::time::timeout(Duration::from_secs(5), async {
-        while !t.host.storing.load(Ordering::SeqCst) {
+        while !t.services.storing.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -181,11 +181,11 @@ async fn multipart_files_stream_to_the_store_and_are_discarded_when_the_signatur
         (401, Some("invalid_signature"))
     );
     assert!(
-        t.host.files.lock().unwrap().is_empty(),
+        t.services.files.lock().unwrap().is_empty(),
         "the stored part was kept"
     );
-    assert_eq!(t.host.discarded.lock().unwrap().len(), 1);
-    assert!(t.host.inbound().is_empty());
+    assert_eq!(t.services.discarded.lock().unwrap().len(), 1);
+    assert!(t.services.inbound().is_empty());
 }
 
 #[tokio::test]

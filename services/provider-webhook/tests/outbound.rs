@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    CHANNEL, FakeHost, NoProgress, SECRET, config, creds, endpoint, fake_host, refused_url,
+    CHANNEL, FakeServices, NoProgress, SECRET, config, creds, endpoint, fake_services, refused_url,
 };
 use serde_json::{Map, Value, json};
 use switchyard_core::provider::{Binding, OutboundMessage, Provider, ProviderErrorKind, ToolCall};
@@ -16,10 +16,8 @@ use switchyard_protocol::ConnectionStatus;
 use switchyard_provider_webhook::{TOOL_FILE_SEND, TOOL_MESSAGE_SEND, WebhookProvider};
 use switchyard_webhook_signing::{self as signing, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
-fn provider(host: &Arc<FakeHost>) -> WebhookProvider {
-    let p = WebhookProvider::new(config());
-    p.attach(host.clone());
-    p
+fn provider(services: &Arc<FakeServices>) -> WebhookProvider {
+    WebhookProvider::new(config(), services.clone())
 }
 
 async fn deliver(
@@ -43,10 +41,10 @@ fn header<'a>(r: &'a Received, name: &str) -> &'a str {
 
 #[tokio::test]
 async fn delivers_signed_json() {
-    let host = fake_host();
+    let services = fake_services();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, creds(ep.url()));
-    let p = provider(&host);
+    let binding = services.bind(CHANNEL, creds(ep.url()));
+    let p = provider(&services);
 
     deliver(&p, &binding, "out_1", "hello there").await.unwrap();
 
@@ -68,17 +66,17 @@ async fn delivers_signed_json() {
         json!({"message_id": "out_1", "connector_channel_id": CHANNEL, "text": "hello there"})
     );
     assert!(
-        host.statuses().is_empty(),
+        services.statuses().is_empty(),
         "a healthy endpoint reports nothing"
     );
 }
 
 #[tokio::test]
 async fn status_mapping() {
-    let host = fake_host();
+    let services = fake_services();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, creds(ep.url()));
-    let p = provider(&host);
+    let binding = services.bind(CHANNEL, creds(ep.url()));
+    let p = provider(&services);
 
     ep.answer(204);
     assert!(deliver(&p, &binding, "a", "x").await.is_ok());
@@ -106,10 +104,10 @@ async fn status_mapping() {
 
 #[tokio::test]
 async fn refused_connection_is_transient_and_leaks_nothing() {
-    let host = fake_host();
+    let services = fake_services();
     let url = refused_url().await;
-    let binding = host.bind(CHANNEL, creds(&url));
-    let p = provider(&host);
+    let binding = services.bind(CHANNEL, creds(&url));
+    let p = provider(&services);
     let e = deliver(&p, &binding, "a", "x").await.unwrap_err();
     assert_eq!(
         (e.kind, e.code.as_str()),
@@ -126,11 +124,11 @@ async fn refused_connection_is_transient_and_leaks_nothing() {
 
 #[tokio::test]
 async fn timeout_is_transient() {
-    let host = fake_host();
+    let services = fake_services();
     let ep = endpoint().await;
     ep.delay(Duration::from_secs(3)); // config() times out after 500 ms
-    let binding = host.bind(CHANNEL, creds(ep.url()));
-    let p = provider(&host);
+    let binding = services.bind(CHANNEL, creds(ep.url()));
+    let p = provider(&services);
     let e = deliver(&p, &binding, "a", "x").await.unwrap_err();
     assert_eq!(
         (e.kind, e.code.as_str()),
@@ -141,10 +139,10 @@ async fn timeout_is_transient() {
 
 #[tokio::test]
 async fn health_follows_the_endpoint() {
-    let host = fake_host();
+    let services = fake_services();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, creds(ep.url()));
-    let p = provider(&host);
+    let binding = services.bind(CHANNEL, creds(ep.url()));
+    let p = provider(&services);
 
     ep.answer(500);
     for id in ["a", "b", "c"] {
@@ -154,7 +152,7 @@ async fn health_follows_the_endpoint() {
     deliver(&p, &binding, "d", "x").await.unwrap();
     deliver(&p, &binding, "e", "x").await.unwrap();
     assert_eq!(
-        host.statuses_of(CHANNEL),
+        services.statuses_of(CHANNEL),
         vec![
             ConnectionStatus::Degraded,
             ConnectionStatus::Degraded,
@@ -163,7 +161,8 @@ async fn health_follows_the_endpoint() {
         ]
     );
     assert!(
-        host.statuses
+        services
+            .statuses
             .lock()
             .unwrap()
             .iter()
@@ -173,17 +172,17 @@ async fn health_follows_the_endpoint() {
 
 #[tokio::test]
 async fn outbound_files_carry_metadata_and_download_url() {
-    let host = fake_host();
+    let services = fake_services();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, creds(ep.url()));
-    host.add_upload(
+    let binding = services.bind(CHANNEL, creds(ep.url()));
+    services.add_upload(
         CHANNEL,
         "file_1",
         "report.pdf",
         "application/pdf",
         b"pdf bytes",
     );
-    let p = provider(&host);
+    let p = provider(&services);
 
     let mut args = Map::new();
     args.insert("file_ref".into(), json!("file_1"));
@@ -221,11 +220,11 @@ async fn outbound_files_carry_metadata_and_download_url() {
 
 #[tokio::test]
 async fn file_of_another_channel_is_file_not_found() {
-    let host = fake_host();
+    let services = fake_services();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, creds(ep.url()));
-    host.add_upload("cch_other", "file_x", "a.txt", "text/plain", b"x");
-    let p = provider(&host);
+    let binding = services.bind(CHANNEL, creds(ep.url()));
+    services.add_upload("cch_other", "file_x", "a.txt", "text/plain", b"x");
+    let p = provider(&services);
     for file_ref in ["file_x", "file_missing"] {
         let mut args = Map::new();
         args.insert("file_ref".into(), json!(file_ref));
@@ -249,10 +248,10 @@ async fn file_of_another_channel_is_file_not_found() {
 
 #[tokio::test]
 async fn message_tool_ids_are_stable_across_retries() {
-    let host = fake_host();
+    let services = fake_services();
     let ep = endpoint().await;
-    let binding = host.bind(CHANNEL, creds(ep.url()));
-    let p = provider(&host);
+    let binding = services.bind(CHANNEL, creds(ep.url()));
+    let p = provider(&services);
     let mut args = Map::new();
     args.insert("text".into(), json!("ping"));
     let call = |key: &'static str| {
@@ -310,7 +309,7 @@ async fn message_tool_ids_are_stable_across_retries() {
 /// (checked on the resolved address at connect time, so DNS rebinding cannot get through).
 #[tokio::test]
 async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
-    let host = fake_host();
+    let services = fake_services();
     let ep = endpoint().await;
     let port = ep
         .url()
@@ -320,8 +319,7 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
         .unwrap();
     let mut cfg = config();
     cfg.outbound = switchyard_provider_webhook::OutboundPolicy::default();
-    let p = WebhookProvider::new(cfg);
-    p.attach(host.clone());
+    let p = WebhookProvider::new(cfg, services.clone());
     // Stored bindings skip the binding-time check (made before the guard, or rebinding).
     for url in [
         ep.url().to_owned(),
@@ -330,15 +328,15 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
         format!("http://[::ffff:127.0.0.1]:{port}/hook"),
         format!("http://127.1:{port}/hook"),
     ] {
-        let binding = host.bind(CHANNEL, creds(&url));
+        let binding = services.bind(CHANNEL, creds(&url));
         let e = deliver(&p, &binding, "out_x", "hi").await.unwrap_err();
         assert_eq!(e.kind, ProviderErrorKind::Rejected, "{url}: {e:?}");
         assert!(e.message.contains("outbound.allow_private"), "{url}: {e:?}");
     }
     assert!(ep.received().is_empty(), "an internal endpoint was reached");
     // The operator's allowed range lets the same endpoint through.
-    let binding = host.bind(CHANNEL, creds(ep.url()));
-    deliver(&provider(&host), &binding, "out_z", "hi")
+    let binding = services.bind(CHANNEL, creds(ep.url()));
+    deliver(&provider(&services), &binding, "out_z", "hi")
         .await
         .unwrap();
     assert_eq!(ep.received().len(), 1);
@@ -347,7 +345,7 @@ async fn internal_endpoints_are_never_connected_without_an_allowed_range() {
 /// A redirect is not followed: it would replay the signed body to a URL nobody checked.
 #[tokio::test]
 async fn redirects_are_not_followed() {
-    let host = fake_host();
+    let services = fake_services();
     let target = endpoint().await;
     let location = target.url().to_owned();
     let redirector = common::serve(axum::Router::new().fallback(move || {
@@ -360,8 +358,8 @@ async fn redirects_are_not_followed() {
         }
     }))
     .await;
-    let binding = host.bind(CHANNEL, creds(&format!("{redirector}/hook")));
-    let e = deliver(&provider(&host), &binding, "out_r", "hi")
+    let binding = services.bind(CHANNEL, creds(&format!("{redirector}/hook")));
+    let e = deliver(&provider(&services), &binding, "out_r", "hi")
         .await
         .unwrap_err();
     assert_eq!(e.kind, ProviderErrorKind::Rejected, "{e:?}");

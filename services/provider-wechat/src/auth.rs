@@ -116,31 +116,30 @@ async fn fetch(rt: &Runtime, refreshes: u32) -> Result<QrState, ProviderError> {
 /// `auth.start`: pending at once; the QR arrives through the session a moment later.
 pub(crate) fn start(rt: &Arc<Runtime>, auth_session_id: &str) -> AuthStep {
     let st = fetching_state();
-    if let Some(host) = rt.host.get().cloned() {
-        let rt = rt.clone();
-        let session = auth_session_id.to_owned();
-        tokio::spawn(async move {
-            let step = match fetch(&rt, 0).await {
-                Ok(st) => pending(AuthStatus::Pending, &st, SCAN_MESSAGE),
-                Err(e) => failed(
-                    &e.code,
-                    &format!("the WeChat QR code could not be created: {}", e.message),
-                ),
-            };
-            // The core stores the start's own (fetching) step after this call returns; wait
-            // for it, so the QR is not overwritten by it.
-            for _ in 0..100 {
-                match host.auth_state(&session).await {
-                    Ok(Some((_, _, state))) if state["phase"] == "fetching" => break,
-                    Ok(None) => return,
-                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
-                }
+    let services = rt.services.clone();
+    let rt = rt.clone();
+    let session = auth_session_id.to_owned();
+    tokio::spawn(async move {
+        let step = match fetch(&rt, 0).await {
+            Ok(st) => pending(AuthStatus::Pending, &st, SCAN_MESSAGE),
+            Err(e) => failed(
+                &e.code,
+                &format!("the WeChat QR code could not be created: {}", e.message),
+            ),
+        };
+        // The core stores the start's own (fetching) step after this call returns; wait
+        // for it, so the QR is not overwritten by it.
+        for _ in 0..100 {
+            match services.auth_state(&session).await {
+                Ok(Some((_, _, state))) if state["phase"] == "fetching" => break,
+                Ok(None) => return,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
             }
-            if let Err(e) = host.advance_auth(&session, step).await {
-                tracing::debug!(error = %e, "wechat QR not handed to its session (canceled or expired)");
-            }
-        });
-    }
+        }
+        if let Err(e) = services.advance_auth(&session, step).await {
+            tracing::debug!(error = %e, "wechat QR not handed to its session (canceled or expired)");
+        }
+    });
     pending(
         AuthStatus::Pending,
         &st,
@@ -161,8 +160,8 @@ pub(crate) async fn resume_with_code(
             "verify_code must be the number WeChat shows on the phone",
         ));
     }
-    let host = rt.host()?;
-    let kept = host
+    let services = &rt.services;
+    let kept = services
         .secret_get(&verify_key(channel_id))
         .await
         .map_err(|e| {
@@ -196,12 +195,12 @@ pub(crate) async fn resume_with_code(
 
 /// Keeps (or, with None, forgets) the login that waits for the phone's number.
 async fn keep_for_code(rt: &Runtime, channel_id: &str, st: Option<&QrState>) {
-    let Ok(host) = rt.host() else { return };
+    let services = &rt.services;
     let v = match st {
         Some(st) => serde_json::json!({"state": st, "at": now_ms()}),
         None => Value::Null,
     };
-    if let Err(e) = host.secret_put(&verify_key(channel_id), &v).await {
+    if let Err(e) = services.secret_put(&verify_key(channel_id), &v).await {
         tracing::warn!(error = %e, "wechat login waiting for a number not kept");
     }
 }
@@ -372,8 +371,8 @@ pub(crate) async fn poll(
 /// Whether the auth session still waits for this flow (not canceled, replaced or expired).
 /// When the store cannot say, the step goes on as before.
 async fn still_open(rt: &Runtime, auth_session_id: &str) -> bool {
-    let Ok(host) = rt.host() else { return true };
-    match host.auth_state(auth_session_id).await {
+    let services = &rt.services;
+    match services.auth_state(auth_session_id).await {
         Ok(found) => found.is_some(),
         Err(e) => {
             tracing::warn!(error = %e, "wechat auth session not readable after the status poll");

@@ -226,7 +226,12 @@ enum Fetch {
     Gone,
 }
 
-async fn fetch(rt: &Runtime, host: &dyn ProviderServices, channel_id: &str, m: &Media) -> Fetch {
+async fn fetch(
+    rt: &Runtime,
+    services: &dyn ProviderServices,
+    channel_id: &str,
+    m: &Media,
+) -> Fetch {
     let note = || {
         Fetch::Skipped(format!(
             "[{} could not be downloaded from WeChat]",
@@ -272,7 +277,7 @@ async fn fetch(rt: &Runtime, host: &dyn ProviderServices, channel_id: &str, m: &
         },
         None => ct,
     };
-    match host
+    match services
         .store_inbound_file(channel_id, &m.filename, Some(&m.mime), bytes_stream(plain))
         .await
     {
@@ -297,7 +302,7 @@ fn counted(outcome: &'static str) {
 /// Handles one message; the bool says whether the peers' reply tokens changed.
 pub(crate) async fn handle_message(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     bot: &Bot,
     peers: &mut Peers,
     m: &Value,
@@ -344,13 +349,13 @@ pub(crate) async fn handle_message(
     // A repeated message with media (a batch fetched again) skips the downloads; the core's
     // message_id de-dup catches every other repeat.
     let seen_key = format!("wx:seen:{}:{id}", bot.key);
-    if !wanted.is_empty() && matches!(host.ephemeral().get(&seen_key).await, Ok(Some(_))) {
+    if !wanted.is_empty() && matches!(services.ephemeral().get(&seen_key).await, Ok(Some(_))) {
         counted("duplicate");
         return (Handled::Done, changed);
     }
     let mut files = Vec::new();
     for w in &wanted {
-        match fetch(rt, host, channel_id, w).await {
+        match fetch(rt, services, channel_id, w).await {
             Fetch::Stored(f) => files.push(f),
             Fetch::Skipped(n) => notes.push(n),
             Fetch::Retry => {
@@ -379,7 +384,7 @@ pub(crate) async fn handle_message(
     };
     let had_files = !msg.files.is_empty();
     let stored_refs: Vec<String> = msg.files.iter().map(|f| f.file_ref.clone()).collect();
-    let h = match host.accept_inbound(channel_id, msg).await {
+    let h = match services.accept_inbound(channel_id, msg).await {
         Ok(InboundOutcome::Stored) => {
             counted("stored");
             Handled::Done
@@ -394,7 +399,7 @@ pub(crate) async fn handle_message(
             counted("retry");
             // The files are stored again with the next attempt; these would be orphans.
             for f in &stored_refs {
-                let _ = host.discard_inbound_file(channel_id, f).await;
+                let _ = services.discard_inbound_file(channel_id, f).await;
             }
             return (Handled::Retry, changed);
         }
@@ -405,7 +410,7 @@ pub(crate) async fn handle_message(
         }
     };
     if had_files {
-        let _ = host
+        let _ = services
             .ephemeral()
             .put(&seen_key, vec![1], Duration::from_secs(3600))
             .await;

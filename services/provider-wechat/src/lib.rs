@@ -26,7 +26,7 @@ mod poller;
 mod section;
 mod telemetry;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -121,20 +121,13 @@ impl WechatConfig {
 pub(crate) struct Runtime {
     pub cfg: WechatConfig,
     pub api: ilink::Api,
-    pub host: OnceLock<Arc<dyn ProviderServices>>,
+    pub services: Arc<dyn ProviderServices>,
     /// Wakes the supervisor (a binding was made or released on this pod).
     pub kick: Notify,
     pub typing: outbound::Tickets,
 }
 
-impl Runtime {
-    pub fn host(&self) -> Result<&Arc<dyn ProviderServices>, ProviderError> {
-        self.host.get().ok_or_else(|| {
-            tracing::error!("wechat provider used before a host was attached");
-            internal("the provider is not ready")
-        })
-    }
-}
+impl Runtime {}
 
 pub(crate) fn internal(message: &str) -> ProviderError {
     ProviderError::new(
@@ -158,7 +151,7 @@ pub struct WechatProvider {
 }
 
 impl WechatProvider {
-    pub fn new(cfg: WechatConfig) -> Self {
+    pub fn new(cfg: WechatConfig, services: Arc<dyn ProviderServices>) -> Self {
         let card = card::build(cfg.build.clone(), cfg.api_key_required);
         let api = ilink::Api::new(&cfg.api_base, &cfg.cdn_base, cfg.request_timeout);
         Self {
@@ -167,17 +160,10 @@ impl WechatProvider {
             rt: Arc::new(Runtime {
                 cfg,
                 api,
-                host: OnceLock::new(),
+                services,
                 kick: Notify::new(),
                 typing: outbound::Tickets::default(),
             }),
-        }
-    }
-
-    /// Gives the provider its host without starting loops (tests). The first host is kept.
-    pub fn attach(&self, host: Arc<dyn ProviderServices>) {
-        if self.rt.host.set(host).is_err() {
-            tracing::debug!("wechat provider already has a host");
         }
     }
 }
@@ -212,12 +198,10 @@ impl Provider for WechatProvider {
 
     async fn auth_poll(&self, poll: AuthPoll<'_>) -> Result<Option<AuthStep>, ProviderError> {
         let step = auth::poll(&self.rt, &poll).await?;
-        if let Some(AuthStep::Authenticated { credentials, .. }) = &step
-            && let Some(host) = self.rt.host.get()
-        {
+        if let Some(AuthStep::Authenticated { credentials, .. }) = &step {
             poller::after_bind(
                 self.rt.clone(),
-                host.clone(),
+                self.rt.services.clone(),
                 poll.channel_id.to_owned(),
                 credentials.clone(),
             );
@@ -245,13 +229,11 @@ impl Provider for WechatProvider {
         poller::release(self.rt.clone(), binding).await
     }
 
-    fn ingress(&self, host: Arc<dyn ProviderServices>) -> Option<axum::Router> {
-        self.attach(host);
-        None
-    }
-
-    fn start(&self, host: Arc<dyn ProviderServices>, stop: CancellationToken) {
-        self.attach(host.clone());
-        tokio::spawn(poller::supervise(self.rt.clone(), host, stop));
+    fn start(&self, stop: CancellationToken) {
+        tokio::spawn(poller::supervise(
+            self.rt.clone(),
+            self.rt.services.clone(),
+            stop,
+        ));
     }
 }

@@ -67,7 +67,7 @@ enum Step {
 
 struct Target<'a> {
     rt: &'a Runtime,
-    host: &'a dyn ProviderServices,
+    services: &'a dyn ProviderServices,
     creds: Credentials,
     channel_id: &'a str,
     deadline: Instant,
@@ -84,7 +84,7 @@ impl<'a> Target<'a> {
     fn new(rt: &'a Runtime, binding: &'a Binding, budget: Duration) -> Result<Self, ProviderError> {
         Ok(Self {
             rt,
-            host: rt.host()?.as_ref(),
+            services: rt.services.as_ref(),
             creds: credentials(binding)?,
             channel_id: &binding.channel_id,
             deadline: Instant::now() + budget,
@@ -101,7 +101,7 @@ impl<'a> Target<'a> {
     }
 
     async fn peers(&self) -> Result<Peers, ProviderError> {
-        match self.host.kv_get(&peers_key(&self.creds.key())).await {
+        match self.services.kv_get(&peers_key(&self.creds.key())).await {
             Ok(v) => Ok(v
                 .map(|s| Peers::open(&s, &self.creds.token))
                 .unwrap_or_default()),
@@ -143,7 +143,7 @@ impl<'a> Target<'a> {
 
     async fn fail(&self, e: ApiError) -> ProviderError {
         if e == ApiError::SessionTimeout {
-            pause_bot(self.rt, self.host, &self.bot()).await;
+            pause_bot(self.rt, self.services, &self.bot()).await;
         } else {
             tracing::info!(connector_channel_id = self.channel_id, error = %e.summary(), "wechat send failed");
         }
@@ -152,7 +152,7 @@ impl<'a> Target<'a> {
 
     /// Waits for the cluster-wide per-bot window.
     async fn limit(&self) -> Result<(), ProviderError> {
-        let eph = self.host.ephemeral();
+        let eph = self.services.ephemeral();
         loop {
             let now = now_ms();
             let key = format!("wx:rl:{}:{}", self.creds.key(), now / 1000);
@@ -228,7 +228,7 @@ impl<'a> Target<'a> {
         ),
         ProviderError,
     > {
-        match self.host.open_file(self.channel_id, file_ref).await {
+        match self.services.open_file(self.channel_id, file_ref).await {
             Ok(v) => Ok(v),
             Err(e) if e.retryable() => Err(ProviderError::new(
                 ProviderErrorKind::Transient,
@@ -369,14 +369,14 @@ impl<'a> Target<'a> {
     ) -> Result<Vec<String>, ProviderError> {
         // A paused bot sends nothing until iLink's pause is over (session-guard.ts
         // `assertSessionActive`).
-        if let Some(until) = paused_until(self.host, &self.creds.key()).await {
+        if let Some(until) = paused_until(self.services, &self.creds.key()).await {
             return Err(ProviderError::transient(format!(
                 "WeChat paused this bot's session (errcode -14) until {}; retry after that",
                 until_text(until)
             )));
         }
         self.cancel_typing().await;
-        let eph = self.host.ephemeral();
+        let eph = self.services.ephemeral();
         let pkey = format!(
             "wx:prog:{scope}:{}:{}",
             self.channel_id,
@@ -456,7 +456,7 @@ impl<'a> Target<'a> {
 
     /// Ends a typing indicator this channel shows (before a reply goes out).
     async fn cancel_typing(&self) {
-        let eph = self.host.ephemeral();
+        let eph = self.services.ephemeral();
         let (on, gate) = self.typing_keys();
         let Ok(Some(peer)) = eph.get(&on).await else {
             return;
@@ -565,7 +565,7 @@ pub(crate) async fn activity(
         t.cancel_typing().await;
         return Ok(());
     }
-    let eph = t.host.ephemeral();
+    let eph = t.services.ephemeral();
     let (on, gate) = t.typing_keys();
     if !eph
         .put_if_absent(&gate, vec![1], rt.cfg.typing_every)

@@ -53,8 +53,8 @@ pub(crate) fn cursor_key(bot_key: &str) -> String {
 
 /// The bound bots, one channel each (the oldest binding keeps a bot that is bound twice
 /// across tenants).
-async fn load(host: &dyn ProviderServices) -> Result<Vec<Bot>, ()> {
-    let bindings = host.bound_channels().await.map_err(|e| {
+async fn load(services: &dyn ProviderServices) -> Result<Vec<Bot>, ()> {
+    let bindings = services.bound_channels().await.map_err(|e| {
         tracing::warn!(error = %e, "bound wechat bots not reloaded");
     })?;
     let mut bots: HashMap<String, Bot> = HashMap::new();
@@ -78,12 +78,12 @@ async fn load(host: &dyn ProviderServices) -> Result<Vec<Bot>, ()> {
 /// The supervisor loop of one pod; ends (and stops its pollers) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
     let mut pollers = Consumers::new(&stop);
     loop {
-        if let Ok(bots) = load(host.as_ref()).await {
+        if let Ok(bots) = load(services.as_ref()).await {
             metrics::gauge!("switchyard_wechat_bots").set(bots.len() as f64);
             let wanted = bots
                 .iter()
@@ -91,9 +91,9 @@ pub(crate) async fn supervise(
                 .collect();
             pollers.retain(&wanted);
             for b in bots {
-                let (rt, host) = (rt.clone(), host.clone());
+                let (rt, services) = (rt.clone(), services.clone());
                 let (key, fp) = (b.key.clone(), b.token_fp.clone());
-                pollers.ensure(&key, &fp, move |stop| poll_bot(rt, host, b, stop));
+                pollers.ensure(&key, &fp, move |stop| poll_bot(rt, services, b, stop));
             }
         }
         tokio::select! {
@@ -135,8 +135,9 @@ pub(crate) fn until_text(until_ms: i64) -> String {
 }
 
 /// Until when (ms) iLink's pause of this bot lasts, when it is paused now.
-pub(crate) async fn paused_until(host: &dyn ProviderServices, bot_key: &str) -> Option<i64> {
-    host.kv_get(&pause_key(bot_key))
+pub(crate) async fn paused_until(services: &dyn ProviderServices, bot_key: &str) -> Option<i64> {
+    services
+        .kv_get(&pause_key(bot_key))
         .await
         .ok()
         .flatten()
@@ -146,8 +147,8 @@ pub(crate) async fn paused_until(host: &dyn ProviderServices, bot_key: &str) -> 
 
 /// Shows the pause (or, with None, its end) in the channel's display name, while the
 /// channel still holds this bot's token.
-async fn show_pause(host: &dyn ProviderServices, bot: &Bot, until: Option<i64>) {
-    let Ok(Some(b)) = host.binding(&bot.channel_id).await else {
+async fn show_pause(services: &dyn ProviderServices, bot: &Bot, until: Option<i64>) {
+    let Ok(Some(b)) = services.binding(&bot.channel_id).await else {
         return;
     };
     let Some(c) = Credentials::from_stored(&b.credentials) else {
@@ -164,7 +165,7 @@ async fn show_pause(host: &dyn ProviderServices, bot: &Bot, until: Option<i64>) 
             view.display_name
         );
     }
-    if let Err(e) = host
+    if let Err(e) = services
         .rebind(
             &bot.channel_id,
             &b.credentials,
@@ -179,7 +180,7 @@ async fn show_pause(host: &dyn ProviderServices, bot: &Bot, until: Option<i64>) 
 
 /// iLink answered errcode -14: the bot rests for `session_pause` (cluster-wide), the channel
 /// shows `degraded` with the resume time. Returns the end of the pause (ms).
-pub(crate) async fn pause_bot(rt: &Runtime, host: &dyn ProviderServices, bot: &Bot) -> i64 {
+pub(crate) async fn pause_bot(rt: &Runtime, services: &dyn ProviderServices, bot: &Bot) -> i64 {
     let until = now_ms() + rt.cfg.session_pause.as_millis() as i64;
     tracing::warn!(
         bot_key = %bot.key,
@@ -187,12 +188,15 @@ pub(crate) async fn pause_bot(rt: &Runtime, host: &dyn ProviderServices, bot: &B
         "wechat paused the bot's session (errcode -14); it is polled again with the same token after the pause"
     );
     metrics::counter!("switchyard_wechat_session_pauses_total").increment(1);
-    if let Err(e) = host.kv_put(&pause_key(&bot.key), &until.to_string()).await {
+    if let Err(e) = services
+        .kv_put(&pause_key(&bot.key), &until.to_string())
+        .await
+    {
         tracing::warn!(error = %e, "wechat pause not stored");
     }
     // The name first: a rebind keeps the status it reads, the status move comes last.
-    show_pause(host, bot, Some(until)).await;
-    if let Err(e) = host
+    show_pause(services, bot, Some(until)).await;
+    if let Err(e) = services
         .set_target_status(&bot.channel_id, ConnectionStatus::Degraded)
         .await
     {
@@ -202,13 +206,13 @@ pub(crate) async fn pause_bot(rt: &Runtime, host: &dyn ProviderServices, bot: &B
 }
 
 /// The first good answer after a pause: the channel is connected again.
-async fn resume_bot(host: &dyn ProviderServices, bot: &Bot) {
+async fn resume_bot(services: &dyn ProviderServices, bot: &Bot) {
     tracing::info!(bot_key = %bot.key, "wechat bot resumed after its session pause");
-    if let Err(e) = host.kv_put(&pause_key(&bot.key), "").await {
+    if let Err(e) = services.kv_put(&pause_key(&bot.key), "").await {
         tracing::warn!(error = %e, "wechat pause end not stored");
     }
-    show_pause(host, bot, None).await;
-    if let Err(e) = host
+    show_pause(services, bot, None).await;
+    if let Err(e) = services
         .set_target_status(&bot.channel_id, ConnectionStatus::Connected)
         .await
     {
@@ -218,7 +222,7 @@ async fn resume_bot(host: &dyn ProviderServices, bot: &Bot) {
 
 async fn poll_bot(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     bot: Bot,
     stop: CancellationToken,
 ) {
@@ -228,7 +232,7 @@ async fn poll_bot(
         backoff: rt.cfg.poll_error_backoff,
     };
     let mut lease = Lease::new(
-        host.clone(),
+        services.clone(),
         format!("poll:{}", bot.key),
         "wechat poller",
         cfg,
@@ -247,9 +251,9 @@ async fn poll_bot(
         if term.fresh {
             // A new term: the previous holder (maybe another pod) moved the cursor.
             let read = async {
-                let c = host.kv_get(&cursor_k).await?;
-                let p = host.kv_get(&peers_k).await?;
-                let z = host.kv_get(&pause_key(&bot.key)).await?;
+                let c = services.kv_get(&cursor_k).await?;
+                let p = services.kv_get(&peers_k).await?;
+                let z = services.kv_get(&pause_key(&bot.key)).await?;
                 Ok::<_, switchyard_core::BackendError>((c, p, z))
             };
             match read.await {
@@ -304,13 +308,13 @@ async fn poll_bot(
             Ok(v) => {
                 failures = 0;
                 if paused {
-                    resume_bot(host.as_ref(), &bot).await;
+                    resume_bot(services.as_ref(), &bot).await;
                     paused = false;
                 }
                 v
             }
             Err(ApiError::SessionTimeout) => {
-                paused_to = pause_bot(&rt, host.as_ref(), &bot).await;
+                paused_to = pause_bot(&rt, services.as_ref(), &bot).await;
                 paused = true;
                 continue;
             }
@@ -335,14 +339,17 @@ async fn poll_bot(
         let mut outcome = Handled::Done;
         let mut peers_changed = false;
         for m in &msgs {
-            let (h, changed) = handle_message(&rt, host.as_ref(), &bot, &mut peers, m).await;
+            let (h, changed) = handle_message(&rt, services.as_ref(), &bot, &mut peers, m).await;
             peers_changed |= changed;
             if h != Handled::Done {
                 outcome = h;
                 break;
             }
         }
-        if peers_changed && let Err(e) = host.kv_put(&peers_k, &peers.seal(&bot.creds.token)).await
+        if peers_changed
+            && let Err(e) = services
+                .kv_put(&peers_k, &peers.seal(&bot.creds.token))
+                .await
         {
             tracing::warn!(bot_key = %bot.key, error = %e, "wechat reply tokens not stored; the batch is fetched again");
             outcome = Handled::Retry;
@@ -353,7 +360,7 @@ async fn poll_bot(
                 tracing::info!(bot_key = %bot.key, "wechat poller lost the lease during a batch");
                 continue;
             }
-            match host.kv_put(&cursor_k, &next).await {
+            match services.kv_put(&cursor_k, &next).await {
                 Ok(()) => cursor = next,
                 Err(e) => {
                     tracing::warn!(bot_key = %bot.key, error = %e, "wechat cursor not stored; the batch is fetched again")
@@ -363,7 +370,7 @@ async fn poll_bot(
         match outcome {
             Handled::Done => {}
             Handled::Paused => {
-                paused_to = pause_bot(&rt, host.as_ref(), &bot).await;
+                paused_to = pause_bot(&rt, services.as_ref(), &bot).await;
                 paused = true;
             }
             Handled::Gone => {
@@ -386,7 +393,7 @@ async fn poll_bot(
 /// After a binding was made here: once the core stored it, wake the supervisor.
 pub(crate) fn after_bind(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     channel_id: String,
     stored: Value,
 ) {
@@ -396,7 +403,7 @@ pub(crate) fn after_bind(
     tokio::spawn(async move {
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let bound = matches!(host.binding(&channel_id).await, Ok(Some(b))
+            let bound = matches!(services.binding(&channel_id).await, Ok(Some(b))
                 if Credentials::from_stored(&b.credentials).is_some_and(|c| c.token_fp() == want.token_fp()));
             if bound {
                 rt.kick.notify_one();
@@ -409,18 +416,18 @@ pub(crate) fn after_bind(
 /// Logout: the poller stops (here at once; elsewhere at the next reload), the lease is given
 /// up and the peers' reply tokens are forgotten.
 pub(crate) async fn release(rt: Arc<Runtime>, binding: &Binding) -> Result<(), ProviderError> {
-    let host = rt.host()?.clone();
+    let services = rt.services.clone();
     let c = credentials(binding)?;
     let key = c.key();
-    let _ = host.kv_put(&peers_key(&key), "").await;
-    if let Err(e) = host.release_lease(&format!("poll:{key}")).await {
+    let _ = services.kv_put(&peers_key(&key), "").await;
+    if let Err(e) = services.release_lease(&format!("poll:{key}")).await {
         tracing::warn!(error = %e, "wechat poll lease not released");
     }
     let channel_id = binding.channel_id.clone();
     tokio::spawn(async move {
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            if matches!(host.binding(&channel_id).await, Ok(None)) {
+            if matches!(services.binding(&channel_id).await, Ok(None)) {
                 break;
             }
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use switchyard_core::provider::{Provider, ProviderFactory, SharedSettings};
+use switchyard_core::provider::{Provider, ProviderFactory, ProviderServices, SharedSettings};
 use switchyard_core::settings::{Dur, check_http_url};
 
 use crate::{WechatConfig, WechatProvider};
@@ -50,6 +50,8 @@ pub struct WechatFactory;
 impl ProviderFactory for WechatFactory {
     type Section = WechatSection;
     const SECTION: &'static str = "wechat";
+    const CARD_ID: &'static str = crate::CARD_ID;
+    const PREFIX: &'static str = crate::PREFIX;
     const DEFAULT_TOML: &'static str = r#"[wechat]
 # WeChat iLink bot API root: {base}/ilink/bot/... A bot's calls go to the baseurl its QR
 # confirmation names when that is https (or this scheme) on this host or under
@@ -75,13 +77,17 @@ session_pause = "1h"
         check_http_url("wechat.cdn_base", &section.cdn_base)
     }
 
-    fn build(section: &WechatSection, shared: &SharedSettings) -> Arc<dyn Provider> {
+    fn build(
+        section: &WechatSection,
+        shared: &SharedSettings,
+        services: Arc<dyn ProviderServices>,
+    ) -> Arc<dyn Provider> {
         let mut c = WechatConfig::new(shared.build.clone(), &section.api_base, &section.cdn_base);
         c.poll_lease_ttl = section.poll_lease_ttl.0;
         c.lease_retry = section.lease_retry.0;
         c.allowed_base_hosts = section.allowed_base_hosts.clone();
         c.session_pause = section.session_pause.0;
-        Arc::new(WechatProvider::new(c))
+        Arc::new(WechatProvider::new(c, services))
     }
 
     fn describe_metrics() {

@@ -37,7 +37,7 @@ async fn one_poller_per_bot_and_a_dead_holder_is_replaced() {
         .expect("cursor stored");
     let holder = cluster.lease_holder(&lease).expect("a holder");
     let (dead, alive) = if holder == "a" { (&a, &b) } else { (&b, &a) };
-    dead.host.dead.store(true, Ordering::SeqCst);
+    dead.services.dead.store(true, Ordering::SeqCst);
     let t = Instant::now();
     for n in 50..100 {
         fake.push_text(&bot.token, &format!("m{n}"));
@@ -46,7 +46,7 @@ async fn one_poller_per_bot_and_a_dead_holder_is_replaced() {
     let moved = t.elapsed();
     assert_eq!(
         cluster.lease_holder(&lease).as_deref(),
-        Some(alive.host.pod.as_str())
+        Some(alive.services.pod.as_str())
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let got2 = cluster.inbound();

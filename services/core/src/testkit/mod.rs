@@ -1,5 +1,5 @@
 //! What provider crates' tests share: an in-memory [`ProviderServices`] whose durable state
-//! lives in a [`Cluster`] several hosts ("pods") can share, a [`ProviderPod`] that runs a
+//! lives in a [`Cluster`] several pods can share, a [`ProviderPod`] that runs a
 //! provider on one of them as the core would, a log capture to grep for secrets, bounded
 //! waits, and the provider conformance suite ([`provider_conformance_tests!`](crate::provider_conformance_tests)).
 //!
@@ -12,9 +12,9 @@
 
 mod cluster;
 pub mod conformance;
-mod host;
 mod logs;
 mod pod;
+mod services;
 
 use std::time::Duration;
 
@@ -23,9 +23,9 @@ use switchyard_protocol::BuildInfo;
 use crate::provider::{InboundMessage, ProgressSink};
 
 pub use cluster::{Cluster, Session, StoredFile};
-pub use host::FakeHost;
 pub use logs::{captured_logs, init_logs, init_logs_with};
 pub use pod::ProviderPod;
+pub use services::FakeServices;
 
 /// The tenant every binding of a test cluster belongs to.
 pub const TENANT: &str = "ten_1";

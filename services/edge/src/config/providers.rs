@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use figment::Figment;
-use switchyard_core::provider::{Provider, ProviderFactory, SharedSettings};
+use switchyard_core::provider::{Provider, ProviderFactory, ProviderServices, SharedSettings};
 
 /// One provider's loaded section, its type erased.
 pub trait LoadedSection: Send + Sync + Debug {
@@ -21,7 +21,15 @@ pub trait LoadedSection: Send + Sync + Debug {
     /// The same section with its settings read from `value` (the shape of [`Self::to_json`]).
     fn with_json(&self, value: serde_json::Value) -> Result<Box<dyn LoadedSection>, String>;
     fn validate(&self) -> Result<(), String>;
-    fn build(&self, shared: &SharedSettings) -> Arc<dyn Provider>;
+    /// The Card id and mount prefix of the provider it builds, so its services are made
+    /// before it.
+    fn card_id(&self) -> &'static str;
+    fn prefix(&self) -> &'static str;
+    fn build(
+        &self,
+        shared: &SharedSettings,
+        services: Arc<dyn ProviderServices>,
+    ) -> Arc<dyn Provider>;
 }
 
 /// A factory of the list, its type erased: what the configuration asks of a provider.
@@ -70,8 +78,18 @@ impl<F: ProviderFactory> LoadedSection for Loaded<F> {
     fn validate(&self) -> Result<(), String> {
         F::validate(&self.0)
     }
-    fn build(&self, shared: &SharedSettings) -> Arc<dyn Provider> {
-        F::build(&self.0, shared)
+    fn card_id(&self) -> &'static str {
+        F::CARD_ID
+    }
+    fn prefix(&self) -> &'static str {
+        F::PREFIX
+    }
+    fn build(
+        &self,
+        shared: &SharedSettings,
+        services: Arc<dyn ProviderServices>,
+    ) -> Arc<dyn Provider> {
+        F::build(&self.0, shared, services)
     }
 }
 
@@ -168,8 +186,8 @@ impl ProviderSections {
         self.0.iter().try_for_each(|s| s.validate())
     }
 
-    /// Builds every listed provider, each from its section.
-    pub fn build(&self, shared: &SharedSettings) -> Vec<Arc<dyn Provider>> {
-        self.0.iter().map(|s| s.build(shared)).collect()
+    /// Every listed provider's section, in the list's order, to build them from.
+    pub fn sections(&self) -> impl Iterator<Item = &dyn LoadedSection> {
+        self.0.iter().map(|s| s.as_ref())
     }
 }

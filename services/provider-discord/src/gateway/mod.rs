@@ -53,12 +53,12 @@ pub(crate) fn state_key(bot_key: &str) -> String {
 /// The supervisor loop of one pod; ends (giving its leases up) when `stop` is cancelled.
 pub(crate) async fn supervise(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     stop: CancellationToken,
 ) {
     let mut tasks = Consumers::new(&stop);
     loop {
-        reconcile(&rt, &host, &mut tasks).await;
+        reconcile(&rt, &services, &mut tasks).await;
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(rt.cfg.refresh_interval) => {}
@@ -68,15 +68,15 @@ pub(crate) async fn supervise(
     tasks.shutdown().await;
 }
 
-async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &mut Consumers) {
-    if let Err(e) = rt.registry.refresh(host.as_ref()).await {
+async fn reconcile(rt: &Arc<Runtime>, services: &Arc<dyn ProviderServices>, tasks: &mut Consumers) {
+    if let Err(e) = rt.registry.refresh(services.as_ref()).await {
         tracing::warn!(error = %e, "bound discord bots not reloaded; retried at the next refresh");
         return;
     }
     let mut wanted = HashMap::new();
     for bot in rt.registry.all() {
         let fp = bot.creds.fingerprint();
-        if rt.is_revoked(host.as_ref(), &fp).await {
+        if rt.is_revoked(services.as_ref(), &fp).await {
             continue;
         }
         wanted.insert(bot.key.clone(), (fp, bot));
@@ -88,24 +88,24 @@ async fn reconcile(rt: &Arc<Runtime>, host: &Arc<dyn ProviderServices>, tasks: &
             .collect(),
     );
     for (key, (fp, bot)) in wanted {
-        let (rt, host) = (rt.clone(), host.clone());
-        tasks.ensure(&key, &fp, move |stop| run_bot(rt, host, bot, stop));
+        let (rt, services) = (rt.clone(), services.clone());
+        tasks.ensure(&key, &fp, move |stop| run_bot(rt, services, bot, stop));
     }
     metrics::gauge!("switchyard_discord_gateway_bots").set(tasks.len() as f64);
 }
 
-async fn load_state(host: &dyn ProviderServices, bot: &Bot) -> Option<ResumeState> {
-    match host.kv_get(&state_key(&bot.key)).await {
+async fn load_state(services: &dyn ProviderServices, bot: &Bot) -> Option<ResumeState> {
+    match services.kv_get(&state_key(&bot.key)).await {
         Ok(Some(s)) if !s.is_empty() => serde_json::from_str(&s).ok(),
         _ => None,
     }
 }
 
-async fn store_state(host: &dyn ProviderServices, bot: &Bot, s: Option<&ResumeState>) {
+async fn store_state(services: &dyn ProviderServices, bot: &Bot, s: Option<&ResumeState>) {
     let v = s
         .and_then(|s| serde_json::to_string(s).ok())
         .unwrap_or_default();
-    if let Err(e) = host.kv_put(&state_key(&bot.key), &v).await {
+    if let Err(e) = services.kv_put(&state_key(&bot.key), &v).await {
         tracing::warn!(bot_key = %bot.key, error = %e, "discord session state not stored; a takeover identifies anew");
     }
 }
@@ -127,7 +127,7 @@ enum Ended {
 
 async fn run_bot(
     rt: Arc<Runtime>,
-    host: Arc<dyn ProviderServices>,
+    services: Arc<dyn ProviderServices>,
     bot: Arc<Bot>,
     stop: CancellationToken,
 ) {
@@ -137,15 +137,15 @@ async fn run_bot(
         backoff: rt.cfg.reconnect_backoff,
     };
     let name = format!("gw:{}", bot.key);
-    let mut lease = Lease::new(host.clone(), name, "discord gateway", cfg);
+    let mut lease = Lease::new(services.clone(), name, "discord gateway", cfg);
     let mut failures: u32 = 0;
     while lease.hold(&stop).await.is_some() {
         // Read at every session start: the previous holder (maybe another pod) kept it.
-        let state = load_state(host.as_ref(), &bot).await;
-        let (end, state) = Session::new(&rt, host.as_ref(), &bot, state, &stop)
+        let state = load_state(services.as_ref(), &bot).await;
+        let (end, state) = Session::new(&rt, services.as_ref(), &bot, state, &stop)
             .run(&mut lease)
             .await;
-        store_state(host.as_ref(), &bot, state.as_ref()).await;
+        store_state(services.as_ref(), &bot, state.as_ref()).await;
         match end {
             Ended::Stopped => break,
             Ended::Fatal => {
@@ -176,7 +176,7 @@ type Inflight<'a> = FuturesOrdered<Pin<Box<dyn Future<Output = (u64, Handled)> +
 /// One connection's worth of a bot's Gateway session.
 struct Session<'a> {
     rt: &'a Runtime,
-    host: &'a dyn ProviderServices,
+    services: &'a dyn ProviderServices,
     bot: &'a Bot,
     state: Option<ResumeState>,
     stop: &'a CancellationToken,
@@ -189,14 +189,14 @@ fn jitter(d: Duration) -> Duration {
 impl<'a> Session<'a> {
     fn new(
         rt: &'a Runtime,
-        host: &'a dyn ProviderServices,
+        services: &'a dyn ProviderServices,
         bot: &'a Bot,
         state: Option<ResumeState>,
         stop: &'a CancellationToken,
     ) -> Self {
         Self {
             rt,
-            host,
+            services,
             bot,
             state,
             stop,
@@ -225,7 +225,7 @@ impl<'a> Session<'a> {
             {
                 Ok(u) => u,
                 Err(e) if e.is_unauthorized() => {
-                    rt.on_revoked(self.host, bot).await;
+                    rt.on_revoked(self.services, bot).await;
                     return Ended::Fatal;
                 }
                 Err(e) => {
@@ -296,7 +296,7 @@ impl<'a> Session<'a> {
         let mut persisted = self.state.clone();
         let mut inflight: Inflight<'_> = FuturesOrdered::new();
         let max_inflight = rt.cfg.max_inflight_events.max(1);
-        let (host, stop) = (self.host, self.stop);
+        let (services, stop) = (self.services, self.stop);
         let ended = loop {
             tokio::select! {
                 _ = stop.cancelled() => break Ended::Stopped,
@@ -321,7 +321,7 @@ impl<'a> Session<'a> {
                     acked = false;
                     next_beat = Instant::now() + interval;
                     if self.state != persisted {
-                        store_state(host, bot, self.state.as_ref()).await;
+                        store_state(services, bot, self.state.as_ref()).await;
                         persisted = self.state.clone();
                     }
                 }
@@ -347,7 +347,7 @@ impl<'a> Session<'a> {
                                 }
                                 Event::MessageCreate(m) => {
                                     inflight.push_back(Box::pin(async move {
-                                        (seq, handle_message(rt, host, bot, &m).await)
+                                        (seq, handle_message(rt, services, bot, &m).await)
                                     }));
                                 }
                                 Event::Resumed | Event::Other => {
@@ -419,12 +419,12 @@ impl<'a> Session<'a> {
     async fn closed(&mut self, code: u16) -> Ended {
         match codec::close_kind(code) {
             CloseKind::Revoked => {
-                self.rt.on_revoked(self.host, self.bot).await;
+                self.rt.on_revoked(self.services, self.bot).await;
                 Ended::Fatal
             }
             CloseKind::Fatal => {
                 tracing::warn!(bot_key = %self.bot.key, code, "discord closed the gateway for good (enable the Message Content intent in the Developer Portal if the code is 4014)");
-                self.rt.on_gateway_refused(self.host, self.bot).await;
+                self.rt.on_gateway_refused(self.services, self.bot).await;
                 Ended::Fatal
             }
             CloseKind::NewSession => {

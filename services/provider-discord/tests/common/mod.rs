@@ -1,5 +1,5 @@
 //! What the Discord tests share: the fake Discord with its default bot, users and channels,
-//! fast settings, and a [`Pod`] that binds through the form flow. The in-memory host, the
+//! fast settings, and a [`Pod`] that binds through the form flow. The in-memory services, the
 //! cluster state, the log capture and the waits come from `switchyard_core::testkit`.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
@@ -51,7 +51,16 @@ impl std::ops::Deref for Pod {
 
 impl Pod {
     pub async fn start(cluster: Arc<Cluster>, name: &str, cfg: DiscordConfig, run: bool) -> Self {
-        Self(ProviderPod::start(cluster, name, DiscordProvider::new(cfg), run).await)
+        Self(
+            ProviderPod::start(
+                cluster,
+                name,
+                switchyard_provider_discord::PREFIX,
+                |services| DiscordProvider::new(cfg, services),
+                run,
+            )
+            .await,
+        )
     }
 
     /// Binds `channel_id` through the form flow and stores the binding as the core would.

@@ -128,7 +128,7 @@ fn name_of(v: &Value) -> Option<String> {
 /// when Feishu will not say (no permission, or Feishu unavailable for a moment).
 pub(crate) async fn sender_name(
     rt: &Runtime,
-    host: &dyn ProviderServices,
+    services: &dyn ProviderServices,
     app: &App,
     open_id: &str,
 ) -> Option<String> {
@@ -147,7 +147,7 @@ pub(crate) async fn sender_name(
             let got = rt
                 .api
                 .call(
-                    host,
+                    services,
                     &app.creds,
                     "contact_user",
                     reqwest::Method::GET,

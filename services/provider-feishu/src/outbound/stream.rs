@@ -21,7 +21,7 @@ pub(super) fn delta_stream(t: &Target<'_>, message_id: &str) -> DeltaStream {
         ttl: STREAM_TTL,
     };
     DeltaStream::new(
-        t.host.ephemeral(),
+        t.services.ephemeral(),
         "fs:stream",
         t.channel_id,
         message_id,

@@ -1,6 +1,6 @@
 //! What the Feishu tests share: the fake Open Platform with its default app, fast settings,
 //! and a [`Pod`] that binds through the form flow or the QR app-creation flow. The in-memory
-//! host, the cluster state (auth sessions included), the log capture and the waits come from
+//! services, the cluster state (auth sessions included), the log capture and the waits come from
 //! `switchyard_core::testkit`.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
@@ -53,7 +53,16 @@ impl std::ops::Deref for Pod {
 
 impl Pod {
     pub async fn start(cluster: Arc<Cluster>, name: &str, cfg: FeishuConfig, run: bool) -> Self {
-        Self(ProviderPod::start(cluster, name, FeishuProvider::new(cfg), run).await)
+        Self(
+            ProviderPod::start(
+                cluster,
+                name,
+                switchyard_provider_feishu::PREFIX,
+                |services| FeishuProvider::new(cfg, services),
+                run,
+            )
+            .await,
+        )
     }
 
     /// Binds `channel_id` through the form flow and stores the binding as the core would.
@@ -82,7 +91,7 @@ impl Pod {
     /// Waits until the session shows its QR code; returns the session.
     pub async fn qr_shown(&self, session_id: &str) -> Session {
         eventually(WAIT, "QR in the session", || async {
-            let s = self.host.cluster.session(session_id);
+            let s = self.services.cluster.session(session_id);
             s.qr_code_text.is_some().then_some(s)
         })
         .await

@@ -1,6 +1,6 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use switchyard_core::testkit::{Cluster, FakeHost};
+use switchyard_core::testkit::{Cluster, FakeServices};
 
 use super::*;
 
@@ -14,17 +14,17 @@ fn cfg(ttl_ms: u64) -> LeaseConfig {
     }
 }
 
-fn pod(cluster: &Arc<Cluster>, name: &str) -> Arc<FakeHost> {
-    FakeHost::new(cluster.clone(), name, "http://127.0.0.1:9", "/kit")
+fn pod(cluster: &Arc<Cluster>, name: &str) -> Arc<FakeServices> {
+    FakeServices::new(cluster.clone(), name, "http://127.0.0.1:9", "/kit")
 }
 
-fn lease(host: &Arc<FakeHost>, ttl_ms: u64) -> Lease {
-    Lease::new(host.clone(), NAME, "test consumer", cfg(ttl_ms))
+fn lease(services: &Arc<FakeServices>, ttl_ms: u64) -> Lease {
+    Lease::new(services.clone(), NAME, "test consumer", cfg(ttl_ms))
 }
 
 /// A store that can stop answering (a starved pool), over a test pod.
 struct Stalling {
-    pod: Arc<FakeHost>,
+    pod: Arc<FakeServices>,
     stalled: AtomicBool,
 }
 

@@ -1,5 +1,5 @@
 //! What the Slack tests share: the fake Slack with its default app and user, fast settings,
-//! and a [`Pod`] that binds through the form flow. The in-memory host, the cluster state,
+//! and a [`Pod`] that binds through the form flow. The in-memory services, the cluster state,
 //! the log capture and the waits come from `switchyard_core::testkit`.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
@@ -53,7 +53,16 @@ impl std::ops::Deref for Pod {
 
 impl Pod {
     pub async fn start(cluster: Arc<Cluster>, name: &str, cfg: SlackConfig, run: bool) -> Self {
-        Self(ProviderPod::start(cluster, name, SlackProvider::new(cfg), run).await)
+        Self(
+            ProviderPod::start(
+                cluster,
+                name,
+                switchyard_provider_slack::PREFIX,
+                |services| SlackProvider::new(cfg, services),
+                run,
+            )
+            .await,
+        )
     }
 
     /// Binds `channel_id` through the form flow and stores the binding as the core would.

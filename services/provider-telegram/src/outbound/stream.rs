@@ -19,7 +19,7 @@ pub(super) fn delta_stream(t: &Target<'_>, message_id: &str) -> DeltaStream {
         ttl: STREAM_TTL,
     };
     DeltaStream::new(
-        t.host.ephemeral(),
+        t.services.ephemeral(),
         "tg:stream",
         t.channel_id,
         message_id,
@@ -45,7 +45,7 @@ impl Streaming for Shows<'_> {
 
     async fn edit(&self, id: &i64, text: &str) -> Result<Edited, ProviderError> {
         let t = self.0;
-        let eph = t.host.ephemeral();
+        let eph = t.services.ephemeral();
         if !limits::try_bot(eph.as_ref(), t.rt.cfg.limits, &t.creds.bot_key()).await {
             return Ok(Edited::Skipped);
         }

@@ -1,5 +1,5 @@
 //! What the Telegram tests share: the fake Bot API server with its default bot and chats,
-//! fast settings, and a [`Pod`] that binds through the form flow. The in-memory host, the
+//! fast settings, and a [`Pod`] that binds through the form flow. The in-memory services, the
 //! cluster state, the log capture and the waits come from `switchyard_core::testkit`.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
@@ -54,10 +54,19 @@ impl std::ops::Deref for Pod {
 }
 
 impl Pod {
-    /// A pod with ingress served on a real port (the host's public base URL points at it) and,
+    /// A pod with ingress served on a real port (the services' public base URL points at it) and,
     /// when `run` is true, its background loops started.
     pub async fn start(cluster: Arc<Cluster>, name: &str, cfg: TelegramConfig, run: bool) -> Self {
-        Self(ProviderPod::start(cluster, name, TelegramProvider::new(cfg), run).await)
+        Self(
+            ProviderPod::start(
+                cluster,
+                name,
+                switchyard_provider_telegram::PREFIX,
+                |services| TelegramProvider::new(cfg, services),
+                run,
+            )
+            .await,
+        )
     }
 
     /// Binds `channel_id` through the form flow and stores the binding as the core would.

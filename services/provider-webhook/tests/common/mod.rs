@@ -1,6 +1,6 @@
 //! What the webhook tests share: the settings, the binding's credentials, the fake chat
-//! system (`switchyard-fake-webhook`, a real HTTP server on 127.0.0.1:0) and a host at the
-//! public base URL the pairing links use. The in-memory host itself comes from
+//! system (`switchyard-fake-webhook`, a real HTTP server on 127.0.0.1:0) and a services at the
+//! public base URL the pairing links use. The in-memory services itself comes from
 //! `switchyard_core::testkit`.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
@@ -35,9 +35,9 @@ pub fn config() -> WebhookConfig {
     cfg
 }
 
-/// The host of a one-pod cluster at [`BASE_URL`].
-pub fn fake_host() -> Arc<FakeHost> {
-    FakeHost::new(Cluster::new(), "pod-a", BASE_URL, PREFIX)
+/// The services of a one-pod cluster at [`BASE_URL`].
+pub fn fake_services() -> Arc<FakeServices> {
+    FakeServices::new(Cluster::new(), "pod-a", BASE_URL, PREFIX)
 }
 
 /// The credentials of a channel bound to `endpoint_url`, signed with [`SECRET`].
@@ -46,10 +46,8 @@ pub fn creds(endpoint_url: &str) -> Value {
 }
 
 /// Serves the provider's ingress under its prefix, like the edge does; returns the base URL.
-pub async fn serve_ingress(provider: &WebhookProvider, host: Arc<FakeHost>) -> String {
-    let router = provider
-        .ingress(host)
-        .expect("webhook provider has ingress");
+pub async fn serve_ingress(provider: &WebhookProvider) -> String {
+    let router = provider.ingress().expect("webhook provider has ingress");
     serve(Router::new().nest(provider.prefix(), router)).await
 }
 

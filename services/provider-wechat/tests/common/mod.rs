@@ -1,5 +1,5 @@
 //! What the WeChat tests share: fast settings and a [`Pod`] that logs in through the QR flow
-//! against the fake iLink server. The in-memory host, the cluster state (auth sessions
+//! against the fake iLink server. The in-memory services, the cluster state (auth sessions
 //! included), the log capture and the waits come from `switchyard_core::testkit`.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
@@ -46,7 +46,16 @@ impl std::ops::Deref for Pod {
 
 impl Pod {
     pub async fn start(cluster: Arc<Cluster>, name: &str, cfg: WechatConfig, run: bool) -> Self {
-        Self(ProviderPod::start(cluster, name, WechatProvider::new(cfg), run).await)
+        Self(
+            ProviderPod::start(
+                cluster,
+                name,
+                switchyard_provider_wechat::PREFIX,
+                |services| WechatProvider::new(cfg, services),
+                run,
+            )
+            .await,
+        )
     }
 
     /// `auth.start` as the core runs it: the session exists first, the step is applied after.
@@ -69,7 +78,7 @@ impl Pod {
         let sid = format!("auth_{channel_id}");
         self.auth_start(channel_id, &sid).await;
         eventually(WAIT, "QR code", || async {
-            self.host
+            self.services
                 .cluster
                 .session(&sid)
                 .qr_code_text

@@ -25,9 +25,9 @@ use crate::provider::{
 /// The largest inbound file the fake file store takes.
 const MAX_FILE: u64 = 1 << 20;
 
-/// One pod's host: its name (the lease holder), its public base URL, and the cluster state
-/// it shares with the other pods. It reads as its cluster (`host.inbound()`).
-pub struct FakeHost {
+/// One pod's services: its name (the lease holder), its public base URL, and the cluster
+/// state it shares with the other pods. It reads as its cluster (`services.inbound()`).
+pub struct FakeServices {
     pub pod: String,
     pub base_url: String,
     /// The provider's mount prefix (`/telegram`): signed download URLs live under it.
@@ -38,7 +38,7 @@ pub struct FakeHost {
     pub dead: AtomicBool,
 }
 
-impl FakeHost {
+impl FakeServices {
     pub fn new(cluster: Arc<Cluster>, pod: &str, base_url: &str, prefix: &str) -> Arc<Self> {
         Arc::new(Self {
             pod: pod.into(),
@@ -64,7 +64,7 @@ impl FakeHost {
     }
 }
 
-impl std::ops::Deref for FakeHost {
+impl std::ops::Deref for FakeServices {
     type Target = Cluster;
 
     fn deref(&self) -> &Cluster {
@@ -73,7 +73,7 @@ impl std::ops::Deref for FakeHost {
 }
 
 #[async_trait]
-impl ProviderServices for FakeHost {
+impl ProviderServices for FakeServices {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
         Ok(self.cluster.find_binding(channel_id))
     }
