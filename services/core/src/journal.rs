@@ -8,7 +8,13 @@
 //! (`switchyard_journal_dropped_total{reason="queue_full"}`). A step holds ids, a step name
 //! and a clipped code or reason, never message text or secrets. The store bounds the table
 //! (the janitor purges by age and per-tenant count, [`JournalConfig`]).
+//!
+//! A provider's own retries happen inside one `deliver` call, out of core's sight: core runs
+//! the call in [`Journal::attempts_of`], and a provider's retry loop (the provider kit's
+//! `retrying`) tells [`note_attempt`] each try it repeats or gives up on, with its class and
+//! the wait (a rate limit's retry-after or the back-off).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,7 +86,7 @@ impl Default for JournalConfig {
             ttl: Duration::from_secs(24 * 3600),
             per_tenant: 100_000,
             queue: 8192,
-            batch: 1024,
+            batch: 4096,
         }
     }
 }
@@ -185,6 +191,56 @@ impl Journal {
     }
 }
 
+tokio::task_local! {
+    /// The message whose provider call is running on this task ([`Journal::attempts_of`]).
+    static ATTEMPTS: AttemptScope;
+}
+
+struct AttemptScope {
+    journal: Journal,
+    tenant_id: String,
+    channel_id: String,
+    message_id: String,
+}
+
+impl Journal {
+    /// Runs `call` (a provider's `deliver`) with the message as the one [`note_attempt`]
+    /// records for, on this task.
+    pub async fn attempts_of<F: Future>(
+        &self,
+        tenant_id: &str,
+        channel_id: &str,
+        message_id: &str,
+        call: F,
+    ) -> F::Output {
+        if !self.is_enabled() {
+            return call.await;
+        }
+        let scope = AttemptScope {
+            journal: self.clone(),
+            tenant_id: tenant_id.to_owned(),
+            channel_id: channel_id.to_owned(),
+            message_id: message_id.to_owned(),
+        };
+        ATTEMPTS.scope(scope, call).await
+    }
+}
+
+/// Records one provider send attempt of the message core is delivering on this task
+/// (`detail`: its class and what follows, `rate_limited: retry-after 1500 ms`). Nothing when
+/// no delivery is in scope (a tool call, a poll) or the journal is off.
+pub fn note_attempt(detail: &str) {
+    let _ = ATTEMPTS.try_with(|s| {
+        s.journal.record(
+            &s.tenant_id,
+            &s.channel_id,
+            &s.message_id,
+            JournalStep::Attempt,
+            detail,
+        );
+    });
+}
+
 /// Describes the journal's series and registers them at zero.
 pub fn describe_metrics() {
     metrics::describe_counter!(
@@ -210,9 +266,9 @@ pub fn clip(s: &str) -> String {
 }
 
 /// How long the writer lets steps gather after the first one: a busy pod stores its steps in
-/// a few large inserts a second instead of many small ones, which matters on SQLite's one
-/// writer.
-const LINGER: Duration = Duration::from_millis(100);
+/// a few large inserts a second instead of many small ones, and a message's steps mostly
+/// land in one batch (SQLite packs them into one row).
+const LINGER: Duration = Duration::from_millis(200);
 
 async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<JournalRecord>, batch: usize) {
     let mut buf = Vec::with_capacity(batch);
@@ -274,6 +330,43 @@ mod tests {
         assert_eq!(kept.len(), 1, "{kept:?}");
         assert_eq!(kept[0].pod_id, "pod-a");
         assert_eq!(kept[0].message_id, "m0");
+    }
+
+    #[tokio::test]
+    async fn attempts_are_recorded_for_the_message_in_scope_only() {
+        let store: Arc<dyn Store> = Arc::new(crate::memstore::MemoryStore::new());
+        let j = Journal::start(store.clone(), "pod-a", &JournalConfig::default());
+        note_attempt("outside: nothing to record it for");
+        let out = j
+            .attempts_of("t", "ch", "m1", async {
+                note_attempt("rate_limited: retry-after 1500 ms");
+                tokio::task::yield_now().await;
+                note_attempt("transient: back-off 200 ms");
+                7
+            })
+            .await;
+        assert_eq!(out, 7);
+        note_attempt("after: nothing either");
+        drop(j);
+        let mut got = Vec::new();
+        for _ in 0..200 {
+            got = store.journal_for_channel("ch", None, 10).await.unwrap();
+            if got.len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let steps: Vec<(&str, &str, &str)> = got
+            .iter()
+            .map(|e| (e.message_id.as_str(), e.step.as_str(), e.detail.as_str()))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                ("m1", "attempt", "transient: back-off 200 ms"),
+                ("m1", "attempt", "rate_limited: retry-after 1500 ms"),
+            ]
+        );
     }
 
     #[tokio::test]

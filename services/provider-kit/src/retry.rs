@@ -166,16 +166,46 @@ where
                 backoff = backoff.saturating_mul(2);
                 w
             }
-            _ => return Err(err),
+            _ => {
+                journal_attempt(class, None);
+                return Err(err);
+            }
         };
         if Instant::now() + wait > policy.deadline {
+            journal_attempt(class, Some((wait, false)));
             return Err(err);
         }
+        journal_attempt(class, Some((wait, true)));
         if class.retry_after().is_some() {
             (policy.on_rate_limited)(wait);
         }
         tokio::time::sleep(wait).await;
     }
+}
+
+/// Tells the delivery journal about a failed try (`switchyard_core::journal::note_attempt`):
+/// its class and the wait, a rate limit's as `retry-after`, and whether it is waited.
+fn journal_attempt(class: ErrorClass, wait: Option<(Duration, bool)>) {
+    let name = match class {
+        ErrorClass::AuthRefused => "auth_refused",
+        ErrorClass::RateLimited(_) => "rate_limited",
+        ErrorClass::NotSent => "not_sent",
+        ErrorClass::Transient => "transient",
+        ErrorClass::Permanent => "permanent",
+    };
+    let detail = match wait {
+        None => name.to_owned(),
+        Some((w, waited)) => {
+            let what = if class.retry_after().is_some() {
+                "retry-after"
+            } else {
+                "back-off"
+            };
+            let then = if waited { "" } else { ", past the deadline" };
+            format!("{name}: {what} {} ms{then}", w.as_millis())
+        }
+    };
+    switchyard_core::journal::note_attempt(&detail);
 }
 
 #[cfg(test)]
@@ -225,6 +255,41 @@ mod tests {
         assert_eq!(attempts, 6);
         assert_eq!(TOLD.load(Ordering::SeqCst), 5);
         assert!(started.elapsed() >= Duration::from_secs(15));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_failed_try_is_journaled_with_its_wait() {
+        use std::sync::Arc;
+        use switchyard_core::journal::{Journal, JournalConfig};
+        use switchyard_core::store::Store;
+
+        let store: Arc<dyn Store> = Arc::new(switchyard_core::memstore::MemoryStore::new());
+        let j = Journal::start(store.clone(), "pod-k", &JournalConfig::default());
+        let limited = ErrorClass::RateLimited(Duration::from_millis(1500));
+        let (out, _) = j
+            .attempts_of(
+                "t",
+                "ch",
+                "m",
+                run(policy(false), &[limited, ErrorClass::Transient]),
+            )
+            .await;
+        assert_eq!(out, Err(Fail(ErrorClass::Transient)));
+        drop(j);
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            got = store.journal_for_message("m", 10).await.unwrap();
+            if got.len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let details: Vec<&str> = got.iter().map(|e| e.detail.as_str()).collect();
+        assert_eq!(details, ["rate_limited: retry-after 1500 ms", "transient"]);
+        assert!(
+            got.iter()
+                .all(|e| e.step == "attempt" && e.channel_id == "ch")
+        );
     }
 
     #[tokio::test(start_paused = true)]

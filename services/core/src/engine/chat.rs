@@ -140,7 +140,17 @@ impl Connector {
             files: &files,
         };
         let started = std::time::Instant::now();
-        let sent = self.provider.deliver(msg).await;
+        // The provider's own retries inside this call are journaled as attempts too.
+        let sent = self
+            .hub
+            .journal
+            .attempts_of(
+                &ch.tenant_id,
+                &ch.id,
+                &p.message_id,
+                self.provider.deliver(msg),
+            )
+            .await;
         metrics::histogram!("switchyard_provider_send_duration_seconds", "card" => self.card_id().to_owned())
             .record(started.elapsed().as_secs_f64());
         // The provider's stable code only: its message may quote the target's answer.
