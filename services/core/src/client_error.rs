@@ -20,7 +20,7 @@ use switchyard_protocol::ErrorCode;
 use switchyard_protocol::hosts::HostRefusalCode;
 
 use crate::engine::Fault;
-use crate::error::{BackendError, ErrorKind};
+use crate::error::BackendError;
 use crate::hosts::AgentHostRefusal;
 use crate::provider::ServicesError;
 
@@ -157,17 +157,10 @@ impl From<Fault> for ClientError {
 
 impl From<BackendError> for ClientError {
     fn from(e: BackendError) -> Self {
-        // The source may name tables or hosts: logged, never sent.
-        tracing::warn!(error = %e, "backend error answering a request");
-        if e.kind == ErrorKind::Unavailable {
-            Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "a backend is unavailable; retry later",
-            )
-        } else {
-            Self::internal()
-        }
+        let r = e.refusal();
+        let status =
+            StatusCode::from_u16(r.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        Self::new(status, r.as_str(), r.message())
     }
 }
 
@@ -222,6 +215,7 @@ impl From<&AgentHostRefusal> for ClientError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     async fn rendered(e: ClientError) -> (StatusCode, Option<String>, serde_json::Value) {
         let resp = e.into_response();
@@ -282,6 +276,24 @@ mod tests {
         );
         assert_eq!(body["error"]["code"], "unavailable");
         assert!(!body.to_string().contains("10.0.0.7"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_host_refusal_answers_its_code_with_its_status() {
+        let (s, retry, body) = rendered(ClientError::host(
+            HostRefusalCode::HostRevoked,
+            "the host was revoked",
+        ))
+        .await;
+        assert_eq!((s, retry), (StatusCode::UNAUTHORIZED, None));
+        assert_eq!(body["error"]["code"], "host_revoked");
+        let (s, retry, body) =
+            rendered(ClientError::host(HostRefusalCode::Draining, "later")).await;
+        assert_eq!(
+            (s, retry.as_deref()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("5"))
+        );
+        assert_eq!(body["error"]["code"], "draining");
     }
 
     #[test]

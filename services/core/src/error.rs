@@ -71,3 +71,91 @@ impl BackendError {
 }
 
 pub type BackendResult<T> = Result<T, BackendError>;
+
+/// What a client may learn of a [`BackendError`]: whether retrying later can help. Every
+/// vocabulary (an HTTP [`ClientError`](crate::client_error::ClientError), an xAgent
+/// [`Fault`](crate::engine::Fault), an
+/// [`AgentHostRefusal`](crate::hosts::AgentHostRefusal), the console's page) renders this
+/// and never looks at the error itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendRefusal {
+    /// The backend cannot be reached right now: retry later.
+    Unavailable,
+    /// Anything else.
+    Internal,
+}
+
+impl BackendRefusal {
+    /// The stable snake_case code of an HTTP refusal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unavailable => "unavailable",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// Words safe to show.
+    pub fn message(self) -> &'static str {
+        match self {
+            Self::Unavailable => "a backend is unavailable; retry later",
+            Self::Internal => "internal error",
+        }
+    }
+
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::Unavailable => 503,
+            Self::Internal => 500,
+        }
+    }
+}
+
+impl BackendError {
+    /// The one mapping from a backend failure to what a client sees. The context and source
+    /// may name tables or hosts: they are logged here and never sent.
+    pub fn refusal(&self) -> BackendRefusal {
+        tracing::warn!(error = %self, "backend error");
+        match self.kind {
+            ErrorKind::Unavailable => BackendRefusal::Unavailable,
+            ErrorKind::NotFound
+            | ErrorKind::Conflict
+            | ErrorKind::LimitExceeded
+            | ErrorKind::Internal => BackendRefusal::Internal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BackendError, BackendRefusal, ErrorKind};
+
+    #[test]
+    fn only_an_unavailable_backend_is_worth_a_retry_and_no_detail_is_shown() {
+        let kinds = [
+            (ErrorKind::NotFound, BackendRefusal::Internal),
+            (ErrorKind::Conflict, BackendRefusal::Internal),
+            (ErrorKind::Unavailable, BackendRefusal::Unavailable),
+            (ErrorKind::LimitExceeded, BackendRefusal::Internal),
+            (ErrorKind::Internal, BackendRefusal::Internal),
+        ];
+        for (kind, want) in kinds {
+            let r = BackendError::new(kind, "table hosts at db.internal:5432").refusal();
+            assert_eq!(r, want, "{kind:?}");
+            assert!(!r.message().contains("db.internal"));
+        }
+        assert_eq!(
+            (
+                BackendRefusal::Unavailable.http_status(),
+                BackendRefusal::Unavailable.as_str()
+            ),
+            (503, "unavailable")
+        );
+        assert_eq!(
+            (
+                BackendRefusal::Internal.http_status(),
+                BackendRefusal::Internal.as_str()
+            ),
+            (500, "internal")
+        );
+    }
+}

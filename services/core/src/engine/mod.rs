@@ -56,10 +56,6 @@ pub struct EngineConfig {
     pub outbox_cap: u32,
     /// How long an inbound `message_id` is remembered for de-duplication.
     pub dedupe_window: Duration,
-    /// Wait for `chat.message.ack` before redelivering.
-    pub ack_timeout: Duration,
-    /// Unacked messages in flight per channel.
-    pub delivery_window: u32,
     /// Lifetime of completed message and tool-call idempotency records.
     pub idempotency_ttl: Duration,
     /// Lifetime of stored files.
@@ -86,8 +82,6 @@ impl Default for EngineConfig {
             message_ttl: Duration::from_secs(3600),
             outbox_cap: 1000,
             dedupe_window: Duration::from_secs(24 * 3600),
-            ack_timeout: Duration::from_secs(30),
-            delivery_window: 16,
             idempotency_ttl: Duration::from_secs(24 * 3600),
             file_ttl: Duration::from_secs(24 * 3600),
             download_url_ttl: Duration::from_secs(900),
@@ -146,15 +140,12 @@ impl Fault {
 
 impl From<crate::error::BackendError> for Fault {
     fn from(e: crate::error::BackendError) -> Self {
-        // The source may name tables or hosts; it is logged here and never sent.
-        tracing::warn!(error = %e, "backend error");
-        match e.kind {
-            crate::error::ErrorKind::Unavailable => Fault::new(
-                ErrorCode::Unavailable,
-                "a backend is unavailable; retry later",
-            ),
-            _ => Fault::new(ErrorCode::Internal, "internal error"),
-        }
+        let r = e.refusal();
+        let code = match r {
+            crate::error::BackendRefusal::Unavailable => ErrorCode::Unavailable,
+            crate::error::BackendRefusal::Internal => ErrorCode::Internal,
+        };
+        Fault::new(code, r.message())
     }
 }
 

@@ -29,7 +29,7 @@ pub use sweeps::SweepReport;
 pub use telemetry::describe_metrics;
 
 use crate::engine::Hub;
-use crate::error::{BackendError, ErrorKind};
+use crate::error::{BackendError, BackendRefusal};
 use crate::hoststore::{ApprovalRecord, ArtifactRecord, HostRecord, HostStatus, RunRecord};
 use crate::ids::new_id;
 
@@ -181,14 +181,12 @@ impl AgentHostRefusal {
 
 impl From<BackendError> for AgentHostRefusal {
     fn from(e: BackendError) -> Self {
-        tracing::warn!(error = %e, "backend error in hosts");
-        match e.kind {
-            ErrorKind::Unavailable => Self::new(
-                AgentHostRefusalCode::Unavailable,
-                "a backend is unavailable; retry",
-            ),
-            _ => Self::new(AgentHostRefusalCode::Internal, "internal error"),
-        }
+        let r = e.refusal();
+        let code = match r {
+            BackendRefusal::Unavailable => AgentHostRefusalCode::Unavailable,
+            BackendRefusal::Internal => AgentHostRefusalCode::Internal,
+        };
+        Self::new(code, r.message())
     }
 }
 

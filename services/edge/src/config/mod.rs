@@ -430,8 +430,6 @@ impl Config {
             message_ttl: self.delivery.message_ttl.0,
             outbox_cap: self.delivery.outbox_cap,
             dedupe_window: self.delivery.dedupe_window.0,
-            ack_timeout: self.delivery.ack_timeout.0,
-            delivery_window: self.delivery.window,
             idempotency_ttl: self.retention.idempotency_ttl.0,
             file_ttl: self.retention.file_ttl.0,
             download_url_ttl: self.retention.download_url_ttl.0,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use switchyard_core::engine::EngineConfig;
+use switchyard_core::engine::{EngineConfig, OutflowLimits};
 use switchyard_core::netguard::OutboundPolicy;
 
 use super::values::*;
@@ -126,14 +126,16 @@ pub struct DeliveryConfig {
 impl Default for DeliveryConfig {
     fn default() -> Self {
         let e = EngineConfig::default();
+        // The session's delivery bounds (window, ack wait, retry pause) are the outflow's.
+        let o = OutflowLimits::default();
         Self {
             message_ttl: Dur(e.message_ttl),
             outbox_cap: e.outbox_cap,
-            ack_timeout: Dur(e.ack_timeout),
-            window: e.delivery_window,
+            ack_timeout: Dur(o.ack_timeout),
+            window: o.window,
             dedupe_window: Dur(e.dedupe_window),
             sweep_interval: Dur(Duration::from_secs(5)),
-            retry_pause: Dur(Duration::from_secs(2)),
+            retry_pause: Dur(o.retry_pause),
             committers: 0,
             commit_batch: 256,
             commit_backlog: 4096,

@@ -147,12 +147,9 @@ fn error_page(status: StatusCode, who: Option<&Operator>, message: &str) -> Resp
 }
 
 fn backend(who: &Operator, e: BackendError) -> Response {
-    tracing::warn!(error = %e, "backend error in the console");
-    error_page(
-        StatusCode::SERVICE_UNAVAILABLE,
-        Some(who),
-        "a backend is unavailable; retry",
-    )
+    let r = e.refusal();
+    let status = StatusCode::from_u16(r.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    error_page(status, Some(who), r.message())
 }
 
 fn see_other(to: &str) -> Response {
