@@ -27,10 +27,10 @@ impl Default for JournalSection {
     fn default() -> Self {
         let d = JournalConfig::default();
         Self {
-            // Off unless asked for: at saturation its rows cost about 40 % of an embedded
-            // pod's delivery rate (SQLite's one writer; README "Measured"), above the 5 % a
-            // default may cost. At ordinary rates it costs nothing measurable.
-            enabled: false,
+            // On: off the delivery path (a bounded queue, dropped when full) and, embedded, in
+            // a SQLite file of its own with a message's steps packed in one row; README
+            // "Measured" has its cost at saturation.
+            enabled: d.enabled,
             ttl: Dur(d.ttl),
             per_tenant: d.per_tenant,
             queue: d.queue,
