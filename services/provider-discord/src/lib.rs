@@ -33,7 +33,7 @@ mod ratelimit;
 mod section;
 mod telemetry;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,6 +46,7 @@ use switchyard_core::provider::{
 };
 use switchyard_protocol::im::ActivityStatus;
 use switchyard_protocol::{BuildInfo, Card, ConnectionStatus, ErrorCode};
+use switchyard_provider_kit::RevokedTokens;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -129,8 +130,7 @@ pub(crate) struct Runtime {
     pub services: Arc<dyn ProviderServices>,
     pub kick: Notify,
     /// Fingerprints of tokens Discord refused, and of tokens known not to be.
-    revoked: Mutex<HashSet<String>>,
-    known_good: Mutex<HashSet<String>>,
+    revoked: RevokedTokens,
     /// The last value written for small per-channel records (saves repeated writes).
     written: Mutex<HashMap<String, String>>,
 }
@@ -150,50 +150,11 @@ impl Runtime {
     }
 
     pub async fn is_revoked(&self, services: &dyn ProviderServices, fp: &str) -> bool {
-        if self
-            .revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(fp)
-        {
-            return true;
-        }
-        if self
-            .known_good
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(fp)
-        {
-            return false;
-        }
-        match services.kv_get(&format!("revoked:{fp}")).await {
-            Ok(Some(v)) if v == "1" => {
-                self.revoked
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(fp.to_owned());
-                true
-            }
-            Ok(_) => {
-                self.known_good
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(fp.to_owned());
-                false
-            }
-            // Unknown: treated as usable; Discord answers 401 again if it is not.
-            Err(_) => false,
-        }
+        self.revoked.is_revoked(services, fp).await
     }
 
     pub async fn clear_revoked(&self, services: &dyn ProviderServices, fp: &str) {
-        self.revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(fp);
-        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "0").await {
-            tracing::warn!(error = %e, "revocation mark not cleared");
-        }
+        self.revoked.clear(services, fp).await;
     }
 
     /// Discord refused a bot's token (401, close 4004): remember it durably and mark every
@@ -221,17 +182,7 @@ impl Runtime {
         let fp = bot.creds.fingerprint();
         // Kept like a revocation (no session with this token until it is bound again), so
         // the supervisor does not reconnect in a loop.
-        self.revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fp.clone());
-        self.known_good
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fp);
-        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "1").await {
-            tracing::warn!(error = %e, "gateway refusal not stored");
-        }
+        self.revoked.mark(services, &fp).await;
         for ch in self.channels_of(services, &fp).await {
             if let Err(e) = services
                 .set_target_status(&ch, ConnectionStatus::Error)
@@ -265,21 +216,9 @@ impl Runtime {
         name: &str,
         status: ConnectionStatus,
     ) {
-        let first = self
-            .revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fp.to_owned());
-        self.known_good
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(fp);
-        if first {
+        if self.revoked.mark(services, fp).await {
             tracing::warn!(bot = %name, "discord refused a bot token; its channels are marked revoked");
             metrics::counter!("switchyard_discord_tokens_revoked_total").increment(1);
-        }
-        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "1").await {
-            tracing::warn!(error = %e, "revocation mark not stored");
         }
         for ch in self.channels_of(services, fp).await {
             if let Err(e) = services.set_target_status(&ch, status).await {
@@ -328,8 +267,7 @@ impl DiscordProvider {
                 registry: bots::Registry::default(),
                 services,
                 kick: Notify::new(),
-                revoked: Mutex::new(HashSet::new()),
-                known_good: Mutex::new(HashSet::new()),
+                revoked: RevokedTokens::default(),
                 written: Mutex::new(HashMap::new()),
             }),
         }

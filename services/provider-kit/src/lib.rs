@@ -9,6 +9,8 @@
 //!   refused, rate limited with a wait, not sent, transient, permanent): the provider
 //!   classifies its API's answers, the kit owns the loop, the budget, the back-off with
 //!   jitter and the target's retry-after.
+//! - [`revoked`]: credentials a target refused, by fingerprint, durably and in memory, so no
+//!   pod keeps using them until the channel is bound again.
 //! - [`stream`]: the streaming-delta policy: the first delta creates the message, later ones
 //!   edit it within the target's edit limits, the final message settles it.
 //!
@@ -16,6 +18,7 @@
 
 pub mod lease;
 pub mod retry;
+pub mod revoked;
 pub mod stream;
 
 use std::time::Duration;
@@ -24,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use lease::{Consumers, Held, Lease, LeaseConfig, LeaseStore, Lost, Term};
 pub use retry::{Classify, ErrorClass, NetKind, RetryPolicy, retrying};
+pub use revoked::RevokedTokens;
 pub use stream::{DeltaStream, EditLimits, Edited, Shown, Streaming};
 
 /// Waits `d` unless `stop` is cancelled first; false when stopped.

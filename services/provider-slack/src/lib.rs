@@ -31,7 +31,7 @@ mod section;
 mod socket;
 mod telemetry;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +45,7 @@ use switchyard_core::provider::{
 };
 use switchyard_protocol::im::ActivityStatus;
 use switchyard_protocol::{BuildInfo, Card, ConnectionStatus, ErrorCode};
+use switchyard_provider_kit::RevokedTokens;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -144,8 +145,7 @@ pub(crate) struct Runtime {
     pub kick: Notify,
     /// Fingerprints of credentials Slack refused, and of those known not to be (so the
     /// supervisor's reloads do not read a mark per binding each time).
-    revoked: Mutex<HashSet<String>>,
-    known_good: Mutex<HashSet<String>>,
+    revoked: RevokedTokens,
     /// The last value written for small per-channel records (saves repeated writes).
     written: Mutex<HashMap<String, String>>,
 }
@@ -165,42 +165,7 @@ impl Runtime {
     }
 
     pub async fn is_revoked(&self, services: &dyn ProviderServices, c: &Credentials) -> bool {
-        let fp = c.fingerprint();
-        if self
-            .revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&fp)
-        {
-            return true;
-        }
-        if self
-            .known_good
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&fp)
-        {
-            return false;
-        }
-        match services.kv_get(&format!("revoked:{fp}")).await {
-            Ok(Some(v)) if v == "1" => {
-                self.revoked
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(fp);
-                true
-            }
-            Ok(_) => {
-                let mut good = self.known_good.lock().unwrap_or_else(|p| p.into_inner());
-                if good.len() > 100_000 {
-                    good.clear();
-                }
-                good.insert(fp);
-                false
-            }
-            // Not knowing is not revoked: the consumer tries, and Slack says.
-            Err(_) => false,
-        }
+        self.revoked.is_revoked(services, &c.fingerprint()).await
     }
 
     /// Slack refused the credentials (revoked token, uninstalled app, deactivated account):
@@ -213,21 +178,9 @@ impl Runtime {
         channel_id: &str,
     ) {
         let fp = c.fingerprint();
-        let first = self
-            .revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fp.clone());
-        self.known_good
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fp);
-        if first {
+        if self.revoked.mark(services, &fp).await {
             tracing::warn!(connector_channel_id = %channel_id, "slack refused a binding's token; its channels are marked revoked");
             metrics::counter!("switchyard_slack_bindings_revoked_total").increment(1);
-        }
-        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "1").await {
-            tracing::warn!(error = %e, "revocation mark not stored");
         }
         let channels: Vec<String> = match services.bound_channels().await {
             Ok(all) => all
@@ -251,14 +204,7 @@ impl Runtime {
     }
 
     pub async fn clear_revoked(&self, services: &dyn ProviderServices, c: &Credentials) {
-        let fp = c.fingerprint();
-        self.revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fp);
-        if let Err(e) = services.kv_put(&format!("revoked:{fp}"), "0").await {
-            tracing::warn!(error = %e, "revocation mark not cleared");
-        }
+        self.revoked.clear(services, &c.fingerprint()).await;
     }
 }
 
@@ -304,8 +250,7 @@ impl SlackProvider {
                 admission,
                 services,
                 kick: Notify::new(),
-                revoked: Mutex::new(HashSet::new()),
-                known_good: Mutex::new(HashSet::new()),
+                revoked: RevokedTokens::default(),
                 written: Mutex::new(HashMap::new()),
             }),
         }

@@ -50,6 +50,7 @@ use switchyard_core::provider::{
 };
 use switchyard_protocol::im::ActivityStatus;
 use switchyard_protocol::{BuildInfo, Card, ConnectionStatus, ErrorCode};
+use switchyard_provider_kit::RevokedTokens;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -163,19 +164,14 @@ pub(crate) struct Runtime {
     /// Wakes the supervisor (a binding was made or released on this pod).
     pub kick: Notify,
     /// Fingerprints of tokens Telegram refused.
-    pub revoked: Mutex<HashSet<String>>,
-    /// Fingerprints of tokens checked and not marked refused (saves a lookup per refresh).
-    pub known_good: Mutex<HashSet<String>>,
+    pub revoked: RevokedTokens,
     /// Webhook registrations this pod knows are in place, by bot key.
     pub hooked: Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Runtime {
     pub fn revoked_set(&self) -> HashSet<String> {
-        self.revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.revoked.snapshot()
     }
 
     /// The mode in force: Auto resolves on the services' public base URL.
@@ -190,22 +186,10 @@ impl Runtime {
     /// Telegram refused a token: remember it (durably, so no pod keeps using it) and mark
     /// every channel bound with it `revoked`, which pushes their Descriptors.
     pub async fn on_revoked(&self, services: &dyn ProviderServices, bot_id: i64, token_fp: &str) {
-        let first = self
-            .revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(token_fp.to_owned());
-        self.known_good
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(token_fp);
         let key = creds::bot_key(bot_id);
-        if first {
+        if self.revoked.mark(services, token_fp).await {
             tracing::warn!(bot_key = %key, "telegram refused a bot token; its channels are marked revoked");
             metrics::counter!("switchyard_telegram_tokens_revoked_total").increment(1);
-        }
-        if let Err(e) = services.kv_put(&format!("revoked:{token_fp}"), "1").await {
-            tracing::warn!(error = %e, "revocation mark not stored");
         }
         if let Err(e) = self.registry.refresh(services, &self.revoked_set()).await {
             tracing::warn!(error = %e, "bound bots not reloaded after a revocation");
@@ -292,40 +276,7 @@ impl Runtime {
 
     /// Whether a token was refused before (by any pod).
     pub async fn is_revoked(&self, services: &dyn ProviderServices, token_fp: &str) -> bool {
-        if self
-            .revoked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(token_fp)
-        {
-            return true;
-        }
-        if self
-            .known_good
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(token_fp)
-        {
-            return false;
-        }
-        match services.kv_get(&format!("revoked:{token_fp}")).await {
-            Ok(Some(v)) if v == "1" => {
-                self.revoked
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(token_fp.to_owned());
-                true
-            }
-            Ok(_) => {
-                self.known_good
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(token_fp.to_owned());
-                false
-            }
-            // Unknown: treated as usable; Telegram answers 401 again if it is not.
-            Err(_) => false,
-        }
+        self.revoked.is_revoked(services, token_fp).await
     }
 }
 
@@ -368,8 +319,7 @@ impl TelegramProvider {
                 registry: bots::Registry::default(),
                 services,
                 kick: Notify::new(),
-                revoked: Mutex::new(HashSet::new()),
-                known_good: Mutex::new(HashSet::new()),
+                revoked: RevokedTokens::default(),
                 hooked: Mutex::new(std::collections::HashMap::new()),
             }),
         }

@@ -202,13 +202,7 @@ pub(crate) async fn validate_binding(
     };
     // A token that works is not revoked, whatever an earlier failure recorded.
     let fp = token_fingerprint(token);
-    rt.revoked
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&fp);
-    if let Err(e) = rt.services.kv_put(&format!("revoked:{fp}"), "0").await {
-        tracing::warn!(error = %e, "revocation mark not cleared");
-    }
+    rt.revoked.clear(rt.services.as_ref(), &fp).await;
     Ok(AuthStep::Authenticated {
         credentials: c.to_stored(),
         view: c.view(),
