@@ -7,7 +7,7 @@ use crate::error::BackendResult;
 use crate::model::*;
 
 /// Schema version this build understands; `serve` refuses any other.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 #[async_trait]
 pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
@@ -188,6 +188,14 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     async fn ack_outbox(&self, channel_id: &str, message_id: &str) -> BackendResult<bool>;
     /// Terminal success of many `(channel, message_id)` at once; returns how many left.
     async fn ack_outbox_batch(&self, done: &[(String, String)]) -> BackendResult<u64>;
+    /// Acks as a cursor: moves each channel's acked position up to its seq, never back, in
+    /// one statement. Every pending message of the channel at or below the position is
+    /// delivered from then on: pending reads, counts and the backlog skip it, and
+    /// [`Store::purge_acked_outbox`] removes it. Channels that do not exist are skipped.
+    async fn advance_outbox(&self, cursors: &[(String, i64)]) -> BackendResult<()>;
+    /// Removes, in bulk, the pending messages their channel's acked position covers (the
+    /// janitor, off the delivery path); returns how many.
+    async fn purge_acked_outbox(&self) -> BackendResult<u64>;
     /// For each existing channel of `ids` (any order): its route socket and its highest
     /// pending, unexpired seq. The delivery sweep's one query per socket.
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>>;

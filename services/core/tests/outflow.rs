@@ -12,7 +12,7 @@ use serde_json::json;
 use switchyard_core::bus::{Carried, LocalBus};
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
 use switchyard_core::engine::{
-    AckOutcome, CommitLimits, Connector, EngineConfig, Hub, OutboxCommitter, Outflow,
+    AckOutcome, CommitLimits, Connector, EngineConfig, Hub, Janitor, OutboxCommitter, Outflow,
     OutflowLimits, SessionIdent,
 };
 use switchyard_core::ephemeral::MemoryEphemeral;
@@ -28,6 +28,7 @@ use switchyard_protocol::packet::HelloPayload;
 use common::ProbeProvider;
 
 struct Kit {
+    hub: Arc<Hub>,
     conn: Connector,
     store: Arc<dyn Store>,
     /// The same store, for its count of delivery reads.
@@ -58,8 +59,9 @@ async fn kit_with(commit: CommitLimits) -> Kit {
         quotas: switchyard_core::quota::Quotas::new(Default::default()),
         journal: switchyard_core::journal::Journal::disabled(),
     });
-    let conn = Connector::new(hub, Arc::new(ProbeProvider::new()));
+    let conn = Connector::new(hub.clone(), Arc::new(ProbeProvider::new()));
     Kit {
+        hub,
         conn,
         store,
         mem,
@@ -588,4 +590,66 @@ async fn a_full_window_and_a_timeout_hand_over_to_the_store() {
     assert_eq!(ids(&flow.flush().await), ["m6"]);
     assert_eq!(k.mem.pending_reads(), reads);
     assert_eq!(k.pending(&ch.id).await, ["m6"]);
+}
+
+impl Kit {
+    /// Outbox rows, whatever their state.
+    async fn rows(&self) -> u64 {
+        self.store.overview(1000).await.unwrap().outbox
+    }
+}
+
+/// Issue 26, item 2: in-order acks move the channel's acked position (no row deleted on the
+/// delivery path); the janitor removes the covered rows in bulk.
+#[tokio::test]
+async fn acks_move_a_cursor_and_the_janitor_removes_the_rows_in_bulk() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    k.put(&ch.id, &["m1", "m2", "m3"]).await;
+    let mut flow = k.flow(&ch);
+    assert_eq!(ids(&flow.flush().await), ["m1", "m2", "m3"]);
+    for m in ["m1", "m2", "m3"] {
+        flow.on_ack(&ch.id, None, &ack(m)).await;
+    }
+    assert!(flow.flush().await.is_empty());
+    assert!(flow.is_settled());
+    assert!(
+        k.pending(&ch.id).await.is_empty(),
+        "the position covers them"
+    );
+    assert_eq!(k.rows().await, 3, "their rows wait for the janitor");
+    // A reconnect reads nothing the position covers.
+    flow.open(&ch);
+    assert!(flow.flush().await.is_empty());
+
+    let janitor = Janitor::new(
+        k.hub.clone(),
+        std::slice::from_ref(&k.conn),
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    );
+    let report = janitor.step().await.unwrap().expect("the only pod leads");
+    assert_eq!(report.messages_purged, 3);
+    assert_eq!(k.rows().await, 0);
+}
+
+/// An ack out of order removes its message by itself; the position moves once the older
+/// one is acked, and a timeout then redelivers only what is unfinished.
+#[tokio::test]
+async fn an_ack_out_of_order_waits_for_the_position_and_nothing_acked_comes_again() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    k.put(&ch.id, &["m1", "m2", "m3"]).await;
+    let mut flow = k.flow(&ch);
+    assert_eq!(ids(&flow.flush().await), ["m1", "m2", "m3"]);
+    flow.on_ack(&ch.id, None, &ack("m2")).await;
+    assert!(flow.flush().await.is_empty());
+    assert_eq!(k.pending(&ch.id).await, ["m1", "m3"]);
+    assert_eq!(k.rows().await, 2, "m2 went by itself");
+    flow.on_ack(&ch.id, None, &ack("m1")).await;
+    assert!(flow.flush().await.is_empty());
+    assert_eq!(k.pending(&ch.id).await, ["m3"]);
+    let due = flow.next_due().unwrap();
+    flow.on_tick(due + Duration::from_millis(1)).await;
+    assert_eq!(ids(&flow.flush().await), ["m3"]);
 }

@@ -51,6 +51,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         6,
         include_str!("../../../migrations/postgres/0006_journal.sql"),
     ),
+    (
+        7,
+        include_str!("../../../migrations/postgres/0007_outbox_cursors.sql"),
+    ),
 ];
 
 /// How long a caller waits for a pooled connection (or for a new one while Postgres is down)
@@ -411,10 +415,12 @@ impl StoreDialect for PostgresStore {
         // Expired messages awaiting the purge do not hold the channel's capacity. The
         // channel's highest seq places the new messages after it (their doorbells' `prev`).
         let rows = sqlx::query(
-            "SELECT channel_id, \
-                    COUNT(*) FILTER (WHERE state = 'pending' AND expires_at > $2) AS n, \
-                    MAX(seq) AS last \
-               FROM outbox WHERE channel_id = ANY($1) GROUP BY channel_id",
+            "SELECT o.channel_id, \
+                    COUNT(*) FILTER (WHERE o.state = 'pending' AND o.expires_at > $2 \
+                                       AND o.seq > COALESCE(k.acked_seq, 0)) AS n, \
+                    MAX(o.seq) AS last \
+               FROM outbox o LEFT JOIN outbox_cursors k ON k.channel_id = o.channel_id \
+              WHERE o.channel_id = ANY($1) GROUP BY o.channel_id",
         )
         .bind(&channels)
         .bind(now)
@@ -515,13 +521,42 @@ impl StoreDialect for PostgresStore {
         Ok(gone.rows_affected())
     }
 
+    async fn advance_outbox(&self, cursors: &[(String, i64)]) -> BackendResult<()> {
+        // One row per channel (the highest position), in id order: concurrent batches lock
+        // their cursor rows in the same order.
+        let mut at = std::collections::BTreeMap::new();
+        for (ch, seq) in cursors {
+            let e = at.entry(ch.clone()).or_insert(*seq);
+            *e = (*e).max(*seq);
+        }
+        if at.is_empty() {
+            return Ok(());
+        }
+        let (ch, seq): (Vec<String>, Vec<i64>) = at.into_iter().unzip();
+        sqlx::query(
+            "INSERT INTO outbox_cursors (channel_id, acked_seq) \
+             SELECT v.channel_id, v.seq FROM unnest($1::text[], $2::int8[]) AS v(channel_id, seq) \
+              WHERE EXISTS (SELECT 1 FROM channels c WHERE c.id = v.channel_id) \
+              ORDER BY v.channel_id \
+             ON CONFLICT (channel_id) DO UPDATE \
+             SET acked_seq = GREATEST(outbox_cursors.acked_seq, excluded.acked_seq)",
+        )
+        .bind(&ch)
+        .bind(&seq)
+        .execute(&self.pool)
+        .await
+        .map_err(db("advance outbox"))?;
+        Ok(())
+    }
+
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(5000) {
             let rows = sqlx::query(
                 "SELECT c.id, c.route_socket, \
                         (SELECT MAX(o.seq) FROM outbox o \
-                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2) AS max_seq \
+                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2 \
+                            AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS max_seq \
                    FROM channels c WHERE c.id = ANY($1)",
             )
             .bind(chunk)

@@ -23,6 +23,7 @@ pub trait StoreDialect: Handles {
         None
     }
     async fn ack_outbox_batch(&self, done: &[(String, String)]) -> BackendResult<u64>;
+    async fn advance_outbox(&self, cursors: &[(String, i64)]) -> BackendResult<()>;
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>>;
     async fn acquire_lease(
         &self,

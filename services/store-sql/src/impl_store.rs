@@ -356,6 +356,14 @@ macro_rules! impl_store {
                     <$ty as $crate::StoreDialect>::ack_outbox_batch(self, done).await
                 }
 
+                async fn advance_outbox(&self, cursors: &[(String, i64)]) -> BackendResult<()> {
+                    <$ty as $crate::StoreDialect>::advance_outbox(self, cursors).await
+                }
+
+                async fn purge_acked_outbox(&self) -> BackendResult<u64> {
+                    $crate::ops::purge_acked_outbox(self).await
+                }
+
                 async fn route_states(
                     &self,
                     ids: &[String],

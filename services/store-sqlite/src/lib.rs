@@ -46,6 +46,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         6,
         include_str!("../../../migrations/sqlite/0006_journal.sql"),
     ),
+    (
+        7,
+        include_str!("../../../migrations/sqlite/0007_outbox_cursors.sql"),
+    ),
 ];
 
 /// Creates a missing database file readable by this user only (0600); SQLite gives its WAL
@@ -369,10 +373,12 @@ impl StoreDialect for SqliteStore {
         // Expired messages awaiting the purge do not hold the channel's capacity. The
         // channel's highest seq places the new messages after it (their doorbells' `prev`).
         let rows = sqlx::query(
-            "SELECT channel_id, \
-                    SUM(CASE WHEN state = 'pending' AND expires_at > $2 THEN 1 ELSE 0 END) AS n, \
-                    MAX(seq) AS last \
-               FROM outbox WHERE channel_id IN (SELECT value FROM json_each($1)) GROUP BY channel_id",
+            "SELECT o.channel_id, \
+                    SUM(CASE WHEN o.state = 'pending' AND o.expires_at > $2 \
+                              AND o.seq > COALESCE(k.acked_seq, 0) THEN 1 ELSE 0 END) AS n, \
+                    MAX(o.seq) AS last \
+               FROM outbox o LEFT JOIN outbox_cursors k ON k.channel_id = o.channel_id \
+              WHERE o.channel_id IN (SELECT value FROM json_each($1)) GROUP BY o.channel_id",
         )
         .bind(&channels)
         .bind(now)
@@ -438,13 +444,35 @@ impl StoreDialect for SqliteStore {
         Ok(gone.rows_affected())
     }
 
+    async fn advance_outbox(&self, cursors: &[(String, i64)]) -> BackendResult<()> {
+        if cursors.is_empty() {
+            return Ok(());
+        }
+        let cursors = json_text(&cursors)?;
+        let mut tx = self.write().await?;
+        sqlx::query(
+            "INSERT INTO outbox_cursors (channel_id, acked_seq) \
+             SELECT json_extract(value, '$[0]'), MAX(json_extract(value, '$[1]')) FROM json_each($1) \
+              WHERE EXISTS (SELECT 1 FROM channels WHERE id = json_extract(value, '$[0]')) \
+              GROUP BY json_extract(value, '$[0]') \
+             ON CONFLICT (channel_id) DO UPDATE SET acked_seq = MAX(acked_seq, excluded.acked_seq)",
+        )
+        .bind(&cursors)
+        .execute(&mut *tx)
+        .await
+        .map_err(db("advance outbox"))?;
+        tx.commit().await.map_err(db("commit"))?;
+        Ok(())
+    }
+
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(1000) {
             let rows = sqlx::query(
                 "SELECT c.id, c.route_socket, \
                         (SELECT MAX(o.seq) FROM outbox o \
-                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2) AS max_seq \
+                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2 \
+                            AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS max_seq \
                    FROM channels c WHERE c.id IN (SELECT value FROM json_each($1))",
             )
             .bind(json_text(&chunk)?)

@@ -2451,6 +2451,81 @@ pub async fn ack_batch(s: &dyn Store) {
     assert_eq!(s.ack_outbox_batch(&[]).await.expect("empty"), 0);
 }
 
+/// Acks as a cursor (issue 26, item 2): a channel's acked position moves up only, in one
+/// statement for many channels; pending reads, counts, the backlog, the sweep's states and
+/// the cap skip what it covers; failed rows are not covered; the purge removes the covered
+/// rows in bulk and nothing else.
+pub async fn ack_cursor(s: &dyn Store) {
+    let a = channel(s).await;
+    let b = channel(s).await;
+    let (n1, _) = enqueue(s, &b.id, 100).await;
+    let mut at = Vec::new();
+    let mut ms = Vec::new();
+    for _ in 0..4 {
+        let (m, o) = enqueue(s, &a.id, 100).await;
+        match o {
+            EnqueueOutcome::Stored { seq, .. } => at.push(seq),
+            other => panic!("not stored: {other:?}"),
+        }
+        ms.push(m);
+    }
+    assert!(
+        s.fail_outbox(&a.id, &ms[1].message_id, "no")
+            .await
+            .expect("fail")
+    );
+    s.advance_outbox(&[
+        (a.id.clone(), at[2]),
+        ("cch_missing".into(), 99),
+        (b.id.clone(), 0),
+    ])
+    .await
+    .expect("advance");
+    let now = now_ms();
+    assert_eq!(
+        pending_ids(s, &a.id, now).await,
+        std::slice::from_ref(&ms[3].message_id)
+    );
+    assert_eq!(
+        pending_ids(s, &b.id, now).await,
+        std::slice::from_ref(&n1.message_id)
+    );
+    assert_eq!(s.count_pending(&a.id).await.expect("count"), 1);
+    assert_eq!(s.outbox_backlog(now, 100).await.expect("backlog").0, 2);
+    let states = s
+        .route_states(std::slice::from_ref(&a.id), now)
+        .await
+        .expect("states");
+    assert_eq!(states[0].max_pending_seq, Some(at[3]));
+    // Never back.
+    s.advance_outbox(&[(a.id.clone(), at[0])])
+        .await
+        .expect("advance");
+    assert_eq!(s.count_pending(&a.id).await.expect("count"), 1);
+    // Covered rows do not hold the channel's capacity.
+    assert_eq!(enqueue(s, &a.id, 2).await.1.label(), "stored");
+    assert_eq!(enqueue(s, &a.id, 2).await.1, EnqueueOutcome::Full);
+    assert_eq!(s.overview(1000).await.expect("overview").outbox, 6);
+
+    // The purge removes m1 and m3 (covered); the failed m2, m4, m5 and n1 stay.
+    assert_eq!(s.purge_acked_outbox().await.expect("purge"), 2);
+    assert_eq!(s.purge_acked_outbox().await.expect("purge"), 0);
+    assert_eq!(s.overview(1000).await.expect("overview").outbox, 4);
+    assert_eq!(s.overview(1000).await.expect("overview").outbox_failed, 1);
+    // An acked message is still a duplicate after its row went.
+    assert_eq!(
+        s.enqueue_outbox(&ms[0], 100, now + HOUR)
+            .await
+            .expect("enqueue"),
+        EnqueueOutcome::Duplicate
+    );
+    // The position goes with its channel.
+    s.delete_channel(&a.id).await.expect("delete");
+    s.advance_outbox(&[(a.id.clone(), 1)])
+        .await
+        .expect("a deleted channel is skipped");
+}
+
 pub async fn route_states(s: &dyn Store) {
     let c = connector(s).await;
     let idle = channel_of(s, &c).await;

@@ -1,8 +1,9 @@
 //! The leader-elected janitor. One pod at a time holds the `janitor` lease (a store row with
 //! a fencing generation, so the same code elects on SQLite and Postgres) and sweeps:
 //! dead pods' sockets, connector_ids offline past the grace (cascading to channels, auth
-//! sessions, pending messages, files and provider state), never-bound channels, and expired
-//! messages, files, sessions, idempotency records and journal steps (by age and per-tenant cap).
+//! sessions, pending messages, files and provider state), never-bound channels, delivered
+//! messages behind their channel's acked position (in bulk, by range), and expired messages,
+//! files, sessions, idempotency records and journal steps (by age and per-tenant cap).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -112,6 +113,9 @@ impl Janitor {
             report.channels_removed += 1;
             report.files_removed += self.delete_bytes(&files).await;
         }
+        // Rows behind their channel's acked position were delivered: removed in bulk here,
+        // off the delivery path (and before the expired ones are journaled as unanswered).
+        report.messages_purged += store.purge_acked_outbox().await?;
         if self.hub.journal.is_enabled() {
             // The purge below removes them unanswered: their last journal step. A sweep names
             // at most EXPIRED_STEPS of them (the rest are purged all the same).
@@ -125,7 +129,7 @@ impl Janitor {
                 );
             }
         }
-        report.messages_purged = store.purge_outbox(now).await?;
+        report.messages_purged += store.purge_outbox(now).await?;
         loop {
             let expired = store.expired_files(now, 500).await?;
             if expired.is_empty() {

@@ -116,6 +116,7 @@ pub enum AckOutcome {
 }
 
 struct Inflight {
+    seq: i64,
     message_id: String,
     packet_id: String,
     due: Instant,
@@ -130,6 +131,12 @@ struct Route {
     tenant_id: String,
     /// Highest outbox seq handed out on this socket.
     cursor: i64,
+    /// The channel's acked position as this socket knows it: every message up to it is
+    /// finished (acked, failed, expired). Written as the channel's cursor at the next flush.
+    acked: i64,
+    /// The lowest seq the acked position must stay below: a rejection whose failure could
+    /// not be recorded keeps its message pending for the next connection.
+    stuck: Option<i64>,
     /// Whether messages may wait beyond the cursor that no read or doorbell handed out (a
     /// read that filled the window, a doorbell refused for a full window): a freed slot
     /// then reads the store. Otherwise carried doorbells bring what comes next.
@@ -143,6 +150,14 @@ impl Drop for Outflow {
     }
 }
 
+/// A `message.push` handed to the transport, until it reports the write.
+struct Handed {
+    channel_id: String,
+    message_id: String,
+    seq: i64,
+    accepted_at: i64,
+}
+
 /// One socket's delivery state: its routes, their windows, and the acks not yet written.
 pub struct Outflow {
     conn: Connector,
@@ -150,12 +165,18 @@ pub struct Outflow {
     socket_id: String,
     routes: HashMap<String, Route>,
     /// (channel, message_id) acked by xAgent (or pushed without an ack and written by the
-    /// transport) whose outbox rows are deleted together at the next flush.
+    /// transport) out of order, beyond their channel's acked position: their outbox rows
+    /// are deleted together at the next flush.
     done: Vec<(String, String)>,
+    /// Channels whose acked position moved, with it: written in one statement at the next
+    /// flush (the rows it covers are removed later, in bulk, by the janitor).
+    advanced: HashMap<String, i64>,
+    /// Deliveries the positions in `advanced` account for (the delivered counter).
+    advanced_count: u64,
     /// `message.push` packets handed to the transport and not yet reported written, by
     /// packet id: (channel, message_id, accepted_at). Only [`Outflow::taken`] makes them
     /// delivered; a socket that ends first leaves them pending for the next connection.
-    handed: HashMap<String, (String, String, i64)>,
+    handed: HashMap<String, Handed>,
     /// Packets of carried messages ([`Outflow::offer`]) handed out since the last flush,
     /// in order; sent ahead of what the flush reads.
     ready: Vec<Envelope>,
@@ -173,6 +194,8 @@ impl Outflow {
             socket_id: socket_id.to_owned(),
             routes: HashMap::new(),
             done: Vec::new(),
+            advanced: HashMap::new(),
+            advanced_count: 0,
             handed: HashMap::new(),
             ready: Vec::new(),
             due: Vec::new(),
@@ -192,6 +215,8 @@ impl Outflow {
                 kind,
                 tenant_id: ch.tenant_id.clone(),
                 cursor: 0,
+                acked: 0,
+                stuck: None,
                 behind: true,
                 inflight: VecDeque::new(),
             },
@@ -237,6 +262,7 @@ impl Outflow {
     /// Nothing in flight and nothing left to write.
     pub fn is_settled(&self) -> bool {
         self.done.is_empty()
+            && self.advanced.is_empty()
             && self.handed.is_empty()
             && self.routes.values().all(|r| r.inflight.is_empty())
     }
@@ -250,10 +276,48 @@ impl Outflow {
     /// The transport wrote `packet_id`: a `message.push` is delivered now, and its row goes
     /// with the next flush's batch.
     pub fn taken(&mut self, packet_id: &str) {
-        if let Some((channel_id, message_id, accepted_at)) = self.handed.remove(packet_id) {
-            self.conn.record_delivery_latency(accepted_at);
-            self.note(&channel_id, &message_id, JournalStep::Acked, "written");
-            self.done.push((channel_id, message_id));
+        if let Some(h) = self.handed.remove(packet_id) {
+            self.conn.record_delivery_latency(h.accepted_at);
+            self.note(&h.channel_id, &h.message_id, JournalStep::Acked, "written");
+            self.settle(&h.channel_id, h.seq, Some(h.message_id));
+        }
+    }
+
+    /// A message of a routed channel is finished on this socket (delivered, or failed and
+    /// recorded as such). The channel's acked position moves up to just below its oldest
+    /// unfinished message (or to the cursor when none is left); a delivered message beyond
+    /// the position (acked out of order) is deleted by itself instead.
+    fn settle(&mut self, channel_id: &str, seq: i64, delivered: Option<String>) {
+        let Some(route) = self.routes.get_mut(channel_id) else {
+            if let Some(m) = delivered {
+                self.done.push((channel_id.to_owned(), m));
+            }
+            return;
+        };
+        let oldest_handed = self
+            .handed
+            .values()
+            .filter(|h| h.channel_id == channel_id)
+            .map(|h| h.seq)
+            .min();
+        let oldest = route
+            .inflight
+            .iter()
+            .map(|i| i.seq)
+            .chain(oldest_handed)
+            .chain(route.stuck)
+            .min();
+        let position = oldest.map_or(route.cursor, |o| o - 1).min(route.cursor);
+        if position > route.acked {
+            route.acked = position;
+            self.advanced.insert(channel_id.to_owned(), position);
+        }
+        if let Some(m) = delivered {
+            if seq <= route.acked {
+                self.advanced_count += 1;
+            } else {
+                self.done.push((channel_id.to_owned(), m));
+            }
         }
     }
 
@@ -361,21 +425,27 @@ impl Outflow {
         );
         match verdict {
             AckVerdict::Delivered => {
+                let behind = route.behind;
                 if let Some(i) = route.inflight.remove(idx) {
                     self.conn.record_delivery_latency(i.accepted_at);
+                    self.settle(channel_id, i.seq, Some(p.message_id.clone()));
                 }
-                let behind = route.behind;
-                self.done
-                    .push((channel_id.to_owned(), p.message_id.clone()));
                 if behind {
                     self.wake(channel_id);
                 }
             }
             AckVerdict::Failed(reason) => {
-                route.inflight.remove(idx);
                 let behind = route.behind;
-                if let Err(f) = self.conn.rejected(channel_id, &p.message_id, &reason).await {
-                    tracing::warn!(code = %f.code, "recording a rejection failed; the message stays pending");
+                let gone = route.inflight.remove(idx);
+                let seq = gone.map_or(0, |i| i.seq);
+                match self.conn.rejected(channel_id, &p.message_id, &reason).await {
+                    Ok(()) => self.settle(channel_id, seq, None),
+                    Err(f) => {
+                        tracing::warn!(code = %f.code, "recording a rejection failed; the message stays pending");
+                        if let Some(r) = self.routes.get_mut(channel_id) {
+                            r.stuck = Some(r.stuck.map_or(seq, |s| s.min(seq)));
+                        }
+                    }
                 }
                 if behind {
                     self.wake(channel_id);
@@ -408,6 +478,7 @@ impl Outflow {
             }
             route.inflight.clear();
             route.cursor = 0;
+            route.stuck = None;
             route.behind = true;
             overdue_channels.push((id.clone(), overdue));
         }
@@ -481,6 +552,24 @@ impl Outflow {
     }
 
     async fn write_done(&mut self) {
+        if !self.advanced.is_empty() {
+            let cursors: Vec<(String, i64)> =
+                self.advanced.iter().map(|(c, s)| (c.clone(), *s)).collect();
+            match self
+                .conn
+                .delivered_through(&cursors, self.advanced_count)
+                .await
+            {
+                Ok(()) => {
+                    self.advanced.clear();
+                    self.advanced_count = 0;
+                }
+                Err(f) => {
+                    // Kept and written at the next flush; pump skips what they cover.
+                    tracing::warn!(code = %f.code, channels = cursors.len(), "recording acked positions failed; retried at the next flush");
+                }
+            }
+        }
         if self.done.is_empty() {
             return;
         }
@@ -528,19 +617,23 @@ impl Outflow {
         // A read that filled the window may have left messages behind it.
         route.behind = batch.len() >= room;
         for d in batch {
+            let mut finished = false;
             if let Some(route) = self.routes.get_mut(channel_id) {
                 route.cursor = route.cursor.max(d.seq);
+                finished = d.seq <= route.acked;
             }
-            // An ack whose write failed must not be delivered again after a reset, nor a
-            // push the transport still holds.
-            let recorded = self
-                .done
-                .iter()
-                .any(|(c, m)| c == channel_id && *m == d.message_id);
+            // An ack whose write is still to come must not be delivered again after a reset
+            // (within the acked position, or acked out of order), nor a push the transport
+            // still holds.
+            let recorded = finished
+                || self
+                    .done
+                    .iter()
+                    .any(|(c, m)| c == channel_id && *m == d.message_id);
             let held = self
                 .handed
                 .values()
-                .any(|(c, m, _)| c == channel_id && *m == d.message_id);
+                .any(|h| h.channel_id == channel_id && h.message_id == d.message_id);
             if recorded || held {
                 continue;
             }
@@ -568,6 +661,7 @@ impl Outflow {
         out.push(env);
         match route.kind {
             DeliveryKind::ChatMessage => route.inflight.push_back(Inflight {
+                seq: d.seq,
                 message_id: d.message_id,
                 packet_id,
                 due: Instant::now() + self.limits.ack_timeout,
@@ -578,7 +672,12 @@ impl Outflow {
             _ => {
                 self.handed.insert(
                     packet_id,
-                    (channel_id.to_owned(), d.message_id, d.accepted_at),
+                    Handed {
+                        channel_id: channel_id.to_owned(),
+                        message_id: d.message_id,
+                        seq: d.seq,
+                        accepted_at: d.accepted_at,
+                    },
                 );
             }
         }

@@ -143,6 +143,7 @@ impl Tables {
         self.outbox_ids
             .retain(|(ch, _), _| !ids.contains(ch.as_str()));
         self.seen.retain(|(ch, _), _| !ids.contains(ch.as_str()));
+        self.acked.retain(|ch, _| !ids.contains(ch.as_str()));
         self.claims
             .retain(|(_, ch, _), _| !ids.contains(ch.as_str()));
         for c in &channels {

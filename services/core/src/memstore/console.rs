@@ -53,7 +53,7 @@ impl Tables {
     /// A channel as the console lists it, with its outbox depth.
     fn summary(&self, c: &ChannelRecord) -> ChannelSummary {
         let rows = || self.outbox.values().filter(|m| m.channel_id == c.id);
-        let pending = || rows().filter(|m| m.state == OutboxState::Pending);
+        let pending = || rows().filter(|m| self.is_pending(m));
         ChannelSummary {
             id: c.id.clone(),
             tenant_id: c.tenant_id.clone(),

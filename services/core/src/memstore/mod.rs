@@ -99,6 +99,9 @@ struct Tables {
     outbox_ids: HashMap<(String, String), i64>,
     /// The last seq handed out; never reused, like SQLite's AUTOINCREMENT.
     last_seq: i64,
+    /// Channel -> acked position (`outbox_cursors`): its pending rows at or below it are
+    /// delivered and wait for `purge_acked_outbox`.
+    acked: HashMap<String, i64>,
     /// `(channel, message_id)` -> until when a repeat is a duplicate.
     seen: HashMap<(String, String), i64>,
     /// `(scope, channel, key)` -> claim.

@@ -8,6 +8,15 @@ use crate::store::{BatchFacts, place_batch, plan_enqueue_batch};
 use super::{Tables, capped, missing};
 
 impl Tables {
+    /// Pending and not covered by its channel's acked position.
+    pub(super) fn is_pending(&self, m: &OutboxRecord) -> bool {
+        m.state == OutboxState::Pending
+            && self
+                .acked
+                .get(&m.channel_id)
+                .is_none_or(|acked| m.seq > *acked)
+    }
+
     pub(super) fn enqueue_outbox(
         &mut self,
         rec: &OutboxRecord,
@@ -56,8 +65,8 @@ impl Tables {
             }
             // Ascending seq: the last one seen is the channel's highest.
             facts.last.insert(m.channel_id.clone(), m.seq);
-            // Expired messages awaiting the purge do not hold the channel's capacity.
-            if m.state == OutboxState::Pending && m.expires_at > now {
+            // Expired and acked messages awaiting the purge do not hold the channel's capacity.
+            if self.is_pending(m) && m.expires_at > now {
                 *facts.pending.entry(m.channel_id.clone()).or_insert(0) += 1;
             }
         }
@@ -98,9 +107,7 @@ impl Tables {
         self.outbox
             .range(after_seq.saturating_add(1)..)
             .map(|(_, m)| m)
-            .filter(|m| {
-                m.channel_id == channel_id && m.state == OutboxState::Pending && m.expires_at > now
-            })
+            .filter(|m| m.channel_id == channel_id && self.is_pending(m) && m.expires_at > now)
             .take(limit as usize)
             .cloned()
             .collect()
@@ -109,7 +116,7 @@ impl Tables {
     pub(super) fn count_pending(&self, channel_id: &str) -> u64 {
         self.outbox
             .values()
-            .filter(|m| m.channel_id == channel_id && m.state == OutboxState::Pending)
+            .filter(|m| m.channel_id == channel_id && self.is_pending(m))
             .count() as u64
     }
 
@@ -117,7 +124,7 @@ impl Tables {
         let mut live = self
             .outbox
             .values()
-            .filter(|m| m.state == OutboxState::Pending && m.expires_at > now);
+            .filter(|m| self.is_pending(m) && m.expires_at > now);
         // seq follows commit order, so the lowest pending seq is the oldest message.
         let oldest = live.next().map(|m| m.created_at);
         let n = oldest.map_or(0, |_| 1 + live.count());
@@ -156,6 +163,33 @@ impl Tables {
         done.iter().filter(|(ch, m)| self.ack_outbox(ch, m)).count() as u64
     }
 
+    pub(super) fn advance_outbox(&mut self, cursors: &[(String, i64)]) {
+        for (ch, seq) in cursors {
+            if self.channels.contains_key(ch) {
+                let at = self.acked.entry(ch.clone()).or_insert(0);
+                *at = (*at).max(*seq);
+            }
+        }
+    }
+
+    pub(super) fn purge_acked_outbox(&mut self) -> u64 {
+        let covered: Vec<i64> = self
+            .outbox
+            .values()
+            .filter(|m| {
+                m.state == OutboxState::Pending
+                    && self.acked.get(&m.channel_id).is_some_and(|a| m.seq <= *a)
+            })
+            .map(|m| m.seq)
+            .collect();
+        for seq in &covered {
+            if let Some(m) = self.outbox.remove(seq) {
+                self.outbox_ids.remove(&(m.channel_id, m.message_id));
+            }
+        }
+        covered.len() as u64
+    }
+
     /// One state per existing channel of `ids`, a repeated id included once (`IN`).
     pub(super) fn route_states(&self, ids: &[String], now: i64) -> Vec<RouteState> {
         let ids: std::collections::BTreeSet<&String> = ids.iter().collect();
@@ -168,11 +202,7 @@ impl Tables {
                     .outbox
                     .values()
                     .rev()
-                    .find(|m| {
-                        m.channel_id == c.id
-                            && m.state == OutboxState::Pending
-                            && m.expires_at > now
-                    })
+                    .find(|m| m.channel_id == c.id && self.is_pending(m) && m.expires_at > now)
                     .map(|m| m.seq),
             })
             .collect()

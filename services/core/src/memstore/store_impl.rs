@@ -313,6 +313,17 @@ impl Store for MemoryStore {
         self.with(|t| Ok(t.ack_outbox_batch(done)))
     }
 
+    async fn advance_outbox(&self, cursors: &[(String, i64)]) -> BackendResult<()> {
+        self.with(|t| {
+            t.advance_outbox(cursors);
+            Ok(())
+        })
+    }
+
+    async fn purge_acked_outbox(&self) -> BackendResult<u64> {
+        self.with(|t| Ok(t.purge_acked_outbox()))
+    }
+
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
         self.with(|t| Ok(t.route_states(ids, now)))
     }

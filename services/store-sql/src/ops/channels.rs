@@ -298,7 +298,13 @@ pub(crate) async fn delete_channels(
     .bind(key)
     .fetch_all(tx, "delete files")
     .await?;
-    for table in ["auth_sessions", "outbox", "inbound_seen", "claims"] {
+    for table in [
+        "auth_sessions",
+        "outbox",
+        "outbox_cursors",
+        "inbound_seen",
+        "claims",
+    ] {
         stmt(&format!("DELETE FROM {table} WHERE {of_channels}"))
             .bind(key)
             .execute(tx, "delete channel children")

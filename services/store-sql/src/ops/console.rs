@@ -157,8 +157,10 @@ impl<'a> Where<'a> {
 const CHANNEL_SELECT: &str = "SELECT c.id, c.tenant_id, c.connector_id, c.card_id, c.status, c.view, \
          CAST(CASE WHEN c.binding IS NULL THEN 0 ELSE 1 END AS BIGINT) AS bound, \
          CAST(CASE WHEN c.route_socket IS NULL THEN 0 ELSE 1 END AS BIGINT) AS routed, c.created_at, c.updated_at, \
-         (SELECT COUNT(*) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'pending') AS pending, \
+         (SELECT COUNT(*) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'pending' \
+           AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS pending, \
          (SELECT o.created_at FROM outbox o WHERE o.channel_id = c.id AND o.state = 'pending' \
+           AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0) \
           ORDER BY o.seq LIMIT 1) AS oldest_pending_at, \
          (SELECT COUNT(*) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'failed') AS failed \
          FROM channels c ";

@@ -39,6 +39,7 @@ pub async fn pending_outbox(
         "SELECT ",
         crate::outbox_cols!(),
         " FROM outbox WHERE channel_id = $1 AND state = 'pending' AND expires_at > $2 AND seq > $3 \
+         AND seq > COALESCE((SELECT acked_seq FROM outbox_cursors WHERE channel_id = $1), 0) \
          ORDER BY seq LIMIT $4"
     ))
     .bind(channel_id)
@@ -51,10 +52,13 @@ pub async fn pending_outbox(
 }
 
 pub async fn count_pending(s: &impl Handles, channel_id: &str) -> BackendResult<u64> {
-    let n: i64 = stmt("SELECT COUNT(*) FROM outbox WHERE channel_id = $1 AND state = 'pending'")
-        .bind(channel_id)
-        .scalar(&mut s.read(), "count pending")
-        .await?;
+    let n: i64 = stmt(
+        "SELECT COUNT(*) FROM outbox WHERE channel_id = $1 AND state = 'pending' \
+         AND seq > COALESCE((SELECT acked_seq FROM outbox_cursors WHERE channel_id = $1), 0)",
+    )
+    .bind(channel_id)
+    .scalar(&mut s.read(), "count pending")
+    .await?;
     Ok(count(n))
 }
 
@@ -65,7 +69,9 @@ pub async fn outbox_backlog(
 ) -> BackendResult<(u64, Option<i64>)> {
     let cap = crate::capped(cap);
     let n: i64 = stmt(
-        "SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE state = 'pending' AND expires_at > $1 LIMIT $2) AS p",
+        "SELECT COUNT(*) FROM (SELECT 1 FROM outbox o WHERE o.state = 'pending' AND o.expires_at > $1 \
+         AND NOT EXISTS (SELECT 1 FROM outbox_cursors k WHERE k.channel_id = o.channel_id AND k.acked_seq >= o.seq) \
+         LIMIT $2) AS p",
     )
     .bind(now)
     .bind(cap)
@@ -74,7 +80,9 @@ pub async fn outbox_backlog(
     // seq follows commit order, so the lowest pending seq is the oldest message; the
     // primary key index finds it without a scan.
     let oldest: Option<i64> = stmt(
-        "SELECT created_at FROM outbox WHERE state = 'pending' AND expires_at > $1 ORDER BY seq LIMIT 1",
+        "SELECT o.created_at FROM outbox o WHERE o.state = 'pending' AND o.expires_at > $1 \
+         AND NOT EXISTS (SELECT 1 FROM outbox_cursors k WHERE k.channel_id = o.channel_id AND k.acked_seq >= o.seq) \
+         ORDER BY o.seq LIMIT 1",
     )
     .bind(now)
     .scalar_opt(&mut s.read(), "read the oldest pending message")
@@ -133,6 +141,19 @@ pub async fn fail_outbox(
     .await?;
     w.commit().await?;
     Ok(done > 0)
+}
+
+/// Removes the pending rows their channel's acked position covers: one statement, by range.
+pub async fn purge_acked_outbox(s: &impl Handles) -> BackendResult<u64> {
+    let mut w = s.write().await?;
+    let done = stmt(
+        "DELETE FROM outbox WHERE state = 'pending' AND seq <= \
+         (SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = outbox.channel_id)",
+    )
+    .execute(&mut w, "purge acked outbox")
+    .await?;
+    w.commit().await?;
+    Ok(done)
 }
 
 pub async fn purge_outbox(s: &impl Handles, now: i64) -> BackendResult<u64> {
