@@ -248,3 +248,36 @@ async fn an_answer_and_a_tool_call_record_their_provider_attempt() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].1, format!("{TOOL_SEND}: ok"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_nobody_answers_ends_expired() {
+    let ttl = Duration::from_secs(1);
+    let opts = PodOptions::default().with(|c| {
+        c.journal.enabled = true;
+        c.delivery.message_ttl = switchyard::config::Dur(ttl);
+        c.operator_tokens = serde_json::from_value(json!(format!("ops={OPERATOR_TOKEN}"))).unwrap();
+    });
+    let fx = Fixture::start(opts).await;
+    // No socket has the channel open: the message waits in the outbox until it expires and
+    // the janitor (every 200 ms here) purges it.
+    fx.conn
+        .close_channel(&fx.channel_id)
+        .await
+        .unwrap()
+        .expect_kind("channel.close.ack")
+        .unwrap();
+    assert_eq!(fx.inbound_text("jm-expires", TEXT).await, 202);
+    let got = journal_of(&fx.pod.admin_url(), "jm-expires", |s| {
+        s.iter().any(|s| s.0 == "expired")
+    })
+    .await;
+    let named: Vec<(&str, &str)> = got.iter().map(|s| (s.0.as_str(), s.1.as_str())).collect();
+    assert_eq!(named[0], ("accepted", "stored"), "{got:?}");
+    assert_eq!(
+        named.last(),
+        Some(&("expired", "unanswered")),
+        "the last step: {got:?}"
+    );
+    assert!(!named.iter().any(|s| s.0 == "sent"), "never sent: {got:?}");
+    fx.assert_clean();
+}
