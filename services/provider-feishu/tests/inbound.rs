@@ -166,7 +166,10 @@ async fn senders_are_named_from_the_contact_api_in_groups_too() {
 
     // Without the permission (99991672) the redacted open_id stands in, asked once.
     fs.set_scope(APP, switchyard_fake_feishu::CONTACT_SCOPE, false);
+    // One after the other: events are handled concurrently, and two first lookups of one
+    // user at once would both ask (the cache answers the ones that come after).
     fs.push_text_from(APP, &group, "ou_carol_new", "@_user_1 four");
+    inbound_n(&cluster, 6).await;
     fs.push_text_from(APP, &group, "ou_carol_new", "@_user_1 five");
     let got = inbound_n(&cluster, 7).await;
     let carol: Vec<_> = got
