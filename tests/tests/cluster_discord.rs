@@ -2,34 +2,27 @@
 //! bot's Gateway session is SIGKILLed while messages stream in from the fake Discord;
 //! another pod takes the lease and resumes the session from its last kept sequence (the
 //! fake replays what came after it, as Discord does); every message is delivered to xAgent
-//! exactly once, and two sessions never run at once. Prints the takeover time.
+//! exactly once, and two sessions never run at once. Prints the takeover time. The scenario
+//! is `cluster_support::failover`'s.
 
 mod cluster_support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cluster_support::failover::*;
 use cluster_support::*;
 use serde_json::json;
-use switchyard_fake_discord::{FakeDiscord, Pushed};
-use switchyard_xagent_sim::{Deliveries, EnvelopeExt};
+use switchyard_fake_discord::FakeDiscord;
 
 const CARD: &str = "im.discord";
 const FLOW: &str = "discord_bot_binding";
+const PREFIX: &str = "/discord";
 const TOKEN: &str = "MTMwMDAwMDAwMDAwMDAwMDAwMQ.ClStEr.discord-cluster-token_0123456789";
 const BOT: &str = "1300000000000000001";
 const USER: &str = "1300000000000000100";
 const DM: &str = "1300000000000000200";
-/// Pods reload the bound bots this often (the provider's default; not configurable).
-const REFRESH: Duration = Duration::from_secs(30);
-
-fn session_openers(cluster: &Cluster) -> Vec<String> {
-    pods_logging(cluster, "discord gateway session opening")
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect()
-}
+const OPENED: &str = "discord gateway session opening";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_gateway_pod_loses_and_repeats_nothing() {
@@ -54,77 +47,29 @@ async fn killing_the_gateway_pod_loses_and_repeats_nothing() {
         cluster.start_pod("c").await,
     ];
     let tenant = cluster.tenant("discord-failover").await;
-    let binding_sim = prefix_sim(&pods[0], "/discord", &tenant.api_key);
-    let (conn, connector_id) = hello_card(&binding_sim, CARD, None).await;
-    let ch = open_channel_on(&conn, None).await;
-    let ack = conn
-        .auth_start(&ch, FLOW, json!({"bot_token": TOKEN}))
-        .await
-        .expect("auth.start")
-        .expect_kind("auth.start.ack")
-        .expect("auth.start.ack");
-    assert_eq!(ack.str_at("/status"), Some("authenticated"), "{ack:?}");
+    let input = json!({"bot_token": TOKEN});
+    let bound = bind_form(&pods[0], PREFIX, &tenant.api_key, CARD, FLOW, input).await;
     eventually(WAIT, "the gateway session", || async {
         (fake.gateway_stats(BOT).live_sessions == 1).then_some(())
     })
     .await;
-    eventually(
-        REFRESH + WAIT,
-        "every pod to run a task for the bot",
-        || async {
-            for p in &pods {
-                if cluster
-                    .metric(p, "switchyard_discord_gateway_bots", "")
-                    .await
-                    < 1.0
-                {
-                    return None;
-                }
-            }
-            Some(())
-        },
-    )
-    .await;
-    let openers = session_openers(&cluster);
-    assert_eq!(openers.len(), 1, "one pod opened the session: {openers:?}");
-    let holder = openers[0].clone();
-
-    // The client talks to a pod that does not hold the session.
-    let socket_pod = pods
-        .iter()
-        .find(|p| p.name != holder)
-        .expect("other pod")
-        .clone();
-    drop(conn);
-    let sim = prefix_sim(&socket_pod, "/discord", &tenant.api_key);
-    let (conn, _) = hello_card(&sim, CARD, Some(&connector_id)).await;
-    assert_eq!(open_channel_on(&conn, Some(&ch)).await, ch);
-    let deliveries = Deliveries::default();
-    let _acker = conn.spawn_auto_ack(deliveries.clone());
+    every_pod_stands_by(&cluster, &pods, "switchyard_discord_gateway_bots").await;
+    let holder = the_opener(&cluster, OPENED);
+    let (binding_sim, client) =
+        client_away_from(&pods, &holder, PREFIX, &tenant.api_key, CARD, bound).await;
 
     // A message every 10 ms, from before the kill until well after the takeover.
-    let stop = Arc::new(AtomicBool::new(false));
-    let pushed: Arc<Mutex<Vec<Pushed>>> = Arc::default();
     let pusher = {
-        let (fake, stop, pushed) = (fake.clone(), stop.clone(), pushed.clone());
-        tokio::spawn(async move {
-            let mut n = 0usize;
-            while !stop.load(Ordering::SeqCst) {
-                let p = fake.push_message(BOT, DM, USER, &format!("load {n}"), false, &[]);
-                pushed.lock().expect("pushed").push(p);
-                n += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
+        let fake = fake.clone();
+        Pusher::start(move |n| fake.push_message(BOT, DM, USER, &format!("load {n}"), false, &[]))
     };
-    let count = |p: &Arc<Mutex<Vec<Pushed>>>| p.lock().expect("pushed").len();
     assert!(
-        deliveries.wait_distinct(100, WAIT).await,
+        client.deliveries.wait_distinct(100, WAIT).await,
         "100 messages delivered before the kill, got {}",
-        deliveries.distinct()
+        client.deliveries.distinct()
     );
     let connections_before = fake.gateway_stats(BOT).connections;
-    let pushed_at_kill = count(&pushed);
+    let pushed_at_kill = pusher.count();
     cluster.sigkill(&holder).await;
     let killed_at = Instant::now();
     let moved = eventually(
@@ -137,48 +82,28 @@ async fn killing_the_gateway_pod_loses_and_repeats_nothing() {
         },
     )
     .await;
-    let pushed_at_move = count(&pushed);
-    eventually(WAIT, "100 more messages after the move", || async {
-        (count(&pushed) >= pushed_at_move + 100).then_some(())
-    })
-    .await;
-    stop.store(true, Ordering::SeqCst);
-    pusher.await.expect("pusher");
-    let pushed = pushed.lock().expect("pushed").clone();
+    let pushed_at_move = pusher.count();
+    pusher.wait_past(pushed_at_move, 100).await;
+    let pushed = pusher.stop().await;
     let total = pushed.len();
-    assert!(
-        deliveries
-            .wait_distinct(total, Duration::from_secs(60))
-            .await,
-        "all {total} delivered, got {}",
-        deliveries.distinct()
-    );
-    // A late repeat would arrive within the delivery ack timeout.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let snap = deliveries.snapshot();
-    let missing: Vec<String> = pushed
+    let ids: Vec<String> = pushed
         .iter()
         .map(|p| format!("{DM}:{}", p.message_id))
-        .filter(|id| !snap.contains_key(id))
         .collect();
-    let dups = deliveries.duplicates();
-    assert!(
-        missing.is_empty() && dups.is_empty(),
-        "{total} messages: missing {missing:?}, duplicated {dups:?}"
-    );
-    assert_eq!(snap.len(), total, "nothing else delivered");
+    assert_delivered_once(&client.deliveries, &ids).await;
     let s = fake.gateway_stats(BOT);
     assert_eq!(s.max_live_sessions, 1, "never two sessions at once: {s:?}");
     assert_eq!(
         s.identifies, 1,
         "the session was resumed, not started anew: {s:?}"
     );
-    let new_holder = session_openers(&cluster)
+    let new_holder = pods_logging(&cluster, OPENED)
         .into_iter()
+        .map(|(name, _)| name)
         .find(|n| *n != holder)
         .expect("another pod opened the session");
     let mut violations = binding_sim.schema_violations();
-    violations.extend(sim.schema_violations());
+    violations.extend(client.sim.schema_violations());
     assert!(violations.is_empty(), "{violations:?}");
     println!(
         "discord failover: gateway session moved from {holder} to {new_holder}, resumed {:.2}s after the SIGKILL \

@@ -2,29 +2,29 @@
 //! app's long connection is SIGKILLed while events stream in from the fake Open Platform;
 //! another pod takes the lease and opens the connection; every event ends up acked at Feishu
 //! and delivered to xAgent exactly once (events the dead pod had not acked are sent again by
-//! the fake, as Feishu does, and de-duplicated by the store).
+//! the fake, as Feishu does, and de-duplicated by the store). The scenario is
+//! `cluster_support::failover`'s.
 
 mod cluster_support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cluster_support::failover::*;
 use cluster_support::*;
 use serde_json::json;
-use switchyard_fake_feishu::{Chat, FakeFeishu, Pushed};
-use switchyard_xagent_sim::{Deliveries, EnvelopeExt};
+use switchyard_fake_feishu::{Chat, FakeFeishu};
 
 const CARD: &str = "im.feishu";
 const FLOW: &str = "feishu_app_binding";
 const APP: &str = "cli_cluster0a1b2c3d4";
 const SECRET: &str = "ClusterAppSecretValue-0123456789abcdef";
-/// Pods reload the bound apps this often (the provider's default; not configurable).
-const REFRESH: Duration = Duration::from_secs(30);
+const PREFIX: &str = "/feishu";
+const OPENED: &str = "feishu long connection open";
 
 /// Live pods whose log says they opened the long connection.
 fn connection_openers(cluster: &Cluster) -> Vec<String> {
-    pods_logging(cluster, "feishu long connection open")
+    pods_logging(cluster, OPENED)
         .into_iter()
         .map(|(name, _)| name)
         .collect()
@@ -81,88 +81,36 @@ async fn long_connection_failover(pool: u32) {
     let tenant = cluster.tenant("feishu-failover").await;
 
     // The app is bound through pod a (long-connection mode: no token, no key).
-    let binding_sim = prefix_sim(&pods[0], "/feishu", &tenant.api_key);
-    let (conn, connector_id) = hello_card(&binding_sim, CARD, None).await;
-    let ch = open_channel_on(&conn, None).await;
-    let ack = conn
-        .auth_start(&ch, FLOW, json!({"app_id": APP, "app_secret": SECRET}))
-        .await
-        .expect("auth.start")
-        .expect_kind("auth.start.ack")
-        .expect("auth.start.ack");
-    assert_eq!(ack.str_at("/status"), Some("authenticated"), "{ack:?}");
+    let input = json!({"app_id": APP, "app_secret": SECRET});
+    let bound = bind_form(&pods[0], PREFIX, &tenant.api_key, CARD, FLOW, input).await;
     eventually(WAIT, "the long connection", || async {
         (fake.connections(APP) == 1).then_some(())
     })
     .await;
-    // Pods b and c learn of the binding at their next reload of the bound apps; only then
-    // can they stand by for the lease.
-    eventually(
-        REFRESH + WAIT,
-        "every pod to run a task for the app",
-        || async {
-            for p in &pods {
-                let n = cluster
-                    .metric(p, "switchyard_feishu_long_connection_apps", "")
-                    .await;
-                if n < 1.0 {
-                    return None;
-                }
-            }
-            Some(())
-        },
-    )
-    .await;
-    let openers = connection_openers(&cluster);
-    assert_eq!(
-        openers.len(),
-        1,
-        "one pod opened the connection: {openers:?}"
-    );
-    let holder = openers[0].clone();
+    every_pod_stands_by(&cluster, &pods, "switchyard_feishu_long_connection_apps").await;
+    let holder = the_opener(&cluster, OPENED);
     eprintln!("long connection on pod {holder}");
-
-    // The client talks to a pod that does not hold the connection, so the kill only moves
-    // the connection.
-    let socket_pod = pods
-        .iter()
-        .find(|p| p.name != holder)
-        .expect("other pod")
-        .clone();
-    drop(conn);
-    let sim = prefix_sim(&socket_pod, "/feishu", &tenant.api_key);
-    let (conn, _) = hello_card(&sim, CARD, Some(&connector_id)).await;
-    assert_eq!(open_channel_on(&conn, Some(&ch)).await, ch);
-    let deliveries = Deliveries::default();
-    let _acker = conn.spawn_auto_ack(deliveries.clone());
+    let (binding_sim, client) =
+        client_away_from(&pods, &holder, PREFIX, &tenant.api_key, CARD, bound).await;
 
     // Load: an event every 10 ms from four users, from before the kill until well after the
     // new connection is up.
-    let stop = Arc::new(AtomicBool::new(false));
-    let pushed: Arc<Mutex<Vec<Pushed>>> = Arc::default();
     let pusher = {
-        let (fake, stop, pushed) = (fake.clone(), stop.clone(), pushed.clone());
-        tokio::spawn(async move {
-            let mut n = 0usize;
-            while !stop.load(Ordering::SeqCst) {
-                let chat = Chat::P2p {
-                    user_open_id: format!("ou_cluster_{}", n % 4),
-                };
-                let p = fake.push_text(APP, &chat, &format!("load {n}"));
-                pushed.lock().expect("pushed").push(p);
-                n += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+        let fake = fake.clone();
+        Pusher::start(move |n| {
+            let chat = Chat::P2p {
+                user_open_id: format!("ou_cluster_{}", n % 4),
+            };
+            fake.push_text(APP, &chat, &format!("load {n}"))
         })
     };
-    let count = |p: &Arc<Mutex<Vec<Pushed>>>| p.lock().expect("pushed").len();
     assert!(
-        deliveries.wait_distinct(100, WAIT).await,
+        client.deliveries.wait_distinct(100, WAIT).await,
         "100 events delivered before the kill, got {}",
-        deliveries.distinct()
+        client.deliveries.distinct()
     );
     let connects_before = fake.connection_stats(APP).0;
-    let pushed_at_kill = count(&pushed);
+    let pushed_at_kill = pusher.count();
     cluster.sigkill(&holder).await;
     let killed_at = Instant::now();
     let moved = eventually(
@@ -171,18 +119,13 @@ async fn long_connection_failover(pool: u32) {
         || async { new_connection_open(&fake, connects_before).then(|| killed_at.elapsed()) },
     )
     .await;
-    let pushed_at_move = count(&pushed);
+    let pushed_at_move = pusher.count();
     println!(
         "feishu failover (pool {pool}): long connection open again {:.2}s after the SIGKILL of {holder}",
         moved.as_secs_f64()
     );
-    eventually(WAIT, "100 more events after the move", || async {
-        (count(&pushed) >= pushed_at_move + 100).then_some(())
-    })
-    .await;
-    stop.store(true, Ordering::SeqCst);
-    pusher.await.expect("pusher");
-    let pushed = pushed.lock().expect("pushed").clone();
+    pusher.wait_past(pushed_at_move, 100).await;
+    let pushed = pusher.stop().await;
     let total = pushed.len();
 
     eventually(
@@ -191,16 +134,8 @@ async fn long_connection_failover(pool: u32) {
         || async { (fake.pending_events(APP) == 0).then_some(()) },
     )
     .await;
-    assert!(
-        deliveries
-            .wait_distinct(total, Duration::from_secs(60))
-            .await,
-        "all {total} delivered, got {}",
-        deliveries.distinct()
-    );
-    // A late repeat would arrive within the delivery ack timeout.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-
+    let ids: Vec<String> = pushed.iter().map(|p| p.message_id.clone()).collect();
+    assert_delivered_once(&client.deliveries, &ids).await;
     let acked: std::collections::HashSet<String> = fake.acked_events(APP).into_iter().collect();
     let unacked: Vec<&str> = pushed
         .iter()
@@ -208,18 +143,6 @@ async fn long_connection_failover(pool: u32) {
         .map(|p| p.event_id.as_str())
         .collect();
     assert!(unacked.is_empty(), "events never acked: {unacked:?}");
-    let snap = deliveries.snapshot();
-    let missing: Vec<&str> = pushed
-        .iter()
-        .filter(|p| !snap.contains_key(&p.message_id))
-        .map(|p| p.message_id.as_str())
-        .collect();
-    let dups = deliveries.duplicates();
-    assert!(
-        missing.is_empty() && dups.is_empty(),
-        "{total} events: missing {missing:?}, duplicated {dups:?}"
-    );
-    assert_eq!(snap.len(), total, "nothing else delivered");
     let openers = connection_openers(&cluster);
     let new_holder = openers
         .iter()
@@ -230,7 +153,7 @@ async fn long_connection_failover(pool: u32) {
     let (connects, max_concurrent) = fake.connection_stats(APP);
     assert_eq!(max_concurrent, 1, "never two long connections at once");
     let mut violations = binding_sim.schema_violations();
-    violations.extend(sim.schema_violations());
+    violations.extend(client.sim.schema_violations());
     assert!(violations.is_empty(), "{violations:?}");
     let resent = fake.deliveries(APP).saturating_sub(total as u64);
     println!(

@@ -3,33 +3,24 @@
 //! pod takes the lease and opens a connection; every envelope ends up acknowledged at Slack
 //! and every message is delivered to xAgent exactly once (envelopes the dead pod had not
 //! acknowledged are sent again by the fake with `retry_attempt` + 1, as Slack does, and
-//! de-duplicated by the store).
+//! de-duplicated by the store). The scenario is `cluster_support::failover`'s.
 
 mod cluster_support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cluster_support::failover::*;
 use cluster_support::*;
 use serde_json::json;
-use switchyard_fake_slack::{FakeSlack, Inbound, NewApp, Pushed, dm_of};
-use switchyard_xagent_sim::{Deliveries, EnvelopeExt};
+use switchyard_fake_slack::{FakeSlack, Inbound, NewApp, dm_of};
 
 const CARD: &str = "im.slack";
 const FLOW: &str = "slack_app_binding";
+const PREFIX: &str = "/slack";
 const APP: &str = "A0CLUSTER";
 const BOT_TOKEN: &str = "xoxb-cluster-1111-BotTokenSecret";
 const APP_TOKEN: &str = "xapp-1-A0CLUSTER-2222-AppTokenSecret";
-/// Pods reload the bound channels this often (the provider's default).
-const REFRESH: Duration = Duration::from_secs(30);
-
-fn connection_openers(cluster: &Cluster) -> Vec<String> {
-    pods_logging(cluster, "slack socket mode connection open")
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect()
-}
 
 /// Three pods, an app bound over Socket Mode, a message pushed every 10 ms; the pod holding
 /// the connection is SIGKILLed.
@@ -70,87 +61,39 @@ async fn killing_the_socket_mode_pod_loses_and_repeats_nothing() {
         cluster.start_pod("c").await,
     ];
     let tenant = cluster.tenant("slack-failover").await;
-    let binding_sim = prefix_sim(&pods[0], "/slack", &tenant.api_key);
-    let (conn, connector_id) = hello_card(&binding_sim, CARD, None).await;
-    let ch = open_channel_on(&conn, None).await;
-    let ack = conn
-        .auth_start(
-            &ch,
-            FLOW,
-            json!({"bot_token": BOT_TOKEN, "app_token": APP_TOKEN}),
-        )
-        .await
-        .expect("auth.start")
-        .expect_kind("auth.start.ack")
-        .expect("auth.start.ack");
-    assert_eq!(ack.str_at("/status"), Some("authenticated"), "{ack:?}");
+    let input = json!({"bot_token": BOT_TOKEN, "app_token": APP_TOKEN});
+    let bound = bind_form(&pods[0], PREFIX, &tenant.api_key, CARD, FLOW, input).await;
     eventually(WAIT, "the socket mode connection", || async {
         (fake.connections(APP) == 1).then_some(())
     })
     .await;
-    eventually(
-        REFRESH + WAIT,
-        "every pod to run a task for the app",
-        || async {
-            for p in &pods {
-                if cluster.metric(p, "switchyard_slack_socket_apps", "").await < 1.0 {
-                    return None;
-                }
-            }
-            Some(())
-        },
-    )
-    .await;
-    let openers = connection_openers(&cluster);
-    assert_eq!(
-        openers.len(),
-        1,
-        "one pod opened the connection: {openers:?}"
-    );
-    let holder = openers[0].clone();
-    let socket_pod = pods
-        .iter()
-        .find(|p| p.name != holder)
-        .expect("other pod")
-        .clone();
-    drop(conn);
-    let sim = prefix_sim(&socket_pod, "/slack", &tenant.api_key);
-    let (conn, _) = hello_card(&sim, CARD, Some(&connector_id)).await;
-    assert_eq!(open_channel_on(&conn, Some(&ch)).await, ch);
-    let deliveries = Deliveries::default();
-    let _acker = conn.spawn_auto_ack(deliveries.clone());
+    every_pod_stands_by(&cluster, &pods, "switchyard_slack_socket_apps").await;
+    let holder = the_opener(&cluster, "slack socket mode connection open");
+    let (binding_sim, client) =
+        client_away_from(&pods, &holder, PREFIX, &tenant.api_key, CARD, bound).await;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let pushed: Arc<Mutex<Vec<Pushed>>> = Arc::default();
     let pusher = {
-        let (fake, stop, pushed) = (fake.clone(), stop.clone(), pushed.clone());
-        tokio::spawn(async move {
-            let mut n = 0usize;
-            while !stop.load(Ordering::SeqCst) {
-                let user = format!("U0C{}", n % 4);
-                let p = fake.push_message(
-                    APP,
-                    Inbound {
-                        channel: dm_of(&user),
-                        user,
-                        text: format!("load {n}"),
-                        ..Default::default()
-                    },
-                );
-                pushed.lock().expect("pushed").push(p);
-                n += 1;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+        let fake = fake.clone();
+        Pusher::start(move |n| {
+            let user = format!("U0C{}", n % 4);
+            fake.push_message(
+                APP,
+                Inbound {
+                    channel: dm_of(&user),
+                    user,
+                    text: format!("load {n}"),
+                    ..Default::default()
+                },
+            )
         })
     };
-    let count = |p: &Arc<Mutex<Vec<Pushed>>>| p.lock().expect("pushed").len();
     assert!(
-        deliveries.wait_distinct(100, WAIT).await,
+        client.deliveries.wait_distinct(100, WAIT).await,
         "100 messages delivered before the kill, got {}",
-        deliveries.distinct()
+        client.deliveries.distinct()
     );
     let opened_before = fake.connections_opened(APP);
-    let pushed_at_kill = count(&pushed);
+    let pushed_at_kill = pusher.count();
     cluster.sigkill(&holder).await;
     let killed_at = Instant::now();
     let moved = eventually(
@@ -162,14 +105,9 @@ async fn killing_the_socket_mode_pod_loses_and_repeats_nothing() {
         },
     )
     .await;
-    let pushed_at_move = count(&pushed);
-    eventually(WAIT, "100 more messages after the move", || async {
-        (count(&pushed) >= pushed_at_move + 100).then_some(())
-    })
-    .await;
-    stop.store(true, Ordering::SeqCst);
-    pusher.await.expect("pusher");
-    let pushed = pushed.lock().expect("pushed").clone();
+    let pushed_at_move = pusher.count();
+    pusher.wait_past(pushed_at_move, 100).await;
+    let pushed = pusher.stop().await;
     let total = pushed.len();
     eventually(
         Duration::from_secs(60),
@@ -181,33 +119,18 @@ async fn killing_the_socket_mode_pod_loses_and_repeats_nothing() {
         fake.dropped_events(APP).is_empty(),
         "envelopes Slack gave up on"
     );
-    assert!(
-        deliveries
-            .wait_distinct(total, Duration::from_secs(60))
-            .await,
-        "all {total} delivered, got {}",
-        deliveries.distinct()
-    );
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let snap = deliveries.snapshot();
     let ids: Vec<String> = pushed
         .iter()
         .map(|p| format!("{}:{}", p.channel, p.ts))
         .collect();
-    let missing: Vec<&String> = ids.iter().filter(|id| !snap.contains_key(*id)).collect();
-    let dups = deliveries.duplicates();
-    assert!(
-        missing.is_empty() && dups.is_empty(),
-        "{total} messages: missing {missing:?}, duplicated {dups:?}"
-    );
-    assert_eq!(snap.len(), total, "nothing else delivered");
+    assert_delivered_once(&client.deliveries, &ids).await;
     assert_eq!(
         fake.max_connections(APP),
         1,
         "never two connections at once"
     );
     let mut violations = binding_sim.schema_violations();
-    violations.extend(sim.schema_violations());
+    violations.extend(client.sim.schema_violations());
     assert!(violations.is_empty(), "{violations:?}");
     println!(
         "slack failover: socket mode connection open again {:.2}s after the SIGKILL of {holder} \

@@ -103,6 +103,8 @@ fn s3_client(s3: &S3Env) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(conf)
 }
 
+pub mod failover;
+
 // ---- small helpers ---------------------------------------------------------------------
 
 /// Polls `f` every 20 ms until it yields `Some`, or panics after `timeout`.
