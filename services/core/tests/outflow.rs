@@ -653,3 +653,19 @@ async fn an_ack_out_of_order_waits_for_the_position_and_nothing_acked_comes_agai
     flow.on_tick(due + Duration::from_millis(1)).await;
     assert_eq!(ids(&flow.flush().await), ["m3"]);
 }
+
+/// A carried message waits for the flush: a route taken by another socket in the same round
+/// (its `ChannelTaken` doorbell behind the outbox one) sends nothing here.
+#[tokio::test]
+async fn a_carried_message_is_not_sent_on_a_route_taken_before_the_flush() {
+    let k = kit().await;
+    let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
+    let mut flow = k.flow(&ch);
+    assert!(flow.flush().await.is_empty());
+    let c = k.put_carried(&ch.id, &["m1"]).await;
+    flow.offer(&ch.id, c[0].clone());
+    assert!(flow.close(&ch.id));
+    assert!(flow.flush().await.is_empty());
+    assert!(flow.is_settled());
+    assert_eq!(k.pending(&ch.id).await, ["m1"], "left for the new route");
+}

@@ -141,6 +141,12 @@ struct Route {
     /// read that filled the window, a doorbell refused for a full window): a freed slot
     /// then reads the store. Otherwise carried doorbells bring what comes next.
     behind: bool,
+    /// Carried messages accepted as the next ones ([`Outflow::offer`]), handed out at the
+    /// flush unless the route goes first (a `ChannelTaken` doorbell in the same round).
+    carried: Vec<Delivery>,
+    /// Whether the next flush reads the store for this channel (a plain doorbell, a freed
+    /// slot, a reset), beyond its carried messages.
+    read_due: bool,
     inflight: VecDeque<Inflight>,
 }
 
@@ -177,9 +183,6 @@ pub struct Outflow {
     /// packet id: (channel, message_id, accepted_at). Only [`Outflow::taken`] makes them
     /// delivered; a socket that ends first leaves them pending for the next connection.
     handed: HashMap<String, Handed>,
-    /// Packets of carried messages ([`Outflow::offer`]) handed out since the last flush,
-    /// in order; sent ahead of what the flush reads.
-    ready: Vec<Envelope>,
     /// Channels to read at the next flush, in the order they became due.
     due: Vec<String>,
     due_set: HashSet<String>,
@@ -197,7 +200,6 @@ impl Outflow {
             advanced: HashMap::new(),
             advanced_count: 0,
             handed: HashMap::new(),
-            ready: Vec::new(),
             due: Vec::new(),
             due_set: HashSet::new(),
             draining: false,
@@ -218,6 +220,8 @@ impl Outflow {
                 acked: 0,
                 stuck: None,
                 behind: true,
+                carried: Vec::new(),
+                read_due: false,
                 inflight: VecDeque::new(),
             },
         );
@@ -264,7 +268,10 @@ impl Outflow {
         self.done.is_empty()
             && self.advanced.is_empty()
             && self.handed.is_empty()
-            && self.routes.values().all(|r| r.inflight.is_empty())
+            && self
+                .routes
+                .values()
+                .all(|r| r.inflight.is_empty() && r.carried.is_empty())
     }
 
     /// Whether `packet_id` is a delivery that counts only once the transport reports it
@@ -336,18 +343,31 @@ impl Outflow {
     /// A draining socket hands out nothing new; acks are still recorded.
     pub fn drain(&mut self) {
         self.draining = true;
+        // Not handed out yet: they stay pending in the store for the next socket.
+        for r in self.routes.values_mut() {
+            r.carried.clear();
+        }
     }
 
     /// New messages may be pending for a channel (a doorbell, a freed slot).
     pub fn wake(&mut self, channel_id: &str) {
-        if self.routes.contains_key(channel_id) && self.due_set.insert(channel_id.to_owned()) {
+        if let Some(r) = self.routes.get_mut(channel_id) {
+            r.read_due = true;
+            self.schedule(channel_id);
+        }
+    }
+
+    /// Puts a routed channel on the next flush's list (once).
+    fn schedule(&mut self, channel_id: &str) {
+        if self.due_set.insert(channel_id.to_owned()) {
             self.due.push(channel_id.to_owned());
         }
     }
 
-    /// A doorbell carried the stored message `c` of a channel. It is handed out at once when
-    /// it is the channel's next message here: every message before it (up to `c.prev`) was
-    /// already read or handed out on this route, and the window has room. Otherwise the
+    /// A doorbell carried the stored message `c` of a channel. It is handed out at the next
+    /// flush, without a store read, when it is the channel's next message here: every
+    /// message before it (up to `c.prev`) was already read or accepted on this route, and the
+    /// window has room. Otherwise the
     /// store is read (a missed or out-of-order doorbell, a full window, a reset after a
     /// timeout), so order and exactly-once remain the store's.
     pub fn offer(&mut self, channel_id: &str, c: Carried) {
@@ -360,7 +380,7 @@ impl Outflow {
             return;
         }
         let next = c.prev <= route.cursor
-            && route.inflight.len() < window
+            && route.inflight.len() + route.carried.len() < window
             && c.expires_at > now_ms()
             && !self.draining;
         if !next {
@@ -371,9 +391,8 @@ impl Outflow {
             return;
         };
         route.cursor = d.seq;
-        let mut ready = std::mem::take(&mut self.ready);
-        self.hand_out(channel_id, d, &mut ready);
-        self.ready = ready;
+        route.carried.push(d);
+        self.schedule(channel_id);
     }
 
     /// Every route may have news (a lagged or lost doorbell stream).
@@ -477,6 +496,7 @@ impl Outflow {
                 continue;
             }
             route.inflight.clear();
+            route.carried.clear();
             route.cursor = 0;
             route.stuck = None;
             route.behind = true;
@@ -542,7 +562,7 @@ impl Outflow {
     /// Returns the packets to send, in order.
     pub async fn flush(&mut self) -> Vec<Envelope> {
         self.write_done().await;
-        let mut out = std::mem::take(&mut self.ready);
+        let mut out = Vec::new();
         let due = std::mem::take(&mut self.due);
         self.due_set.clear();
         for id in due {
@@ -587,6 +607,17 @@ impl Outflow {
             return;
         }
         let window = self.limits.window as usize;
+        let Some(route) = self.routes.get_mut(channel_id) else {
+            return;
+        };
+        let carried = std::mem::take(&mut route.carried);
+        let read = std::mem::take(&mut route.read_due);
+        for d in carried {
+            self.hand_out(channel_id, d, out);
+        }
+        if !read {
+            return;
+        }
         let Some(route) = self.routes.get_mut(channel_id) else {
             return;
         };
