@@ -85,3 +85,65 @@ async fn the_drain_flips_readiness_and_finishes_in_flight_work() {
     assert_eq!(fx.endpoint.count(), 1);
     fx.assert_clean();
 }
+
+/// Acked messages wait behind their channel's ack cursor for the janitor's bulk purge; a
+/// drained pod removes them itself, so an older build (after `helm rollback`) that does not
+/// read the cursors finds nothing acked to deliver again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_pod_leaves_no_acked_message_behind() {
+    // No janitor sweep during the test: only the drain can remove the acked rows.
+    let opts = PodOptions::default()
+        .with(|c| c.lease.janitor_interval = switchyard::config::Dur(Duration::from_secs(3600)));
+    let mut fx = Fixture::start(opts).await;
+    for i in 0..3 {
+        assert_eq!(fx.inbound_text(&format!("m-drain-{i}"), "hi").await, 202);
+        let msg = fx.next_chat().await;
+        fx.conn
+            .ack_chat_message(&msg, AckStatus::Accepted, None, None)
+            .await
+            .unwrap();
+    }
+    // A fourth message stays unacked: the drain must keep it for redelivery.
+    assert_eq!(fx.inbound_text("m-drain-open", "still open").await, 202);
+    let open = fx.next_chat().await;
+    assert_eq!(message_id(&open), "m-drain-open");
+    let url = format!(
+        "sqlite://{}",
+        fx.pod.data_dir().join("switchyard.db").display()
+    );
+    let rows = |pool: sqlx::SqlitePool| async move {
+        sqlx::query_scalar::<_, String>("SELECT message_id FROM outbox ORDER BY seq")
+            .fetch_all(&pool)
+            .await
+            .expect("outbox rows")
+    };
+    // The acks are in: the cursor covers the three acked rows, which are still stored.
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("open sqlite");
+    let before = eventually(WAIT, "the acks to move the cursor", || {
+        let pool = pool.clone();
+        async move {
+            let covered: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM outbox o JOIN outbox_cursors c \
+                 ON c.channel_id = o.channel_id WHERE o.seq <= c.acked_seq",
+            )
+            .fetch_one(&pool)
+            .await
+            .expect("covered rows");
+            (covered == 3).then_some(covered)
+        }
+    })
+    .await;
+    assert_eq!(before, 3);
+    assert_eq!(
+        rows(pool.clone()).await.len(),
+        4,
+        "acked rows wait for a purge"
+    );
+
+    fx.pod.stop().await;
+    assert_eq!(
+        rows(pool).await,
+        ["m-drain-open"],
+        "only the unacked message is left"
+    );
+}

@@ -564,6 +564,15 @@ pub async fn run(
     stopped.cancel();
     providers_stop.cancel();
     background.wait().await;
+    // Acked messages stay behind the channels' ack cursors until the janitor's bulk purge. A
+    // pod that drained removes them at once, so a build that does not read the cursors (an
+    // older one after `helm rollback`, or still running mid-upgrade) never delivers them again.
+    match hub.store.purge_acked_outbox().await {
+        Ok(n) => tracing::debug!(purged = n, "acked messages removed at the drain"),
+        Err(e) => {
+            tracing::warn!(error = %e, "removing acked messages at the drain failed; the janitor removes them")
+        }
+    }
     janitor.resign().await;
     if let Err(e) = hub.store.remove_pod(&pod, now_ms()).await {
         tracing::warn!(error = %e, "removing pod presence failed; peers reap it after the presence TTL");

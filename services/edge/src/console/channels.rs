@@ -256,8 +256,9 @@ pub(super) async fn bindings(
         Err(r) => return r,
     };
     let mut body = String::from(
-        "<p class=\"muted\">Provider bindings (Telegram, WeChat, Feishu, webhook, agent hosts): \
-         bound channels; credentials are never shown.</p>",
+        "<p class=\"muted\">Provider bindings: the bound channels of every Card this \
+         deployment mounts (IM providers and agent hosts; filter by Card id, e.g. \
+         <code>im.slack</code>); credentials are never shown.</p>",
     );
     match channel_list(&st, &who, &c, &s, true).await {
         Ok((list, _)) => {
