@@ -500,8 +500,8 @@ max_turns = 10
     let rec = s
         .admin()
         .await
-        .hub
-        .store
+        .hub()
+        .store()
         .get_host(&s.host_id)
         .await
         .expect("store")
@@ -1036,15 +1036,15 @@ async fn run_kill_and_restart(s: &mut Setup) -> (String, Reaper) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let h = hosts
-            .hub
-            .store
+            .hub()
+            .store()
             .get_host(&s.host_id)
             .await
             .expect("store")
             .expect("host");
         let r = hosts
-            .hub
-            .store
+            .hub()
+            .store()
             .get_run(&run)
             .await
             .expect("store")
@@ -1293,8 +1293,8 @@ while [ "$i" -lt 900 ]; do sleep 0.1; i=$((i+1)); done
         "its agent {pid} was stopped"
     );
     let r = hosts
-        .hub
-        .store
+        .hub()
+        .store()
         .get_run(&run)
         .await
         .expect("store")

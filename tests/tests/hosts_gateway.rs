@@ -603,7 +603,7 @@ async fn approvals_are_decided_by_people_and_reach_the_host() {
     eventually(Duration::from_secs(5), "approval stored", || {
         let hosts = &hosts;
         let three = three.clone();
-        async move { hosts.hub.store.get_approval(&three).await.unwrap() }
+        async move { hosts.hub().store().get_approval(&three).await.unwrap() }
     })
     .await;
     hosts
@@ -1106,14 +1106,14 @@ async fn lost_host_requeues_its_runs_and_the_descriptor_follows_the_host() {
     .await;
     let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
     let h = hosts
-        .hub
-        .store
+        .hub()
+        .store()
         .get_host(&host.host_id)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(h.status.as_str(), "lost");
-    let r = hosts.hub.store.get_run(&run).await.unwrap().unwrap();
+    let r = hosts.hub().store().get_run(&run).await.unwrap().unwrap();
     assert_eq!(r.state.as_str(), "queued", "requeued by the lost policy");
     let refused = conn
         .invoke(&ch, "host_status", json!({}), None)
@@ -1219,8 +1219,8 @@ async fn approval_expiry_tenant_quota_and_upload_url_lifetime() {
     let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
     assert_eq!(
         hosts
-            .hub
-            .store
+            .hub()
+            .store()
             .get_approval(&format!("{}:apr-expiring", host.host_id))
             .await
             .unwrap()
@@ -1231,8 +1231,8 @@ async fn approval_expiry_tenant_quota_and_upload_url_lifetime() {
     );
     assert_eq!(
         hosts
-            .hub
-            .store
+            .hub()
+            .store()
             .get_run(&run)
             .await
             .unwrap()
@@ -1368,8 +1368,8 @@ async fn a_host_cannot_take_another_hosts_approval_id() {
     }
     let hosts = switchyard::app::admin_hosts(pod.config()).await.unwrap();
     let mine = hosts
-        .hub
-        .store
+        .hub()
+        .store()
         .get_approval(&format!("{}:apr-shared", a.host_id))
         .await
         .unwrap()

@@ -48,8 +48,8 @@ async fn dispatch_and_event_throughput() {
     }
     for h in &enrolled {
         while hosts
-            .hub
-            .store
+            .hub()
+            .store()
             .list_agents(&h.host_id)
             .await
             .unwrap()
@@ -85,7 +85,13 @@ async fn dispatch_and_event_throughput() {
     }
     let mut creators = Vec::new();
     for h in &enrolled {
-        let host = hosts.hub.store.get_host(&h.host_id).await.unwrap().unwrap();
+        let host = hosts
+            .hub()
+            .store()
+            .get_host(&h.host_id)
+            .await
+            .unwrap()
+            .unwrap();
         let hosts = hosts.clone();
         creators.push(tokio::spawn(async move {
             for i in 0..runs_per_host {
@@ -149,7 +155,7 @@ async fn dispatch_and_event_throughput() {
     let sent_in = t1.elapsed();
     for id in &all_ids {
         loop {
-            let run = hosts.hub.store.get_run(id).await.unwrap().unwrap();
+            let run = hosts.hub().store().get_run(id).await.unwrap().unwrap();
             if run.state.is_terminal() {
                 assert_eq!(run.event_count as usize, events_per_run);
                 break;

@@ -79,6 +79,16 @@ pub struct JournalConfig {
     pub batch: usize,
 }
 
+impl JournalConfig {
+    /// Records nothing (a command-line tool, a test).
+    pub fn off() -> Self {
+        Self {
+            enabled: false,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for JournalConfig {
     fn default() -> Self {
         Self {

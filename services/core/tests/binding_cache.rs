@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use switchyard_core::bus::{Bus, LocalBus};
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner, rows};
-use switchyard_core::engine::{CommitLimits, Connector, EngineConfig, Hub, OutboxCommitter};
+use switchyard_core::engine::{CommitLimits, Connector, EngineConfig, Hub, HubParts};
 use switchyard_core::ephemeral::MemoryEphemeral;
 use switchyard_core::files::LocalFileStore;
 use switchyard_core::ids::now_ms;
@@ -32,7 +32,7 @@ fn pod(
     key: &str,
     dir: &tempfile::TempDir,
 ) -> Connector {
-    let hub = Arc::new(Hub {
+    let hub = Arc::new(Hub::new(HubParts {
         store: store.clone(),
         bus: bus.clone(),
         ephemeral: Arc::new(MemoryEphemeral::new(10_000)),
@@ -42,10 +42,10 @@ fn pod(
         config: EngineConfig::default(),
         pod_id: name.into(),
         public_base_url: "http://127.0.0.1:1".into(),
-        committer: OutboxCommitter::start(store.clone(), CommitLimits::default()),
-        quotas: switchyard_core::quota::Quotas::new(Default::default()),
-        journal: switchyard_core::journal::Journal::disabled(),
-    });
+        commit: CommitLimits::default(),
+        quotas: Default::default(),
+        journal: switchyard_core::journal::JournalConfig::off(),
+    }));
     Connector::new(hub, Arc::new(ProbeProvider::new()))
 }
 
@@ -63,8 +63,8 @@ fn msg(id: &str) -> InboundMessage {
 /// any cache (the caller announces it, or not).
 async fn write_binding(conn: &Connector, ch: &ChannelRecord, bound: bool) {
     let blob = bound.then(|| {
-        conn.hub
-            .cipher
+        conn.hub()
+            .cipher()
             .encrypt_json(&rows::channel(&ch.id), &json!({"token": "t"}))
     });
     let status = if bound {
@@ -72,8 +72,8 @@ async fn write_binding(conn: &Connector, ch: &ChannelRecord, bound: bool) {
     } else {
         ConnectionStatus::Created
     };
-    conn.hub
-        .store
+    conn.hub()
+        .store()
         .set_channel_binding(&ch.id, blob.as_deref(), None, status, &json!({}), now_ms())
         .await
         .unwrap();

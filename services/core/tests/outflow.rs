@@ -12,7 +12,7 @@ use serde_json::json;
 use switchyard_core::bus::{Carried, LocalBus};
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
 use switchyard_core::engine::{
-    AckOutcome, CommitLimits, Connector, EngineConfig, Hub, Janitor, OutboxCommitter, Outflow,
+    AckOutcome, CommitLimits, Connector, EngineConfig, Hub, HubParts, Janitor, Outflow,
     OutflowLimits, SessionIdent,
 };
 use switchyard_core::ephemeral::MemoryEphemeral;
@@ -45,7 +45,7 @@ async fn kit_with(commit: CommitLimits) -> Kit {
     let mem = Arc::new(MemoryStore::new());
     let store: Arc<dyn Store> = mem.clone();
     store.migrate().await.unwrap();
-    let hub = Arc::new(Hub {
+    let hub = Arc::new(Hub::new(HubParts {
         store: store.clone(),
         bus: Arc::new(LocalBus::new()),
         ephemeral: Arc::new(MemoryEphemeral::new(10_000)),
@@ -55,10 +55,10 @@ async fn kit_with(commit: CommitLimits) -> Kit {
         config: EngineConfig::default(),
         pod_id: "pod-test".into(),
         public_base_url: "http://127.0.0.1:1".into(),
-        committer: OutboxCommitter::start(store.clone(), commit),
-        quotas: switchyard_core::quota::Quotas::new(Default::default()),
-        journal: switchyard_core::journal::Journal::disabled(),
-    });
+        commit,
+        quotas: Default::default(),
+        journal: switchyard_core::journal::JournalConfig::off(),
+    }));
     let conn = Connector::new(hub.clone(), Arc::new(ProbeProvider::new()));
     Kit {
         hub,
@@ -390,7 +390,7 @@ async fn a_push_the_socket_never_wrote_is_sent_on_the_next_connection() {
 async fn group_commit_stores_each_message_once_and_in_order() {
     let k = kit().await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
-    let committer = &k.conn.hub.committer;
+    let committer = k.hub.committer();
     let mut calls = Vec::new();
     // 200 distinct messages, each sent twice, all at once.
     for _round in 0..2 {
@@ -423,7 +423,7 @@ async fn a_full_commit_queue_refuses_at_once_and_stores_nothing_it_refused() {
     })
     .await;
     let (_, ch) = k.channel("sock_a", "xagent.im.v2").await;
-    let committer = &k.conn.hub.committer;
+    let committer = k.hub.committer();
     let calls: Vec<_> = (0..300)
         .map(|i| committer.enqueue(item(&ch.id, &format!("m{i}"), 1000)))
         .collect();

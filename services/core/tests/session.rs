@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use switchyard_core::bus::{Doorbell, LocalBus};
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
 use switchyard_core::engine::{
-    CommitLimits, Connector, Done, Emit, EngineConfig, Hub, Notices, OutboxCommitter,
-    OutflowLimits, Session, SessionEnd, SessionInput, SessionLimits, SessionStep,
+    CommitLimits, Connector, Done, Emit, EngineConfig, Hub, HubParts, Notices, OutflowLimits,
+    Session, SessionEnd, SessionInput, SessionLimits, SessionStep,
 };
 use switchyard_core::ephemeral::MemoryEphemeral;
 use switchyard_core::files::LocalFileStore;
@@ -35,7 +35,7 @@ async fn kit() -> Kit {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     store.migrate().await.unwrap();
-    let hub = Arc::new(Hub {
+    let hub = Arc::new(Hub::new(HubParts {
         store: store.clone(),
         bus: Arc::new(LocalBus::new()),
         ephemeral: Arc::new(MemoryEphemeral::new(10_000)),
@@ -45,10 +45,10 @@ async fn kit() -> Kit {
         config: EngineConfig::default(),
         pod_id: "pod-test".into(),
         public_base_url: "http://127.0.0.1:1".into(),
-        committer: OutboxCommitter::start(store.clone(), CommitLimits::default()),
-        quotas: switchyard_core::quota::Quotas::new(Default::default()),
-        journal: switchyard_core::journal::Journal::disabled(),
-    });
+        commit: CommitLimits::default(),
+        quotas: Default::default(),
+        journal: switchyard_core::journal::JournalConfig::off(),
+    }));
     let provider = Arc::new(common::ProbeProvider::new());
     let (tenant, _) = switchyard_core::engine::create_tenant(store.as_ref(), "t")
         .await

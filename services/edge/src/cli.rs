@@ -217,7 +217,7 @@ async fn host_admin(cfg: Config, command: HostCommand) -> anyhow::Result<()> {
 }
 
 async fn flush_bus(hosts: &switchyard_core::hosts::Hosts) {
-    if let Err(e) = hosts.hub.bus.flush().await {
+    if let Err(e) = hosts.hub().bus().flush().await {
         eprintln!(
             "warning: the bus did not confirm the notices ({e}); pods pick the change up on their next tick"
         );
@@ -228,7 +228,7 @@ async fn host_command(
     hosts: &switchyard_core::hosts::Hosts,
     command: HostCommand,
 ) -> anyhow::Result<()> {
-    let store = hosts.hub.store.clone();
+    let store = hosts.hub().store().clone();
     match command {
         HostCommand::Enroll { tenant, name, json } => {
             let tid = tenant_id(store.as_ref(), &tenant).await?;
@@ -287,7 +287,7 @@ async fn approval_command(
     hosts: &switchyard_core::hosts::Hosts,
     command: ApprovalCommand,
 ) -> anyhow::Result<()> {
-    let store = hosts.hub.store.clone();
+    let store = hosts.hub().store().clone();
     let (id, grant, by, reason, json) = match command {
         ApprovalCommand::List { tenant, json } => {
             let tid = tenant_id(store.as_ref(), &tenant).await?;

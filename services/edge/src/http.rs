@@ -51,7 +51,7 @@ async fn tenant_of(conn: &Connector, headers: &HeaderMap) -> Result<String, Resp
         )
         .into_response());
     };
-    match conn.hub.authenticate(presented).await {
+    match conn.hub().authenticate(presented).await {
         Ok(Some(t)) => Ok(t),
         Ok(None) => {
             metrics::counter!("switchyard_auth_rejected_total", "reason" => "api_key_invalid")

@@ -1,5 +1,6 @@
 //! The Switchyard edge pod: configuration, HTTP routes, WebSocket sessions, background
-//! loops and the drain. `main.rs` only parses the command line and calls [`app::run`].
+//! loops and the drain. `main.rs` only parses the command line and calls [`app::run`]
+//! ([`app::App`] is the composition root).
 
 pub mod app;
 pub mod check;
@@ -21,5 +22,5 @@ pub mod sendq;
 pub mod session;
 pub mod telemetry;
 
-pub use app::run;
+pub use app::{App, run};
 pub use config::Config;

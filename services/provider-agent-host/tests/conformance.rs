@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use switchyard_core::MemoryStore;
 use switchyard_core::bus::LocalBus;
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
-use switchyard_core::engine::{CommitLimits, EngineConfig, Hub, OutboxCommitter};
+use switchyard_core::engine::{CommitLimits, EngineConfig, Hub, HubParts};
 use switchyard_core::ephemeral::MemoryEphemeral;
 use switchyard_core::files::LocalFileStore;
 use switchyard_core::hosts::{Hosts, HostsConfig};
@@ -50,7 +50,7 @@ impl ProviderHarness for AgentHost {
             })
             .await
             .expect("tenant");
-        let hub = Arc::new(Hub {
+        let hub = Arc::new(Hub::new(HubParts {
             store: store.clone(),
             bus: Arc::new(LocalBus::new()),
             ephemeral: Arc::new(MemoryEphemeral::new(10_000)),
@@ -61,10 +61,10 @@ impl ProviderHarness for AgentHost {
             config: EngineConfig::default(),
             pod_id: "pod-a".into(),
             public_base_url: "http://127.0.0.1:1".into(),
-            committer: OutboxCommitter::start(store.clone(), CommitLimits::default()),
-            quotas: switchyard_core::quota::Quotas::new(Default::default()),
-            journal: switchyard_core::journal::Journal::disabled(),
-        });
+            commit: CommitLimits::default(),
+            quotas: Default::default(),
+            journal: switchyard_core::journal::JournalConfig::off(),
+        }));
         let hosts = Arc::new(Hosts::new(hub, HostsConfig::default()));
         // Enrolled and given its certificate, as the CLI and the first connection do.
         let enrollment = hosts.enroll(TENANT, HOST_NAME).await.expect("enroll");

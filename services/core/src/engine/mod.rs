@@ -94,8 +94,29 @@ impl Default for EngineConfig {
     }
 }
 
-/// Shared services of one pod. Built once at startup from config.
+/// Shared services of one pod. Built once at startup from config ([`Hub::new`]); the edge
+/// reads its parts through methods and changes nothing in it.
 pub struct Hub {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) bus: Arc<dyn Bus>,
+    pub(crate) ephemeral: Arc<dyn Ephemeral>,
+    pub(crate) files: Arc<dyn FileStore>,
+    pub(crate) cipher: Cipher,
+    pub(crate) signer: UrlSigner,
+    pub(crate) config: EngineConfig,
+    pub(crate) pod_id: String,
+    /// Absolute base (scheme://host[:port]) used where a URL must be absolute.
+    pub(crate) public_base_url: String,
+    /// Group commit of inbound messages into the outbox.
+    pub(crate) committer: OutboxCommitter,
+    /// Per-tenant quotas (defaults from configuration, overrides from the store).
+    pub(crate) quotas: crate::quota::Quotas,
+    /// The delivery journal (each message's steps); recording never blocks.
+    pub(crate) journal: crate::journal::Journal,
+}
+
+/// What a [`Hub`] is made of: the backends, the keys, the bounds and who this pod is.
+pub struct HubParts {
     pub store: Arc<dyn Store>,
     pub bus: Arc<dyn Bus>,
     pub ephemeral: Arc<dyn Ephemeral>,
@@ -106,12 +127,12 @@ pub struct Hub {
     pub pod_id: String,
     /// Absolute base (scheme://host[:port]) used where a URL must be absolute.
     pub public_base_url: String,
-    /// Group commit of inbound messages into the outbox.
-    pub committer: OutboxCommitter,
-    /// Per-tenant quotas (defaults from configuration, overrides from the store).
-    pub quotas: crate::quota::Quotas,
-    /// The delivery journal (each message's steps); recording never blocks.
-    pub journal: crate::journal::Journal,
+    /// Bounds of the inbound group commit.
+    pub commit: CommitLimits,
+    /// The quotas of a tenant without overrides.
+    pub quotas: crate::quota::QuotaValues,
+    /// The delivery journal's bounds (`enabled: false` records nothing).
+    pub journal: crate::journal::JournalConfig,
 }
 
 impl std::fmt::Debug for Hub {
@@ -119,6 +140,129 @@ impl std::fmt::Debug for Hub {
         f.debug_struct("Hub")
             .field("pod_id", &self.pod_id)
             .finish_non_exhaustive()
+    }
+}
+
+impl Hub {
+    /// Builds the hub and starts its writers (the outbox's group commit, the journal) on the
+    /// current runtime.
+    pub fn new(parts: HubParts) -> Self {
+        let committer = OutboxCommitter::start(parts.store.clone(), parts.commit);
+        let journal = if parts.journal.enabled {
+            crate::journal::Journal::start(parts.store.clone(), &parts.pod_id, &parts.journal)
+        } else {
+            crate::journal::Journal::disabled()
+        };
+        Self {
+            store: parts.store,
+            bus: parts.bus,
+            ephemeral: parts.ephemeral,
+            files: parts.files,
+            cipher: parts.cipher,
+            signer: parts.signer,
+            config: parts.config,
+            pod_id: parts.pod_id,
+            public_base_url: parts.public_base_url,
+            committer,
+            quotas: crate::quota::Quotas::new(parts.quotas),
+            journal,
+        }
+    }
+
+    /// The durable store, for reads the operator API and the console make.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The message bus (doorbells, notices between pods).
+    pub fn bus(&self) -> &Arc<dyn Bus> {
+        &self.bus
+    }
+
+    /// The shared ephemeral state (rate windows, operator sessions).
+    pub fn ephemeral(&self) -> &Arc<dyn Ephemeral> {
+        &self.ephemeral
+    }
+
+    /// File bytes (uploads, artifacts).
+    pub fn files(&self) -> &Arc<dyn FileStore> {
+        &self.files
+    }
+
+    /// Encryption of stored secrets.
+    pub fn cipher(&self) -> &Cipher {
+        &self.cipher
+    }
+
+    /// Signs and checks short-lived URLs (downloads, artifacts).
+    pub fn signer(&self) -> &UrlSigner {
+        &self.signer
+    }
+
+    /// The state machines' durations and bounds.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// This pod's identity.
+    pub fn pod_id(&self) -> &str {
+        &self.pod_id
+    }
+
+    /// Absolute base (scheme://host[:port]) of the public listener.
+    pub fn public_base_url(&self) -> &str {
+        &self.public_base_url
+    }
+
+    /// The group commit of inbound messages into the outbox.
+    pub fn committer(&self) -> &OutboxCommitter {
+        &self.committer
+    }
+
+    /// Per-tenant quotas.
+    pub fn quotas(&self) -> &crate::quota::Quotas {
+        &self.quotas
+    }
+
+    /// The delivery journal.
+    pub fn journal(&self) -> &crate::journal::Journal {
+        &self.journal
+    }
+
+    /// Joins the deployment. A process starts with no sockets: rows left under this pod's
+    /// identity by an earlier incarnation (killed before it could drain) are removed, and
+    /// their connectors' offline time starts now. When the whole deployment was down
+    /// (no pod seen within `presence_ttl`), restored connectors get a full grace from now.
+    /// Loads the tenants' quota overrides. Returns how many connectors' clocks restarted.
+    pub async fn arrive(&self, presence_ttl: Duration) -> Result<u64, crate::error::BackendError> {
+        let now = crate::ids::now_ms();
+        let stale_before = now - i64::try_from(presence_ttl.as_millis()).unwrap_or(i64::MAX);
+        let restarted = self.store.restart_offline_clocks(now, stale_before).await?;
+        self.store.remove_pod(&self.pod_id, now).await?;
+        self.store.pod_heartbeat(&self.pod_id, now).await?;
+        self.quotas.refresh(self.store.as_ref()).await?;
+        Ok(restarted)
+    }
+
+    /// Leaves the deployment at the end of a drain, after every socket closed. Acked
+    /// messages stay behind the channels' ack cursors until the janitor's bulk purge; a pod
+    /// that drained removes them at once, so a build that does not read the cursors (an
+    /// older one after `helm rollback`, or still running mid-upgrade) never delivers them
+    /// again. Then the pod's presence goes. Failures are logged: peers reap what is left.
+    pub async fn depart(&self) {
+        match self.store.purge_acked_outbox().await {
+            Ok(n) => tracing::debug!(purged = n, "acked messages removed at the drain"),
+            Err(e) => {
+                tracing::warn!(error = %e, "removing acked messages at the drain failed; the janitor removes them")
+            }
+        }
+        if let Err(e) = self
+            .store
+            .remove_pod(&self.pod_id, crate::ids::now_ms())
+            .await
+        {
+            tracing::warn!(error = %e, "removing pod presence failed; peers reap it after the presence TTL");
+        }
     }
 }
 
@@ -150,7 +294,7 @@ impl From<crate::error::BackendError> for Fault {
 }
 
 /// One mounted provider (Card) on top of the shared hub: the Card's [`CardServices`] and the
-/// provider built with them. It reads as its services (`conn.hub`, `conn.card_id()`).
+/// provider built with them. It reads as its services (`conn.hub()`, `conn.card_id()`).
 #[derive(Clone)]
 pub struct Connector {
     services: Arc<CardServices>,

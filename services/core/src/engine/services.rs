@@ -30,7 +30,7 @@ use crate::provider::{
 /// leases, state and secrets are namespaced by the Card id), and the prefix its file URLs live
 /// under.
 pub struct CardServices {
-    pub hub: Arc<Hub>,
+    pub(crate) hub: Arc<Hub>,
     card_id: String,
     prefix: &'static str,
     /// Bound channels of this Card read lately, kept until a bus notice says they changed,
@@ -57,6 +57,11 @@ impl CardServices {
 
     pub fn card_id(&self) -> &str {
         &self.card_id
+    }
+
+    /// The pod's hub this Card is mounted on.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
     }
 
     pub fn prefix(&self) -> &'static str {

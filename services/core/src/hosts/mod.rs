@@ -276,8 +276,8 @@ pub struct NewRun {
 }
 
 pub struct Hosts {
-    pub hub: Arc<Hub>,
-    pub config: HostsConfig,
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) config: HostsConfig,
 }
 
 impl std::fmt::Debug for Hosts {
@@ -377,6 +377,16 @@ pub fn binding_key(host_id: &str) -> String {
 impl Hosts {
     pub fn new(hub: Arc<Hub>, config: HostsConfig) -> Self {
         Self { hub, config }
+    }
+
+    /// The pod's hub the host service runs on.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    /// The host service's timeouts and bounds.
+    pub fn config(&self) -> &HostsConfig {
+        &self.config
     }
 
     async fn ring_host(&self, host_id: &str, bell: HostBell) {

@@ -101,7 +101,7 @@ async fn session(st: &ConsoleState, headers: &HeaderMap) -> Result<Option<Operat
     let Some(id) = cookie(headers, SESSION_COOKIE).filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    let Some(raw) = st.hosts.hub.ephemeral.get(&session_key(id)).await? else {
+    let Some(raw) = st.hosts.hub().ephemeral().get(&session_key(id)).await? else {
         return Ok(None);
     };
     let Ok(s) = serde_json::from_slice::<Session>(&raw) else {
@@ -305,8 +305,8 @@ pub(super) async fn login(
     };
     if let Err(e) = st
         .hosts
-        .hub
-        .ephemeral
+        .hub()
+        .ephemeral()
         .put(&session_key(&id), raw, SESSION_TTL)
         .await
     {
@@ -347,7 +347,7 @@ pub(super) async fn logout(
         return r;
     }
     if let Some(id) = cookie(&headers, SESSION_COOKIE)
-        && let Err(e) = st.hosts.hub.ephemeral.delete(&session_key(id)).await
+        && let Err(e) = st.hosts.hub().ephemeral().delete(&session_key(id)).await
     {
         tracing::warn!(error = %e, "ending a console session failed");
     }

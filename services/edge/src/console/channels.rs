@@ -21,11 +21,17 @@ pub(super) async fn connectors(
         Ok(w) => w,
         Err(r) => return r,
     };
-    let list = match st.hosts.hub.store.page_connectors(c.after(), PAGE).await {
+    let list = match st
+        .hosts
+        .hub()
+        .store()
+        .page_connectors(c.after(), PAGE)
+        .await
+    {
         Ok(l) => l,
         Err(e) => return backend(&who, e),
     };
-    let grace = st.hosts.hub.config.connector_grace.as_millis() as i64;
+    let grace = st.hosts.hub().config().connector_grace.as_millis() as i64;
     let now = now_ms();
     let rows: Vec<Vec<String>> = list
         .iter()
@@ -206,8 +212,8 @@ async fn channel_list(
         .map_err(|m| error_page(StatusCode::BAD_REQUEST, Some(who), m))?;
     let list = st
         .hosts
-        .hub
-        .store
+        .hub()
+        .store()
         .search_channels(&filter, c.after(), bound_only, PAGE)
         .await
         .map_err(|e| backend(who, e))?;
@@ -289,8 +295,8 @@ pub(super) async fn failures(
     let before = c.before.as_deref().and_then(|b| b.parse::<i64>().ok());
     let list = match st
         .hosts
-        .hub
-        .store
+        .hub()
+        .store()
         .search_failures(&filter, before, PAGE)
         .await
     {

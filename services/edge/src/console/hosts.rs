@@ -27,7 +27,7 @@ pub(super) async fn hosts_page(
         Ok(w) => w,
         Err(r) => return r,
     };
-    let store = &st.hosts.hub.store;
+    let store = st.hosts.hub().store();
     let list = match store.page_hosts(c.after(), PAGE).await {
         Ok(l) => l,
         Err(e) => return backend(&who, e),
@@ -155,7 +155,13 @@ pub(super) async fn runs(
         Err(m) => return error_page(StatusCode::BAD_REQUEST, Some(&who), m),
     };
     let before = split_cursor(c.before.as_deref());
-    let list = match st.hosts.hub.store.search_runs(&filter, before, PAGE).await {
+    let list = match st
+        .hosts
+        .hub()
+        .store()
+        .search_runs(&filter, before, PAGE)
+        .await
+    {
         Ok(l) => l,
         Err(e) => return backend(&who, e),
     };
@@ -201,7 +207,7 @@ pub(super) async fn run_page(
         Ok(w) => w,
         Err(r) => return r,
     };
-    let store = &st.hosts.hub.store;
+    let store = st.hosts.hub().store();
     let run = match store.get_run(&id).await {
         Ok(Some(r)) => r,
         Ok(None) => return error_page(StatusCode::NOT_FOUND, Some(&who), "no such run"),
@@ -271,8 +277,8 @@ pub(super) async fn approvals(
     let after = split_cursor(c.after());
     let list = match st
         .hosts
-        .hub
-        .store
+        .hub()
+        .store()
         .page_approvals(ApprovalStatus::Pending, after, PAGE)
         .await
     {

@@ -62,8 +62,8 @@ pub(super) async fn message_page(
     };
     let steps = match st
         .hosts
-        .hub
-        .store
+        .hub()
+        .store()
         .journal_for_message(&id, MESSAGE_STEPS)
         .await
     {
@@ -121,8 +121,8 @@ pub(super) async fn channel_page(
     let before = c.before.as_deref().and_then(|b| b.parse::<i64>().ok());
     let steps = match st
         .hosts
-        .hub
-        .store
+        .hub()
+        .store()
         .journal_for_channel(&id, before, PAGE)
         .await
     {

@@ -24,7 +24,7 @@ pub(super) async fn overview(
         Ok(w) => w,
         Err(r) => return r,
     };
-    let o = match st.hosts.hub.store.overview(COUNT_CAP).await {
+    let o = match st.hosts.hub().store().overview(COUNT_CAP).await {
         Ok(o) => o,
         Err(e) => return backend(&who, e),
     };
@@ -59,7 +59,7 @@ pub(super) async fn overview(
     let _ = write!(
         body,
         "<p class=\"muted\">Pod {} · counts stop at {COUNT_CAP}.</p>",
-        esc(&st.hosts.hub.pod_id)
+        esc(st.hosts.hub().pod_id())
     );
     let (pods, span) = pulse(&st).await;
     let _ = write!(
@@ -93,7 +93,7 @@ pub(super) async fn tenants(
         Ok(w) => w,
         Err(r) => return r,
     };
-    let list = match st.hosts.hub.store.page_tenants(c.after(), PAGE).await {
+    let list = match st.hosts.hub().store().page_tenants(c.after(), PAGE).await {
         Ok(l) => l,
         Err(e) => return backend(&who, e),
     };
@@ -172,7 +172,7 @@ pub(super) async fn tenant_create(
             "a tenant name is 1 to 100 printable characters",
         );
     }
-    match switchyard_core::engine::create_tenant(st.hosts.hub.store.as_ref(), name).await {
+    match switchyard_core::engine::create_tenant(st.hosts.hub().store().as_ref(), name).await {
         Ok((t, key)) => {
             tracing::info!(operator = %who.name, tenant = %t.id, "tenant created in the console");
             key_shown_once(
@@ -205,7 +205,7 @@ pub(super) async fn tenant_page(
         Ok(w) => w,
         Err(r) => return r,
     };
-    let store = &st.hosts.hub.store;
+    let store = st.hosts.hub().store();
     let tenant = match store.get_tenant(&id).await {
         Ok(Some(t)) => t,
         Ok(None) => return error_page(StatusCode::NOT_FOUND, Some(&who), "no such tenant"),
@@ -283,7 +283,7 @@ pub(super) async fn tenant_page(
 /// The tenant's own figures now, from the store: channels and live sockets (bounded
 /// counts), and the outbox of its first page of channels, with links to its filtered pages.
 async fn tenant_now(st: &ConsoleState, tenant_id: &str) -> Result<String, BackendError> {
-    let store = &st.hosts.hub.store;
+    let store = st.hosts.hub().store();
     let channels = store.count_tenant_channels(tenant_id, COUNT_CAP).await?;
     let sockets = store.count_tenant_sockets(tenant_id, COUNT_CAP).await?;
     let filter = switchyard_core::model::ConsoleFilter {
@@ -351,12 +351,12 @@ pub(super) async fn key_create(
         Ok(w) => w,
         Err(r) => return r,
     };
-    match st.hosts.hub.store.get_tenant(&id).await {
+    match st.hosts.hub().store().get_tenant(&id).await {
         Ok(Some(_)) => {}
         Ok(None) => return error_page(StatusCode::NOT_FOUND, Some(&who), "no such tenant"),
         Err(e) => return backend(&who, e),
     }
-    match switchyard_core::engine::create_key(st.hosts.hub.store.as_ref(), &id).await {
+    match switchyard_core::engine::create_key(st.hosts.hub().store().as_ref(), &id).await {
         Ok(key) => {
             tracing::info!(operator = %who.name, tenant = %id, key_id = %key.id, "api key created in the console");
             key_shown_once(
@@ -381,7 +381,7 @@ pub(super) async fn key_revoke(
         Ok(w) => w,
         Err(r) => return r,
     };
-    let store = &st.hosts.hub.store;
+    let store = st.hosts.hub().store();
     let key = match store.get_api_key(&id).await {
         Ok(Some(k)) => k,
         Ok(None) => return error_page(StatusCode::NOT_FOUND, Some(&who), "no such key"),

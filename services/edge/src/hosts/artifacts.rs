@@ -37,12 +37,12 @@ impl SignedArtifactUrls {
         let q = self
             .gw
             .hosts
-            .hub
-            .signer
+            .hub()
+            .signer()
             .sign(&artifact_scope(method, &art.id), exp);
         format!(
             "{}/hosts/v1/artifacts/{}?{q}",
-            self.gw.hosts.hub.public_base_url.trim_end_matches('/'),
+            self.gw.hosts.hub().public_base_url().trim_end_matches('/'),
             art.id
         )
     }
@@ -57,7 +57,7 @@ impl SignedArtifactUrls {
         method: PresignMethod,
         ttl: Duration,
     ) -> Result<String, BackendError> {
-        let files = &self.gw.hosts.hub.files;
+        let files = self.gw.hosts.hub().files();
         if let Some(url) = files.presign(&art.object_key, method, ttl).await? {
             return Ok(url);
         }
@@ -102,8 +102,8 @@ fn check_signature(gw: &Gateway, method: &str, id: &str, q: &SignedQuery) -> Res
     };
     match gw
         .hosts
-        .hub
-        .signer
+        .hub()
+        .signer()
         .verify(&artifact_scope(method, id), exp, sig, now_ms())
     {
         SignatureCheck::Valid => Ok(()),
@@ -121,7 +121,7 @@ pub(super) async fn artifact_put(
     if let Err(r) = check_signature(&s.gw, "put", &id, &q) {
         return r.into_response();
     }
-    let store = &s.gw.hosts.hub.store;
+    let store = s.gw.hosts.hub().store();
     let art = match store.get_artifact(&id).await {
         Ok(Some(a)) => a,
         Ok(None) => {
@@ -144,14 +144,14 @@ pub(super) async fn artifact_put(
     let size = match s
         .gw
         .hosts
-        .hub
-        .files
+        .hub()
+        .files()
         // No more than its upload declared: that is what the tenant's quota reserved.
         .put(
             &art.object_key,
             stream,
             s.gw.hosts
-                .config
+                .config()
                 .max_artifact_bytes
                 .min(art.size_bytes.max(0) as u64),
         )
@@ -191,7 +191,7 @@ pub(super) async fn artifact_get(
         }
         Err(e) => return ClientError::from(e).into_response(),
     };
-    match s.gw.hosts.hub.files.get(&art.object_key).await {
+    match s.gw.hosts.hub().files().get(&art.object_key).await {
         Ok(stream) => {
             let mut resp = Response::new(Body::from_stream(stream));
             let h = resp.headers_mut();

@@ -30,7 +30,7 @@ pub async fn host_ca(cfg: &Config, hub: &Hub) -> anyhow::Result<HostCa> {
         use base64::Engine as _;
         let blob = base64::engine::general_purpose::STANDARD.decode(stored)?;
         let v = hub
-            .cipher
+            .cipher()
             .decrypt_json(&rows::kv(NS, KEY), &blob)
             .context("decrypting the stored host CA")?;
         let cert = v["cert"].as_str().unwrap_or_default();
@@ -38,32 +38,35 @@ pub async fn host_ca(cfg: &Config, hub: &Hub) -> anyhow::Result<HostCa> {
         HostCa::from_pem(cert, key).context("stored host CA")
     };
     for _ in 0..50 {
-        if let Some(stored) = hub.store.kv_get(NS, KEY).await? {
+        if let Some(stored) = hub.store().kv_get(NS, KEY).await? {
             return load(&stored);
         }
         // One pod generates; the others wait for it.
         let lease = hub
-            .store
-            .acquire_lease("hosts-ca-init", &hub.pod_id, 10_000, now_ms())
+            .store()
+            .acquire_lease("hosts-ca-init", hub.pod_id(), 10_000, now_ms())
             .await?;
         if lease.is_some() {
-            if let Some(stored) = hub.store.kv_get(NS, KEY).await? {
+            if let Some(stored) = hub.store().kv_get(NS, KEY).await? {
                 return load(&stored);
             }
             let ca = HostCa::generate("Switchyard host CA").context("generating the host CA")?;
             use base64::Engine as _;
-            let blob = hub.cipher.encrypt_json(
+            let blob = hub.cipher().encrypt_json(
                 &rows::kv(NS, KEY),
                 &serde_json::json!({"cert": ca.cert_pem(), "key": ca.key_pem()}),
             );
-            hub.store
+            hub.store()
                 .kv_put(
                     NS,
                     KEY,
                     &base64::engine::general_purpose::STANDARD.encode(blob),
                 )
                 .await?;
-            let _ = hub.store.release_lease("hosts-ca-init", &hub.pod_id).await;
+            let _ = hub
+                .store()
+                .release_lease("hosts-ca-init", hub.pod_id())
+                .await;
             tracing::info!("generated the deployment's host CA");
             return Ok(ca);
         }

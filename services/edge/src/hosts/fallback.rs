@@ -115,7 +115,7 @@ pub(super) async fn poll(
         if now >= deadline || s.gw.draining.load(Ordering::SeqCst) {
             return axum::Json(Vec::<serde_json::Value>::new()).into_response();
         }
-        let nap = tokio::time::sleep(hosts.config.tick.min(deadline - now));
+        let nap = tokio::time::sleep(hosts.config().tick.min(deadline - now));
         input = tokio::select! {
             _ = nap => StepInput::Tick,
             bell = next_bell(&mut bells) => bell.map_or(StepInput::Tick, StepInput::Bell),

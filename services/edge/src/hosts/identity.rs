@@ -55,7 +55,7 @@ impl RouteState {
     ) -> Result<Authenticated, Response> {
         let der =
             presented_cert(&self.source, peer, headers).map_err(IntoResponse::into_response)?;
-        let store = &self.gw.hosts.hub.store;
+        let store = self.gw.hosts.hub().store();
         let host = match store.host_by_fingerprint(&fingerprint_hex(&der)).await {
             Ok(Some(h)) => h,
             Ok(None) => {
@@ -149,8 +149,8 @@ pub(super) async fn enroll(State(s): State<RouteState>, body: axum::body::Bytes)
     };
     if let Err(e) =
         s.gw.hosts
-            .hub
-            .store
+            .hub()
+            .store()
             .set_host_certificate(&host.id, &issued.fingerprint, &issued.pem)
             .await
     {

@@ -176,7 +176,7 @@ fn preauth_cap<S: Clone + Send + Sync + 'static>(
 
 /// Routes `/v1/...` for one listener (mounted under `/hosts`).
 pub fn router(gw: Gateway, source: CertSource) -> Router {
-    let max_artifact = gw.hosts.config.max_artifact_bytes;
+    let max_artifact = gw.hosts.config().max_artifact_bytes;
     let small = gw.max_preauth_bytes;
     let ingress = match &source {
         CertSource::Header(Some(i)) => Some(i.clone()),

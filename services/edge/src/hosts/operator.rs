@@ -74,7 +74,13 @@ pub(super) async fn approvals_list(
             }
         },
     };
-    match gw.hosts.hub.store.list_approvals(&q.tenant, status).await {
+    match gw
+        .hosts
+        .hub()
+        .store()
+        .list_approvals(&q.tenant, status)
+        .await
+    {
         Ok(list) => axum::Json(list.iter().map(approval_json).collect::<Vec<_>>()).into_response(),
         Err(e) => ClientError::from(e).into_response(),
     }
@@ -141,7 +147,7 @@ pub(super) struct HostsQuery {
 }
 
 pub(super) async fn hosts_list(State(gw): State<Gateway>, Query(q): Query<HostsQuery>) -> Response {
-    match gw.hosts.hub.store.list_hosts(&q.tenant).await {
+    match gw.hosts.hub().store().list_hosts(&q.tenant).await {
         Ok(list) => axum::Json(
             list.iter()
                 .map(|h| json!({"host_id": h.id, "name": h.name, "status": h.status.as_str(), "hostname": h.hostname, "last_seen_at": h.last_seen_at}))
@@ -172,8 +178,8 @@ pub(super) async fn message_journal(
 ) -> Response {
     match gw
         .hosts
-        .hub
-        .store
+        .hub()
+        .store()
         .journal_for_message(&message_id, 1000)
         .await
     {
@@ -207,7 +213,7 @@ pub(super) async fn channel_journal(
     Query(q): Query<ChannelJournalQuery>,
 ) -> Response {
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let store = &gw.hosts.hub.store;
+    let store = gw.hosts.hub().store();
     match store.journal_for_channel(&q.channel, q.before, limit).await {
         Ok(steps) => {
             let next = (steps.len() == limit as usize)

@@ -75,7 +75,7 @@ async fn host_socket(gw: Gateway, host: HostRecord, mut socket: WebSocket) {
     let mut session = HostSession::new(&host);
     metrics::gauge!("switchyard_host_sockets").increment(1.0);
     // The first message must be `register`, within the register timeout.
-    let first = tokio::time::timeout(hosts.config.timeouts.register, socket.next()).await;
+    let first = tokio::time::timeout(hosts.config().timeouts.register, socket.next()).await;
     let end = match first {
         Ok(Some(Ok(Message::Text(txt)))) => {
             let urls = SignedArtifactUrls { gw: gw.clone() };
@@ -139,9 +139,9 @@ async fn serve_socket(
 ) -> Message {
     let hosts = &gw.hosts;
     let mut bells = hosts.doorbells(session).await;
-    let mut tick = tokio::time::interval(hosts.config.tick);
+    let mut tick = tokio::time::interval(hosts.config().tick);
     tick.tick().await;
-    let mut keepalive = tokio::time::interval(hosts.config.timeouts.keepalive);
+    let mut keepalive = tokio::time::interval(hosts.config().timeouts.keepalive);
     keepalive.tick().await;
     let mut pong_pending = false;
     loop {
