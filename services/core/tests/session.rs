@@ -430,6 +430,35 @@ async fn a_draining_session_refuses_new_work_and_settles() {
     assert_eq!(stuck.ends, [SessionEnd::Drained]);
 }
 
+#[tokio::test]
+async fn work_that_panics_is_answered_internal_and_the_socket_goes_on() {
+    let k = kit().await;
+    let mut w = Wire::new(&k, limits());
+    w.hello(&["xagent.im.v2"]).await;
+    let a = w.open().await;
+    let b = w.open().await;
+    let boom = json!({"message_id": "p1", "text": common::PANIC_TEXT});
+    w.text(packet("chat.message", Some(&a), boom)).await;
+    w.text(chat(&b, "b1")).await;
+    // Without an answer for the panicked work, this waits in vain.
+    w.settle().await;
+    let got = w.take();
+    let on = |ch: &str| got.iter().find(|e| e.connector_channel_id.as_deref() == Some(ch));
+    let p1 = on(&a).expect("the panicked message is answered");
+    assert_eq!((p1.kind.as_str(), message_id(p1)), ("chat.message.ack", "p1"));
+    assert_eq!(code(p1), Some("internal"), "{p1:?}");
+    assert_eq!(code(on(&b).expect("the other channel")), None);
+
+    // The lane goes on, and nothing is left in flight for a drain to wait for.
+    w.text(chat(&a, "a2")).await;
+    w.settle().await;
+    let got = w.take();
+    assert_eq!(kinds(&got), ["chat.message.ack"]);
+    assert_eq!((message_id(&got[0]), code(&got[0])), ("a2", None));
+    w.input(SessionInput::Drain).await;
+    assert!(w.session.is_drained());
+}
+
 /// Messages for `channel`, stored as the provider's inbound would.
 async fn put(store: &dyn Store, channel: &str, ids: &[&str]) {
     let now = now_ms();

@@ -15,10 +15,14 @@ use switchyard_protocol::{CARD_SCHEMA, PROTOCOL_VERSION};
 /// The probe's Card id.
 pub const CARD_ID: &str = "im.probe";
 
+/// A final message with this text makes the probe's delivery panic, as a provider's bug
+/// would.
+pub const PANIC_TEXT: &str = "probe: panic in deliver";
+
 /// A provider with a Card that offers both IM profiles and nothing else: no tools, no auth
 /// flow (starting one fails), and final messages are taken without a target. Enough for the
 /// engine's rules that do not reach a target system (hello, channels, the outbox, delivery to
-/// xAgent, provider state and secrets).
+/// xAgent, provider state and secrets). A message reading [`PANIC_TEXT`] panics.
 pub struct ProbeProvider {
     card: Card,
     skill: String,
@@ -89,7 +93,8 @@ impl Provider for ProbeProvider {
         Err(ProviderError::invalid("the probe has no tools"))
     }
 
-    async fn deliver(&self, _msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
+    async fn deliver(&self, msg: OutboundMessage<'_>) -> Result<(), ProviderError> {
+        assert_ne!(msg.text, Some(PANIC_TEXT), "the probe panics as asked");
         Ok(())
     }
 }

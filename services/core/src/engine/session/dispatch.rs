@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::admission::{answer, answer_on, draining, error_packet, fault_pair, reply_fault};
 use super::serial::ChannelWork;
-use super::{Done, Finished, Notices, Session, SessionEnd, SessionStep};
+use super::{Done, Finished, Notices, Session, SessionEnd, SessionStep, panicked};
 use crate::bus::Doorbell;
 use crate::engine::{AckOutcome, Fault, SessionIdent, tool_call_key};
 use crate::ids::{new_id, now_ms};
@@ -146,12 +146,17 @@ impl Session {
             self.opens_running += 1;
             let conn = self.conn.clone();
             let ident = ident.clone();
-            self.work(step, async move {
+            let if_panicked = Finished::Opened {
+                meta: meta.clone(),
+                result: Err(panicked()),
+            };
+            let open = async move {
                 let result = conn
                     .open_channel(&ident, meta.connector_channel_id.as_deref())
                     .await;
                 Done(Box::new(Finished::Opened { meta, result }))
-            });
+            };
+            self.work(step, open, if_panicked);
         }
     }
 
@@ -254,7 +259,9 @@ impl Session {
                 if let Err(f) = self.admit_auth() {
                     return step.packet(answer_on(&meta, &chid, auth(kind, Err(f))));
                 }
-                self.work(step, async move {
+                let if_panicked =
+                    Finished::Auth(answer_on(&meta, &chid, auth(kind, Err(panicked()))));
+                let run = async move {
                     let r = match pkt {
                         Inbound::AuthStart(p) => conn.auth_start(&ch, &p).await,
                         Inbound::AuthStatus(p) => conn.auth_status(&ch, &p).await,
@@ -266,7 +273,8 @@ impl Session {
                         &chid,
                         auth(kind, r),
                     ))))
-                });
+                };
+                self.work(step, run, if_panicked);
             }
             Inbound::ToolInvoke(p) => self.on_tool(meta, ch, p, step),
             // Routed before reaching here, or not channel packets at all.
@@ -305,7 +313,15 @@ impl Session {
             tool_id: p.tool_id.clone(),
             request_id: meta.request_id.clone(),
         };
-        self.work(step, async move {
+        let if_panicked = Finished::Tool(answer_on(
+            &meta,
+            &ch.id,
+            Outbound::ToolAck {
+                tool_id: p.tool_id.clone(),
+                result: Err(fault_pair(panicked())),
+            },
+        ));
+        let call = async move {
             let r = conn
                 .invoke_tool(&ch, &p.tool_id, &p.arguments, &key, &progress)
                 .await;
@@ -314,7 +330,8 @@ impl Session {
                 result: r.map_err(fault_pair),
             };
             Done(Box::new(Finished::Tool(answer_on(&meta, &ch.id, ack))))
-        });
+        };
+        self.work(step, call, if_panicked);
     }
 
     pub(super) async fn on_bell(&mut self, bell: Doorbell, step: &mut SessionStep) {

@@ -108,13 +108,32 @@ pub enum SessionEnd {
 
 /// Slow work (store and target calls) to run off the loop; its result comes back as
 /// [`SessionInput::Done`].
-pub struct Work(BoxFuture<'static, Done>);
+pub struct Work {
+    fut: BoxFuture<'static, Done>,
+    /// What the work reports when it panics: the request it served answered `internal`,
+    /// so the session's count of work in flight (and its drain) never waits for it.
+    if_panicked: Box<Finished>,
+}
 
 impl Work {
-    /// Runs the work to its result.
+    /// Runs the work to its result. A panic inside it (a provider's bug) is caught: the
+    /// request is answered `internal` and the socket's other channels go on.
     pub async fn run(self) -> Done {
-        self.0.await
+        use futures::FutureExt;
+        match std::panic::AssertUnwindSafe(self.fut).catch_unwind().await {
+            Ok(done) => done,
+            Err(_) => {
+                tracing::error!("session work panicked; its request is answered internal");
+                metrics::counter!("switchyard_session_work_panics_total").increment(1);
+                Done(self.if_panicked)
+            }
+        }
     }
+}
+
+/// The fault a request gets when the work serving it panicked.
+pub(super) fn panicked() -> super::Fault {
+    super::Fault::new(switchyard_protocol::ErrorCode::Internal, "internal error")
 }
 
 impl std::fmt::Debug for Work {
@@ -349,10 +368,19 @@ impl Session {
         }
     }
 
-    fn work(&mut self, step: &mut SessionStep, fut: impl Future<Output = Done> + Send + 'static) {
+    /// Hands out `fut`; `if_panicked` is what it reports should it panic.
+    fn work(
+        &mut self,
+        step: &mut SessionStep,
+        fut: impl Future<Output = Done> + Send + 'static,
+        if_panicked: Finished,
+    ) {
         use tracing::Instrument;
         self.in_flight += 1;
-        step.work.push(Work(Box::pin(fut.in_current_span())));
+        step.work.push(Work {
+            fut: Box::pin(fut.in_current_span()),
+            if_panicked: Box::new(if_panicked),
+        });
     }
 
     fn on_done(&mut self, done: Finished, step: &mut SessionStep) {

@@ -11,7 +11,7 @@ use switchyard_protocol::outbound::Outbound;
 use switchyard_protocol::packet::RequestMeta;
 
 use super::admission::{answer_on, error_packet, rejected_ack};
-use super::{Done, Finished, Session, SessionStep};
+use super::{Done, Finished, Session, SessionStep, panicked};
 use crate::engine::{Connector, Fault};
 
 /// Work for a channel's lane (xAgent -> target, in arrival order).
@@ -89,14 +89,27 @@ impl Session {
     fn run_serial(&mut self, chid: &str, work: ChannelWork, step: &mut SessionStep) {
         let conn = self.conn.clone();
         let chid = chid.to_owned();
-        self.work(step, async move {
+        // A panic answers the item as a failure, and the lane goes on with the next one.
+        let if_panicked = Finished::Serial {
+            channel: chid.clone(),
+            answer: match &work {
+                ChannelWork::Message(meta, p) => {
+                    Some(rejected_ack(meta, &chid, &p.message_id, &panicked()))
+                }
+                ChannelWork::Delta(meta, _) => Some(error_packet(meta, panicked())),
+                ChannelWork::Activity(_) => None,
+            },
+            gone: false,
+        };
+        let item = async move {
             let (answer, gone) = serial_item(&conn, &chid, work).await;
             Done(Box::new(Finished::Serial {
                 channel: chid,
                 answer,
                 gone,
             }))
-        });
+        };
+        self.work(step, item, if_panicked);
     }
 }
 
