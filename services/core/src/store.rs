@@ -102,6 +102,29 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
         profiles: &[String],
         now: i64,
     ) -> BackendResult<()>;
+    /// The existing channels of `ids`, in any order: one read for a batch of reopens.
+    async fn get_channels(&self, ids: &[String]) -> BackendResult<Vec<ChannelRecord>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.extend(self.get_channel(id).await?);
+        }
+        Ok(out)
+    }
+    /// [`Store::set_channel_route`] for many channels at once, to the same socket and
+    /// profiles: one write for a batch of reopens.
+    async fn set_channel_routes(
+        &self,
+        ids: &[String],
+        socket: &str,
+        profiles: &[String],
+        now: i64,
+    ) -> BackendResult<()> {
+        for id in ids {
+            self.set_channel_route(id, Some(socket), profiles, now)
+                .await?;
+        }
+        Ok(())
+    }
     /// Clears the route only if it still points at `socket`.
     async fn clear_channel_route_if(&self, id: &str, socket: &str, now: i64) -> BackendResult<()>;
     /// Replaces binding, status and view in one step.

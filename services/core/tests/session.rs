@@ -459,6 +459,64 @@ async fn work_that_panics_is_answered_internal_and_the_socket_goes_on() {
     assert!(w.session.is_drained());
 }
 
+#[tokio::test]
+async fn a_reconnect_reopens_its_channels_in_one_batch() {
+    let k = kit().await;
+    let mut first = Wire::new(&k, limits());
+    first.hello(&["xagent.im.v2"]).await;
+    let mut mine = Vec::new();
+    for _ in 0..6 {
+        mine.push(first.open().await);
+    }
+    let connector_id = k.store.get_channel(&mine[0]).await.unwrap().unwrap().connector_id;
+    let mut stranger = Wire::new(&k, limits());
+    stranger.hello(&["xagent.im.v2"]).await;
+    let theirs = stranger.open().await;
+
+    // The backend reconnects on another socket with its connector_id.
+    let mut w = Wire::new(&k, limits());
+    let card = w.session.card_id().to_owned();
+    w.text(packet("connector.hello", None, json!({"connector_card_id": card, "connector_id": connector_id, "protocol_version": "3.0", "supported_profiles": ["xagent.im.v2"]}))).await;
+    assert_eq!(kinds(&w.take()), ["connector.hello.ack"]);
+    w.hold = true;
+    let reopen = |id: &str| packet("channel.open", Some(id), json!({}));
+    let mut asked: Vec<Value> = mine.iter().map(|id| reopen(id)).collect();
+    asked.insert(3, reopen(&theirs));
+    asked.insert(5, reopen("cch_unknown_here"));
+    asked.insert(6, packet("channel.open", None, json!({})));
+    for p in &asked {
+        w.text(p.clone()).await;
+    }
+    assert_eq!(w.held.len(), 2, "two batches run; the rest wait");
+    // The first batch ends: everything that waited goes together.
+    let first_batch = w.held.remove(0);
+    let done = first_batch.run().await;
+    w.input(SessionInput::Done(done)).await;
+    assert_eq!(w.held.len(), 2, "the waiting reopens start as one batch");
+    w.settle().await;
+
+    let got = w.take();
+    assert_eq!(got.len(), asked.len(), "{got:?}");
+    for (ask, ans) in asked.iter().zip(&got) {
+        assert_eq!(ans.reply_to.as_deref(), ask["packet_id"].as_str(), "in order");
+    }
+    let ids: Vec<Option<&str>> = got.iter().map(|e| e.connector_channel_id.as_deref()).collect();
+    for (i, id) in [0, 1, 2, 4, 7, 8].into_iter().zip(&mine) {
+        assert_eq!(got[i].kind, "channel.open.ack", "{:?}", got[i]);
+        assert_eq!(ids[i], Some(id.as_str()));
+        let ch = k.store.get_channel(id).await.unwrap().unwrap();
+        assert_eq!(ch.route_socket.as_deref(), Some(w.session.socket_id()));
+    }
+    assert_eq!(code(&got[3]), Some("connector_channel_not_owned"), "{:?}", got[3]);
+    let stranger_ch = k.store.get_channel(&theirs).await.unwrap().unwrap();
+    assert_ne!(stranger_ch.route_socket.as_deref(), Some(w.session.socket_id()));
+    for i in [5, 6] {
+        assert_eq!(got[i].kind, "channel.open.ack", "{:?}", got[i]);
+        let id = ids[i].expect("a new channel");
+        assert!(id != "cch_unknown_here" && !mine.iter().any(|m| m == id));
+    }
+}
+
 /// Messages for `channel`, stored as the provider's inbound would.
 async fn put(store: &dyn Store, channel: &str, ids: &[&str]) {
     let now = now_ms();

@@ -575,6 +575,49 @@ impl StoreDialect for PostgresStore {
         Ok(out)
     }
 
+    async fn get_channels(&self, ids: &[String]) -> BackendResult<Vec<ChannelRecord>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(5000) {
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                switchyard_store_sql::channel_cols!(),
+                " FROM channels WHERE id = ANY($1)"
+            ))
+            .bind(chunk)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db("get channels"))?;
+            for r in &rows {
+                out.push(switchyard_store_sql::records::channel(r)?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn set_channel_routes(
+        &self,
+        ids: &[String],
+        socket: &str,
+        profiles: &[String],
+        now: i64,
+    ) -> BackendResult<()> {
+        let profiles = json_text(&profiles)?;
+        for chunk in ids.chunks(5000) {
+            sqlx::query(
+                "UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 \
+                 WHERE id = ANY($1)",
+            )
+            .bind(chunk)
+            .bind(socket)
+            .bind(&profiles)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(db("set channel routes"))?;
+        }
+        Ok(())
+    }
+
     fn pool_stats(&self) -> Option<(u32, u32)> {
         let idle = u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX);
         Some((self.pool.size(), idle))

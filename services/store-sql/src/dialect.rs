@@ -25,6 +25,14 @@ pub trait StoreDialect: Handles {
     async fn ack_outbox_batch(&self, done: &[(String, String)]) -> BackendResult<u64>;
     async fn advance_outbox(&self, cursors: &[(String, i64)]) -> BackendResult<()>;
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>>;
+    async fn get_channels(&self, ids: &[String]) -> BackendResult<Vec<ChannelRecord>>;
+    async fn set_channel_routes(
+        &self,
+        ids: &[String],
+        socket: &str,
+        profiles: &[String],
+        now: i64,
+    ) -> BackendResult<()>;
     async fn acquire_lease(
         &self,
         name: &str,

@@ -372,6 +372,21 @@ macro_rules! impl_store {
                     <$ty as $crate::StoreDialect>::route_states(self, ids, now).await
                 }
 
+                async fn get_channels(&self, ids: &[String]) -> BackendResult<Vec<ChannelRecord>> {
+                    <$ty as $crate::StoreDialect>::get_channels(self, ids).await
+                }
+
+                async fn set_channel_routes(
+                    &self,
+                    ids: &[String],
+                    socket: &str,
+                    profiles: &[String],
+                    now: i64,
+                ) -> BackendResult<()> {
+                    <$ty as $crate::StoreDialect>::set_channel_routes(self, ids, socket, profiles, now)
+                        .await
+                }
+
                 async fn fail_outbox(
                     &self,
                     channel_id: &str,

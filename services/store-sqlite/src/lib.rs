@@ -491,6 +491,51 @@ impl StoreDialect for SqliteStore {
         Ok(out)
     }
 
+    async fn get_channels(&self, ids: &[String]) -> BackendResult<Vec<ChannelRecord>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(1000) {
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                switchyard_store_sql::channel_cols!(),
+                " FROM channels WHERE id IN (SELECT value FROM json_each($1))"
+            ))
+            .bind(json_text(&chunk)?)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db("get channels"))?;
+            for r in &rows {
+                out.push(switchyard_store_sql::records::channel(r)?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn set_channel_routes(
+        &self,
+        ids: &[String],
+        socket: &str,
+        profiles: &[String],
+        now: i64,
+    ) -> BackendResult<()> {
+        let profiles = json_text(&profiles)?;
+        let mut tx = self.write().await?;
+        for chunk in ids.chunks(1000) {
+            sqlx::query(
+                "UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 \
+                 WHERE id IN (SELECT value FROM json_each($1))",
+            )
+            .bind(json_text(&chunk)?)
+            .bind(socket)
+            .bind(&profiles)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("set channel routes"))?;
+        }
+        tx.commit().await.map_err(db("commit"))?;
+        Ok(())
+    }
+
     fn pool_stats(&self) -> Option<(u32, u32)> {
         let idle = u32::try_from(self.reader.num_idle()).unwrap_or(u32::MAX);
         Some((self.reader.size(), idle))

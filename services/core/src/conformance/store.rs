@@ -2576,6 +2576,44 @@ pub async fn route_states(s: &dyn Store) {
     assert!(s.route_states(&[], now).await.expect("empty").is_empty());
 }
 
+/// A batch of reopens: the channels of a list read at once (missing ids left out), and
+/// routed to one socket with one write, touching no channel outside the list.
+pub async fn channel_batches(s: &dyn Store) {
+    let c = connector(s).await;
+    let a = channel_of(s, &c).await;
+    let b = channel_of(s, &c).await;
+    let other = channel_of(s, &c).await;
+    let now = now_ms();
+    s.set_channel_route(&other.id, Some("sock_old"), &[], now)
+        .await
+        .expect("route");
+    let mut got = s
+        .get_channels(&[a.id.clone(), "cch_missing".into(), b.id.clone()])
+        .await
+        .expect("get channels");
+    got.sort_by(|x, y| x.id.cmp(&y.id));
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort_by(|x, y| x.id.cmp(&y.id));
+    assert_eq!(got, want);
+    assert!(s.get_channels(&[]).await.expect("empty").is_empty());
+
+    let profiles = vec!["xagent.im.v2".to_owned()];
+    s.set_channel_routes(&[a.id.clone(), b.id.clone()], "sock_new", &profiles, now + 1)
+        .await
+        .expect("set routes");
+    for id in [&a.id, &b.id] {
+        let ch = s.get_channel(id).await.expect("get").expect("exists");
+        assert_eq!(ch.route_socket.as_deref(), Some("sock_new"));
+        assert_eq!(ch.profiles, profiles);
+        assert_eq!(ch.updated_at, now + 1);
+    }
+    let untouched = s.get_channel(&other.id).await.expect("get").expect("exists");
+    assert_eq!(untouched.route_socket.as_deref(), Some("sock_old"));
+    s.set_channel_routes(&[], "sock_new", &profiles, now)
+        .await
+        .expect("an empty batch writes nothing");
+}
+
 // -- operator console pages ----------------------------------------------------------------------
 
 /// Keyset pages walk rows after the cursor in id order; rows of other behaviours share the

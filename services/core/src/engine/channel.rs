@@ -1,6 +1,8 @@
 //! Hello, connector_id allocation and the offline lease, channel open/close, ownership and
 //! Descriptors.
 
+use std::collections::HashMap;
+
 use switchyard_protocol::descriptor::TargetView;
 use switchyard_protocol::packet::HelloPayload;
 use switchyard_protocol::{ConnectionStatus, Descriptor, ErrorCode, profile, version_admitted};
@@ -180,6 +182,13 @@ impl Connector {
                 "unknown connector_channel_id",
             ));
         };
+        self.check_owner(ident, &ch)?;
+        Ok(ch)
+    }
+
+    /// Whether `ident` may use the stored channel `ch`: its tenant, this Card, its
+    /// connector_id.
+    fn check_owner(&self, ident: &SessionIdent, ch: &ChannelRecord) -> Result<(), Fault> {
         if ch.tenant_id != ident.tenant_id {
             // Same answer shape as for an unknown id would leak less, but the spec asks for
             // a distinct code; the message carries nothing about the owner.
@@ -200,7 +209,7 @@ impl Connector {
                 "connector_channel_id belongs to another connector_id",
             ));
         }
-        Ok(ch)
+        Ok(())
     }
 
     /// `channel.open`: reuse a known channel of this caller, or issue a new one (first open,
@@ -274,6 +283,108 @@ impl Connector {
         }
         let d = self.descriptor(&ch);
         Ok((ch, d))
+    }
+
+    /// `channel.open` for a batch of requests (one per id asked for, `None` for a new
+    /// channel), answered in order. A reconnecting backend reopens its channels by id: those
+    /// are read with one query and routed to this socket with one write, so a failover
+    /// costs two statements per batch, not two per channel. New channels and ids this server
+    /// does not know take [`Connector::open_channel`]'s path, `concurrency` at a time.
+    pub async fn open_channels(
+        &self,
+        ident: &SessionIdent,
+        requested: &[Option<String>],
+        concurrency: usize,
+    ) -> Vec<Result<(ChannelRecord, Descriptor), Fault>> {
+        use futures::StreamExt;
+        let ids: Vec<String> = requested
+            .iter()
+            .flatten()
+            .filter(|id| !id.is_empty())
+            .cloned()
+            .collect();
+        let mut known: HashMap<String, ChannelRecord> = HashMap::new();
+        if !ids.is_empty() {
+            match self.hub.store.get_channels(&ids).await {
+                Ok(found) => known.extend(found.into_iter().map(|c| (c.id.clone(), c))),
+                Err(e) => {
+                    let f = Fault::from(e);
+                    return requested.iter().map(|_| Err(f.clone())).collect();
+                }
+            }
+        }
+        // Known channels: refused or reopened together; the rest one by one.
+        let mut results: Vec<Option<Result<(ChannelRecord, Descriptor), Fault>>> =
+            Vec::with_capacity(requested.len());
+        let mut reopen: Vec<(usize, ChannelRecord)> = Vec::new();
+        let mut single: Vec<usize> = Vec::new();
+        for (i, r) in requested.iter().enumerate() {
+            results.push(None);
+            match r.as_deref().filter(|id| !id.is_empty()).and_then(|id| known.remove(id)) {
+                Some(ch) => match self.check_owner(ident, &ch) {
+                    Ok(()) => reopen.push((i, ch)),
+                    Err(f) => results[i] = Some(Err(f)),
+                },
+                None => single.push(i),
+            }
+        }
+        if !reopen.is_empty() {
+            let card = self.provider.card();
+            let profiles = profile::negotiate(
+                &card.supports.profiles,
+                &ident.supported_profiles,
+                &card.primary_target().target_type,
+            );
+            let ids: Vec<String> = reopen.iter().map(|(_, ch)| ch.id.clone()).collect();
+            match self
+                .hub
+                .store
+                .set_channel_routes(&ids, &ident.socket_id, &profiles, now_ms())
+                .await
+            {
+                Err(e) => {
+                    let f = Fault::from(e);
+                    for (i, _) in &reopen {
+                        results[*i] = Some(Err(f.clone()));
+                    }
+                }
+                Ok(()) => {
+                    for (i, mut ch) in reopen {
+                        let taken_from_another = ch
+                            .route_socket
+                            .as_deref()
+                            .is_some_and(|s| s != ident.socket_id);
+                        ch.route_socket = Some(ident.socket_id.clone());
+                        ch.profiles = profiles.clone();
+                        if taken_from_another {
+                            self.ring(
+                                &ident.connector_id,
+                                Doorbell::ChannelTaken {
+                                    channel_id: ch.id.clone(),
+                                    socket_id: ident.socket_id.clone(),
+                                },
+                            )
+                            .await;
+                        }
+                        let d = self.descriptor(&ch);
+                        results[i] = Some(Ok((ch, d)));
+                    }
+                }
+            }
+        }
+        let opened: Vec<(usize, Result<(ChannelRecord, Descriptor), Fault>)> =
+            futures::stream::iter(single)
+                .map(|i| async move { (i, self.open_channel(ident, requested[i].as_deref()).await) })
+                .buffered(concurrency.max(1))
+                .collect()
+                .await;
+        for (i, r) in opened {
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Fault::new(ErrorCode::Internal, "internal error"))))
+            .collect()
     }
 
     /// `channel.close`: the route goes; binding and pending messages stay.

@@ -11,7 +11,9 @@ use tracing::Instrument;
 
 use super::admission::{answer, answer_on, draining, error_packet, fault_pair, reply_fault};
 use super::serial::ChannelWork;
-use super::{Done, Finished, Notices, Session, SessionEnd, SessionStep, panicked};
+use super::{
+    Done, Finished, Notices, OPEN_BATCH, OPEN_BATCHES, Session, SessionEnd, SessionStep, panicked,
+};
 use crate::bus::Doorbell;
 use crate::engine::{AckOutcome, Fault, SessionIdent, tool_call_key};
 use crate::ids::{new_id, now_ms};
@@ -125,8 +127,8 @@ impl Session {
         step.packet(answer(&meta, ack));
     }
 
-    /// `channel.open` runs off the loop, up to `opens_per_socket` at once; the rest wait
-    /// their turn. Its answer routes the channel ([`Session::on_opened`]).
+    /// `channel.open` runs off the loop, in batches ([`Session::start_opens`]). Its answer
+    /// routes the channel ([`Session::on_opened`]).
     fn on_open(&mut self, meta: RequestMeta, step: &mut SessionStep) {
         if self.draining {
             return step.packet(error_packet(&meta, draining()));
@@ -135,26 +137,33 @@ impl Session {
         self.start_opens(step);
     }
 
+    /// Starts what waits, as batches: while fewer than [`OPEN_BATCHES`] run, every waiting
+    /// `channel.open` (up to [`OPEN_BATCH`]) goes in one batch, so the opens that arrive while
+    /// one batch runs are stored together ([`Connector::open_channels`]).
     pub(super) fn start_opens(&mut self, step: &mut SessionStep) {
         let Some(ident) = self.ident.clone() else {
             return;
         };
-        while self.opens_running < self.limits.opens_per_socket.max(1) {
-            let Some(meta) = self.opens_waiting.pop_front() else {
-                return;
-            };
+        let batches = OPEN_BATCHES.min(self.limits.opens_per_socket.max(1));
+        while self.opens_running < batches && !self.opens_waiting.is_empty() {
+            let n = self.opens_waiting.len().min(OPEN_BATCH);
+            let metas: Vec<RequestMeta> = self.opens_waiting.drain(..n).collect();
             self.opens_running += 1;
             let conn = self.conn.clone();
             let ident = ident.clone();
-            let if_panicked = Finished::Opened {
-                meta: meta.clone(),
-                result: Err(panicked()),
-            };
+            let concurrency = self.limits.opens_per_socket;
+            let if_panicked = Finished::Opened(
+                metas.iter().map(|m| (m.clone(), Err(panicked()))).collect(),
+            );
             let open = async move {
-                let result = conn
-                    .open_channel(&ident, meta.connector_channel_id.as_deref())
-                    .await;
-                Done(Box::new(Finished::Opened { meta, result }))
+                let requested: Vec<Option<String>> = metas
+                    .iter()
+                    .map(|m| m.connector_channel_id.clone())
+                    .collect();
+                let results = conn.open_channels(&ident, &requested, concurrency).await;
+                Done(Box::new(Finished::Opened(
+                    metas.into_iter().zip(results).collect(),
+                )))
             };
             self.work(step, open, if_panicked);
         }

@@ -34,8 +34,8 @@ pub struct SessionLimits {
     pub max_frame_bytes: usize,
     /// Tool calls in flight per socket; more are answered `busy`.
     pub tools_per_socket: usize,
-    /// `channel.open`s served at once on one socket (a reconnect after failover reopens
-    /// many channels; they overlap up to this bound, the rest wait their turn).
+    /// New channels created at once on one socket. Reopens of known channels go in batches
+    /// (a reconnect after failover reopens many: each batch is one read and one write).
     pub opens_per_socket: usize,
     /// xAgent -> target work queued per channel behind the one running; more is refused.
     pub channel_queue: usize,
@@ -106,6 +106,12 @@ pub enum SessionEnd {
     ConnectorGone,
 }
 
+/// `channel.open` batches in flight per socket (fewer when `opens_per_socket` is lower):
+/// opens that arrive while they run wait and go together in the next one.
+pub(super) const OPEN_BATCHES: usize = 2;
+/// Most `channel.open`s in one batch.
+pub(super) const OPEN_BATCH: usize = 512;
+
 /// Slow work (store and target calls) to run off the loop; its result comes back as
 /// [`SessionInput::Done`].
 pub struct Work {
@@ -151,12 +157,13 @@ pub struct Done(pub(super) Box<Finished>);
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Finished {
-    /// A `channel.open`.
-    Opened {
-        meta: RequestMeta,
-        result:
+    /// A batch of `channel.open`s, each with its answer, in the order they came.
+    Opened(
+        Vec<(
+            RequestMeta,
             Result<(crate::model::ChannelRecord, switchyard_protocol::Descriptor), super::Fault>,
-    },
+        )>,
+    ),
     /// An auth.* request and its answer.
     Auth(Envelope),
     /// A tool call and its ack.
@@ -204,7 +211,7 @@ pub struct Session {
     notices: Arc<dyn Notices>,
     /// Per channel: the serial xAgent -> target work, one item running at a time.
     lanes: HashMap<String, Lane>,
-    /// `channel.open`s waiting for a slot, and how many run.
+    /// `channel.open`s waiting for a batch, and how many batches run.
     opens_waiting: VecDeque<RequestMeta>,
     opens_running: usize,
     auths_running: usize,
@@ -386,9 +393,11 @@ impl Session {
     fn on_done(&mut self, done: Finished, step: &mut SessionStep) {
         self.in_flight = self.in_flight.saturating_sub(1);
         match done {
-            Finished::Opened { meta, result } => {
+            Finished::Opened(batch) => {
                 self.opens_running = self.opens_running.saturating_sub(1);
-                self.on_opened(meta, result, step);
+                for (meta, result) in batch {
+                    self.on_opened(meta, result, step);
+                }
                 self.start_opens(step);
             }
             Finished::Auth(env) => {
