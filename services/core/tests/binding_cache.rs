@@ -45,6 +45,7 @@ fn pod(
         commit: CommitLimits::default(),
         quotas: Default::default(),
         journal: switchyard_core::journal::JournalConfig::off(),
+        tracer: switchyard_core::trace::Tracer::disabled(),
     }));
     Connector::new(hub, Arc::new(ProbeProvider::new()))
 }

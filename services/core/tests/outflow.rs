@@ -58,6 +58,7 @@ async fn kit_with(commit: CommitLimits) -> Kit {
         commit,
         quotas: Default::default(),
         journal: switchyard_core::journal::JournalConfig::off(),
+        tracer: switchyard_core::trace::Tracer::disabled(),
     }));
     let conn = Connector::new(hub.clone(), Arc::new(ProbeProvider::new()));
     Kit {

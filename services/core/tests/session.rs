@@ -48,6 +48,7 @@ async fn kit() -> Kit {
         commit: CommitLimits::default(),
         quotas: Default::default(),
         journal: switchyard_core::journal::JournalConfig::off(),
+        tracer: switchyard_core::trace::Tracer::disabled(),
     }));
     let provider = Arc::new(common::ProbeProvider::new());
     let (tenant, _) = switchyard_core::engine::create_tenant(store.as_ref(), "t")
@@ -493,6 +494,10 @@ async fn a_reconnect_reopens_its_channels_in_one_batch() {
     let done = first_batch.run().await;
     w.input(SessionInput::Done(done)).await;
     assert_eq!(w.held.len(), 2, "the waiting reopens start as one batch");
+    // Answers come in the order the batches finish: the second, then the third.
+    let second_batch = w.held.remove(0);
+    let done = second_batch.run().await;
+    w.input(SessionInput::Done(done)).await;
     w.settle().await;
 
     let got = w.take();

@@ -17,6 +17,7 @@ use switchyard_core::engine::{Connector, Hub, HubParts, Janitor, OutflowLimits};
 use switchyard_core::hosts::Hosts;
 use switchyard_core::ids::random_secret;
 use switchyard_core::journal::JournalConfig;
+use switchyard_core::trace::Tracer;
 use switchyard_protocol::BuildInfo;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -127,6 +128,7 @@ impl Engine {
         pod_id: String,
         public_base_url: String,
         journal: JournalConfig,
+        tracer: Tracer,
     ) -> anyhow::Result<Self> {
         let b = backends(cfg).await?;
         prepare_schema(cfg, b.store.as_ref()).await?;
@@ -144,6 +146,7 @@ impl Engine {
             commit: cfg.commit_limits(),
             quotas: cfg.quotas.values(),
             journal,
+            tracer,
         }));
         let hosts = Arc::new(Hosts::new(hub.clone(), cfg.hosts.core()));
         Ok(Self {
@@ -166,6 +169,7 @@ pub async fn admin_hosts(cfg: &Config) -> anyhow::Result<Arc<Hosts>> {
         format!("cli-{}", random_secret(3)),
         public_base_url,
         JournalConfig::off(),
+        Tracer::disabled(),
     )
     .await?;
     Ok(engine.hosts)
@@ -202,6 +206,8 @@ pub struct App {
     sessions: TaskTracker,
     /// Cancelled at the end of the drain: internal listeners and background loops.
     stopped: CancellationToken,
+    /// The OTLP span exporter, when configured: it sends what is queued once `stopped`.
+    exporter: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl App {
@@ -224,11 +230,24 @@ impl App {
             .public_base_url
             .clone()
             .unwrap_or_else(|| format!("http://{local}"));
+        // Cancelled at the end of the drain: internal listeners, background loops and the
+        // span exporter (which sends what is still queued).
+        let stopped = CancellationToken::new();
+        let (tracer, exporter) = match crate::otel::OtlpConfig::from_env(|k| std::env::var(k).ok())
+            .context("OpenTelemetry export (OTEL_* variables)")?
+        {
+            Some(otlp) => {
+                let (t, task) = crate::otel::start(otlp, &pod, &build.version, stopped.clone())?;
+                (t, Some(task))
+            }
+            None => (Tracer::disabled(), None),
+        };
         let Engine {
             hub,
             hosts,
             signing,
-        } = Engine::build(&cfg, pod.clone(), public_base_url, cfg.journal.core()).await?;
+        } = Engine::build(&cfg, pod.clone(), public_base_url, cfg.journal.core(), tracer)
+            .await?;
         let store = hub.store();
         let first_start = if !cfg.is_clustered() && store.list_tenants().await?.is_empty() {
             Some(switchyard_core::engine::create_tenant(store.as_ref(), "default").await?)
@@ -250,7 +269,6 @@ impl App {
         let drain = CancellationToken::new();
         let draining = Arc::new(AtomicBool::new(false));
         let sessions = TaskTracker::new();
-        let stopped = CancellationToken::new();
         let gateway = crate::hosts::Gateway {
             hosts: hosts.clone(),
             ca: ca.clone(),
@@ -420,6 +438,7 @@ impl App {
             draining,
             sessions,
             stopped,
+            exporter,
         })
     }
 
@@ -508,6 +527,9 @@ impl App {
         background.wait().await;
         janitor.resign().await;
         hub.depart().await;
+        if let Some(e) = self.exporter {
+            let _ = tokio::time::timeout(Duration::from_secs(10), e).await;
+        }
         let _ = internal.await;
         if let Some(a) = admin {
             let _ = a.await;
@@ -552,7 +574,14 @@ fn public_router(
             draining: draining.clone(),
             sessions: sessions.clone(),
         };
-        app = app.nest(c.prefix(), connector_router(state));
+        let mut routes = connector_router(state);
+        if hub.tracer().enabled() {
+            let (tracer, prefix) = (hub.tracer().clone(), c.prefix());
+            routes = routes.layer(axum::middleware::from_fn(move |req, next| {
+                crate::otel::server_span(tracer.clone(), prefix, req, next)
+            }));
+        }
+        app = app.nest(c.prefix(), routes);
     }
     let app = app.layer(axum::middleware::from_fn(crate::listener::answer_refusals));
     // Spans name the path only: query strings carry URL signatures and pairing tokens.

@@ -16,6 +16,7 @@ pub mod http;
 pub mod journal;
 pub mod listener;
 pub mod operators;
+pub mod otel;
 pub mod providers;
 pub mod readiness;
 pub mod sendq;

@@ -611,14 +611,28 @@ impl Cluster {
         message_id: &str,
         text: &str,
     ) -> Result<u16, reqwest::Error> {
+        self.inbound_with(pod, channel, secret, message_id, text, &[])
+            .await
+    }
+
+    /// [`Cluster::inbound`] with extra request headers (a `traceparent`).
+    pub async fn inbound_with(
+        &self,
+        pod: &PodInfo,
+        channel: &str,
+        secret: &str,
+        message_id: &str,
+        text: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<u16, reqwest::Error> {
         let body =
             json!({"message_id": message_id, "text": text, "sender": {"id": "u1", "name": "Ada"}});
         let url = format!("{}/inbound/{channel}", pod.base_url());
-        let resp = InboundRequest::json(secret, &body)
-            .request(&self.http, &url)
-            .send()
-            .await?;
-        Ok(resp.status().as_u16())
+        let mut req = InboundRequest::json(secret, &body).request(&self.http, &url);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        Ok(req.send().await?.status().as_u16())
     }
 
     /// Posts until some live pod answers 202, starting with `first` (the index into the live

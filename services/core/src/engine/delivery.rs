@@ -12,6 +12,7 @@ use crate::ids::now_ms;
 use crate::journal::JournalStep;
 use crate::model::{Enqueue, EnqueueOutcome, FileRecord, OutboxRecord, OutboxState};
 use crate::provider::{InboundMessage, InboundOutcome, ServicesError};
+use crate::trace::{self, SpanKind, TraceContext};
 
 /// Key of the target sender's id stored beside an outbox payload.
 const SENDER_ID: &str = "sender_id";
@@ -36,6 +37,8 @@ pub struct Delivery {
     /// When the message was accepted (stored), in unix ms: delivery latency counts from it.
     pub accepted_at: i64,
     pub packet: Outbound,
+    /// The message's trace (its store span), when spans are exported.
+    pub trace: Option<TraceContext>,
 }
 
 impl Connector {
@@ -73,6 +76,24 @@ impl CardServices {
         if let Some(sender_id) = msg.sender_id.filter(|s| !s.is_empty()) {
             stored[SENDER_ID] = json!(sender_id);
         }
+        // The message's trace: the request's (a webhook POST), or a new one. Its context is
+        // kept beside the payload, so the pod that delivers it continues the trace.
+        let mut span = self
+            .hub
+            .tracer
+            .start("switchyard.message.store", SpanKind::Internal, trace::current());
+        if let Some(s) = &mut span {
+            stored[trace::STORED_KEY] = json!(s.ctx().header());
+            s.attr("switchyard.card", self.card_id());
+            s.attr("switchyard.channel_id", channel_id);
+            s.attr("switchyard.message_id", &payload.message_id);
+        }
+        let end_span = |span: Option<trace::Started>, outcome: &str, error: Option<&str>| {
+            if let Some(mut s) = span {
+                s.attr("switchyard.outcome", outcome);
+                s.end(&self.hub.tracer, error);
+            }
+        };
         let now = now_ms();
         let cfg = &self.hub.config;
         let rec = OutboxRecord {
@@ -100,10 +121,12 @@ impl CardServices {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => {
                 note(JournalStep::Accepted, "store_error");
+                end_span(span, "store_error", Some("store_error"));
                 return Err(e.into());
             }
             Err(Overloaded) => {
                 note(JournalStep::Accepted, "overloaded");
+                end_span(span, "overloaded", Some("overloaded"));
                 metrics::counter!("switchyard_ingress_refused_total", "reason" => "pod_backlog")
                     .increment(1);
                 crate::limits::hit("commit_backlog");
@@ -113,6 +136,11 @@ impl CardServices {
         let label = outcome.label();
         metrics::counter!("switchyard_inbound_messages_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
         note(JournalStep::Accepted, label);
+        let refused = !matches!(
+            outcome,
+            EnqueueOutcome::Stored { .. } | EnqueueOutcome::Duplicate
+        );
+        end_span(span, label, refused.then_some(label));
         match outcome {
             EnqueueOutcome::Stored { seq, prev } => {
                 note(JournalStep::Stored, "outbox");
@@ -198,6 +226,14 @@ impl Connector {
     }
 
     fn render(&self, rec: OutboxRecord, kind: DeliveryKind) -> Option<Delivery> {
+        let trace = if self.hub.tracer.enabled() {
+            rec.payload
+                .get(trace::STORED_KEY)
+                .and_then(Value::as_str)
+                .and_then(TraceContext::parse)
+        } else {
+            None
+        };
         let sender_id = rec
             .payload
             .get(SENDER_ID)
@@ -254,6 +290,7 @@ impl Connector {
             message_id,
             accepted_at: rec.created_at,
             packet,
+            trace,
         })
     }
 

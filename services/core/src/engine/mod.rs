@@ -113,6 +113,8 @@ pub struct Hub {
     pub(crate) quotas: crate::quota::Quotas,
     /// The delivery journal (each message's steps); recording never blocks.
     pub(crate) journal: crate::journal::Journal,
+    /// Spans for OpenTelemetry export (off: starts nothing).
+    pub(crate) tracer: crate::trace::Tracer,
 }
 
 /// What a [`Hub`] is made of: the backends, the keys, the bounds and who this pod is.
@@ -133,6 +135,8 @@ pub struct HubParts {
     pub quotas: crate::quota::QuotaValues,
     /// The delivery journal's bounds (`enabled: false` records nothing).
     pub journal: crate::journal::JournalConfig,
+    /// Where spans go ([`crate::trace::Tracer::disabled`] when export is off).
+    pub tracer: crate::trace::Tracer,
 }
 
 impl std::fmt::Debug for Hub {
@@ -166,6 +170,7 @@ impl Hub {
             committer,
             quotas: crate::quota::Quotas::new(parts.quotas),
             journal,
+            tracer: parts.tracer,
         }
     }
 
@@ -222,6 +227,11 @@ impl Hub {
     /// Per-tenant quotas.
     pub fn quotas(&self) -> &crate::quota::Quotas {
         &self.quotas
+    }
+
+    /// Spans for OpenTelemetry export.
+    pub fn tracer(&self) -> &crate::trace::Tracer {
+        &self.tracer
     }
 
     /// The delivery journal.

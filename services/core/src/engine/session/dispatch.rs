@@ -331,9 +331,17 @@ impl Session {
             },
         ));
         let call = async move {
-            let r = conn
-                .invoke_tool(&ch, &p.tool_id, &p.arguments, &key, &progress)
-                .await;
+            let r = crate::trace::traced(
+                &conn.hub.tracer,
+                "switchyard.tool.invoke",
+                vec![
+                    ("switchyard.channel_id", ch.id.clone()),
+                    ("switchyard.tool_id", p.tool_id.clone()),
+                ],
+                conn.invoke_tool(&ch, &p.tool_id, &p.arguments, &key, &progress),
+                |r| r.as_ref().err().map(|f| f.code.to_string()),
+            )
+            .await;
             let ack = Outbound::ToolAck {
                 tool_id: p.tool_id,
                 result: r.map_err(fault_pair),

@@ -137,7 +137,18 @@ async fn serial_item(
         }
     };
     let answer = match work {
-        ChannelWork::Message(meta, p) => match conn.receive_message(&ch, &p).await {
+        ChannelWork::Message(meta, p) => match crate::trace::traced(
+            &conn.hub.tracer,
+            "switchyard.chat.message",
+            vec![
+                ("switchyard.channel_id", chid.to_owned()),
+                ("switchyard.message_id", p.message_id.clone()),
+            ],
+            conn.receive_message(&ch, &p),
+            |r| r.as_ref().err().map(|f| f.code.to_string()),
+        )
+        .await
+        {
             Ok(Some(ack)) => Some(answer_on(&meta, chid, Outbound::ChatAck(ack))),
             Ok(None) => None,
             Err(f) => Some(rejected_ack(&meta, chid, &p.message_id, &f)),
