@@ -87,7 +87,10 @@ async fn a_message_is_one_trace_from_the_post_on_one_pod_to_the_ack_on_another()
         extra_env: vec![
             ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), url),
             ("OTEL_EXPORTER_OTLP_PROTOCOL".into(), "http/json".into()),
-            ("OTEL_EXPORTER_OTLP_HEADERS".into(), "x-collector-key=k%3D1".into()),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS".into(),
+                "x-collector-key=k%3D1".into(),
+            ),
             ("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into()),
         ],
         ..ClusterOptions::default()
@@ -102,7 +105,14 @@ async fn a_message_is_one_trace_from_the_post_on_one_pod_to_the_ack_on_another()
 
     let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
     let status = cluster
-        .inbound_with(&a, &ch, &endpoint.secret, "ot-1", TEXT, &[("traceparent", &traceparent)])
+        .inbound_with(
+            &a,
+            &ch,
+            &endpoint.secret,
+            "ot-1",
+            TEXT,
+            &[("traceparent", &traceparent)],
+        )
         .await
         .expect("inbound post");
     assert_eq!(status, 202);
@@ -121,11 +131,27 @@ async fn a_message_is_one_trace_from_the_post_on_one_pod_to_the_ack_on_another()
     let (server_pod, server) = one("POST /webhook");
     let (store_pod, store) = one("switchyard.message.store");
     let (deliver_pod, deliver) = one("switchyard.message.deliver");
-    assert_eq!((server_pod.as_str(), store_pod.as_str(), deliver_pod.as_str()), ("a", "a", "b"));
-    assert_eq!(server["parentSpanId"], CALLER_SPAN, "under the caller's span");
+    assert_eq!(
+        (
+            server_pod.as_str(),
+            store_pod.as_str(),
+            deliver_pod.as_str()
+        ),
+        ("a", "a", "b")
+    );
+    assert_eq!(
+        server["parentSpanId"], CALLER_SPAN,
+        "under the caller's span"
+    );
     assert_eq!(server["kind"], 2);
-    assert_eq!(store["parentSpanId"], server["spanId"], "stored while the POST was served");
-    assert_eq!(deliver["parentSpanId"], store["spanId"], "continued on the delivering pod");
+    assert_eq!(
+        store["parentSpanId"], server["spanId"],
+        "stored while the POST was served"
+    );
+    assert_eq!(
+        deliver["parentSpanId"], store["spanId"],
+        "continued on the delivering pod"
+    );
     let attr = |s: &Value, k: &str| {
         s["attributes"]
             .as_array()
@@ -135,12 +161,27 @@ async fn a_message_is_one_trace_from_the_post_on_one_pod_to_the_ack_on_another()
             .and_then(|a| a["value"]["stringValue"].as_str())
             .map(str::to_owned)
     };
-    assert_eq!(attr(&server, "http.response.status_code").as_deref(), Some("202"));
-    assert_eq!(attr(&store, "switchyard.outcome").as_deref(), Some("stored"));
-    assert_eq!(attr(&deliver, "switchyard.outcome").as_deref(), Some("accepted"));
+    assert_eq!(
+        attr(&server, "http.response.status_code").as_deref(),
+        Some("202")
+    );
+    assert_eq!(
+        attr(&store, "switchyard.outcome").as_deref(),
+        Some("stored")
+    );
+    assert_eq!(
+        attr(&deliver, "switchyard.outcome").as_deref(),
+        Some("accepted")
+    );
     for s in [&server, &store, &deliver] {
-        let (start, end) = (s["startTimeUnixNano"].as_str().unwrap(), s["endTimeUnixNano"].as_str().unwrap());
-        assert!(start.parse::<u64>().unwrap() <= end.parse::<u64>().unwrap(), "{s}");
+        let (start, end) = (
+            s["startTimeUnixNano"].as_str().unwrap(),
+            s["endTimeUnixNano"].as_str().unwrap(),
+        );
+        assert!(
+            start.parse::<u64>().unwrap() <= end.parse::<u64>().unwrap(),
+            "{s}"
+        );
         assert_eq!(s["status"]["code"], 0, "{s}");
     }
     let bodies = receiver.bodies.lock().unwrap().join("\n");

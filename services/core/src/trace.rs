@@ -95,7 +95,8 @@ impl TraceContext {
 }
 
 fn is_lower_hex(s: &str) -> bool {
-    s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn nonzero<const N: usize>() -> [u8; N] {
@@ -324,7 +325,11 @@ mod tests {
 
     #[test]
     fn spans_name_their_parent_and_nothing_is_started_when_off_or_unsampled() {
-        assert!(Tracer::disabled().start("x", SpanKind::Internal, None).is_none());
+        assert!(
+            Tracer::disabled()
+                .start("x", SpanKind::Internal, None)
+                .is_none()
+        );
         let (tracer, mut rx) = Tracer::channel(4);
         let parent = TraceContext::parse(VALID).unwrap();
         let mut s = tracer
@@ -345,8 +350,14 @@ mod tests {
             sampled: false,
             ..parent
         };
-        assert!(tracer.start("x", SpanKind::Internal, Some(unsampled)).is_none());
-        let root = tracer.start("root", SpanKind::Server, None).expect("a new trace");
+        assert!(
+            tracer
+                .start("x", SpanKind::Internal, Some(unsampled))
+                .is_none()
+        );
+        let root = tracer
+            .start("root", SpanKind::Server, None)
+            .expect("a new trace");
         assert!(root.ctx().sampled);
         assert_ne!(root.ctx().trace_id, parent.trace_id);
     }

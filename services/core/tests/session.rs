@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use switchyard_core::bus::{Doorbell, LocalBus};
-use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
+use switchyard_core::crypto::{Cipher, Secret, UrlSigner, rows};
 use switchyard_core::engine::{
     CommitLimits, Connector, Done, Emit, EngineConfig, Hub, HubParts, Notices, OutflowLimits,
     Session, SessionEnd, SessionInput, SessionLimits, SessionStep,
@@ -21,7 +21,7 @@ use switchyard_core::ids::now_ms;
 use switchyard_core::memstore::MemoryStore;
 use switchyard_core::model::{Enqueue, OutboxRecord, OutboxState};
 use switchyard_core::store::Store;
-use switchyard_protocol::{Envelope, PACKET_SCHEMA};
+use switchyard_protocol::{ConnectionStatus, Envelope, PACKET_SCHEMA};
 use tokio::sync::mpsc;
 
 struct Kit {
@@ -104,11 +104,15 @@ struct Wire {
 
 impl Wire {
     fn new(k: &Kit, limits: SessionLimits) -> Self {
+        Self::for_tenant(k, &k.tenant, limits)
+    }
+
+    fn for_tenant(k: &Kit, tenant: &str, limits: SessionLimits) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
             session: Session::new(
                 k.conn.clone(),
-                k.tenant.clone(),
+                tenant.to_owned(),
                 limits,
                 Arc::new(Kept::default()),
             ),
@@ -431,6 +435,26 @@ async fn a_draining_session_refuses_new_work_and_settles() {
     assert_eq!(stuck.ends, [SessionEnd::Drained]);
 }
 
+/// Binds a channel straight in the store, as a provider's auth step would.
+async fn bind(k: &Kit, channel: &str) {
+    let blob = k
+        .conn
+        .hub()
+        .cipher()
+        .encrypt_json(&rows::channel(channel), &json!({"token": "t"}));
+    k.store
+        .set_channel_binding(
+            channel,
+            Some(&blob),
+            None,
+            ConnectionStatus::Connected,
+            &json!({}),
+            now_ms(),
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn work_that_panics_is_answered_internal_and_the_socket_goes_on() {
     let k = kit().await;
@@ -438,16 +462,25 @@ async fn work_that_panics_is_answered_internal_and_the_socket_goes_on() {
     w.hello(&["xagent.im.v2"]).await;
     let a = w.open().await;
     let b = w.open().await;
+    for ch in [&a, &b] {
+        bind(&k, ch).await;
+    }
     let boom = json!({"message_id": "p1", "text": common::PANIC_TEXT});
     w.text(packet("chat.message", Some(&a), boom)).await;
     w.text(chat(&b, "b1")).await;
     // Without an answer for the panicked work, this waits in vain.
     w.settle().await;
     let got = w.take();
-    let on = |ch: &str| got.iter().find(|e| e.connector_channel_id.as_deref() == Some(ch));
+    let on = |ch: &str| {
+        got.iter()
+            .find(|e| e.connector_channel_id.as_deref() == Some(ch))
+    };
     let p1 = on(&a).expect("the panicked message is answered");
-    assert_eq!((p1.kind.as_str(), message_id(p1)), ("chat.message.ack", "p1"));
-    assert_eq!(code(p1), Some("internal"), "{p1:?}");
+    assert_eq!(
+        (p1.kind.as_str(), message_id(p1)),
+        ("chat.message.ack", "p1")
+    );
+    assert_eq!(code(p1), Some("internal_error"), "{p1:?}");
     assert_eq!(code(on(&b).expect("the other channel")), None);
 
     // The lane goes on, and nothing is left in flight for a drain to wait for.
@@ -469,8 +502,18 @@ async fn a_reconnect_reopens_its_channels_in_one_batch() {
     for _ in 0..6 {
         mine.push(first.open().await);
     }
-    let connector_id = k.store.get_channel(&mine[0]).await.unwrap().unwrap().connector_id;
-    let mut stranger = Wire::new(&k, limits());
+    let connector_id = k
+        .store
+        .get_channel(&mine[0])
+        .await
+        .unwrap()
+        .unwrap()
+        .connector_id;
+    // Another tenant's channel.
+    let (other, _) = switchyard_core::engine::create_tenant(k.store.as_ref(), "t2")
+        .await
+        .unwrap();
+    let mut stranger = Wire::for_tenant(&k, &other.id, limits());
     stranger.hello(&["xagent.im.v2"]).await;
     let theirs = stranger.open().await;
 
@@ -503,18 +546,33 @@ async fn a_reconnect_reopens_its_channels_in_one_batch() {
     let got = w.take();
     assert_eq!(got.len(), asked.len(), "{got:?}");
     for (ask, ans) in asked.iter().zip(&got) {
-        assert_eq!(ans.reply_to.as_deref(), ask["packet_id"].as_str(), "in order");
+        assert_eq!(
+            ans.reply_to.as_deref(),
+            ask["packet_id"].as_str(),
+            "in order"
+        );
     }
-    let ids: Vec<Option<&str>> = got.iter().map(|e| e.connector_channel_id.as_deref()).collect();
+    let ids: Vec<Option<&str>> = got
+        .iter()
+        .map(|e| e.connector_channel_id.as_deref())
+        .collect();
     for (i, id) in [0, 1, 2, 4, 7, 8].into_iter().zip(&mine) {
         assert_eq!(got[i].kind, "channel.open.ack", "{:?}", got[i]);
         assert_eq!(ids[i], Some(id.as_str()));
         let ch = k.store.get_channel(id).await.unwrap().unwrap();
         assert_eq!(ch.route_socket.as_deref(), Some(w.session.socket_id()));
     }
-    assert_eq!(code(&got[3]), Some("connector_channel_not_owned"), "{:?}", got[3]);
+    assert_eq!(
+        code(&got[3]),
+        Some("connector_channel_not_owned"),
+        "{:?}",
+        got[3]
+    );
     let stranger_ch = k.store.get_channel(&theirs).await.unwrap().unwrap();
-    assert_ne!(stranger_ch.route_socket.as_deref(), Some(w.session.socket_id()));
+    assert_ne!(
+        stranger_ch.route_socket.as_deref(),
+        Some(w.session.socket_id())
+    );
     for i in [5, 6] {
         assert_eq!(got[i].kind, "channel.open.ack", "{:?}", got[i]);
         let id = ids[i].expect("a new channel");

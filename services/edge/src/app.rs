@@ -246,8 +246,14 @@ impl App {
             hub,
             hosts,
             signing,
-        } = Engine::build(&cfg, pod.clone(), public_base_url, cfg.journal.core(), tracer)
-            .await?;
+        } = Engine::build(
+            &cfg,
+            pod.clone(),
+            public_base_url,
+            cfg.journal.core(),
+            tracer,
+        )
+        .await?;
         let store = hub.store();
         let first_start = if !cfg.is_clustered() && store.list_tenants().await?.is_empty() {
             Some(switchyard_core::engine::create_tenant(store.as_ref(), "default").await?)

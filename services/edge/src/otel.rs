@@ -52,15 +52,24 @@ impl OtlpConfig {
     /// The export settings `var` gives (the process environment in a pod), `None` when no
     /// endpoint is set or export is turned off.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<Self>> {
-        let get = |k: &str| var(k).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let signal = |k: &str| get(&format!("OTEL_EXPORTER_OTLP_TRACES_{k}"))
-            .or_else(|| get(&format!("OTEL_EXPORTER_OTLP_{k}")));
+        let get = |k: &str| {
+            var(k)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let signal = |k: &str| {
+            get(&format!("OTEL_EXPORTER_OTLP_TRACES_{k}"))
+                .or_else(|| get(&format!("OTEL_EXPORTER_OTLP_{k}")))
+        };
         if get("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
             || get("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"))
         {
             return Ok(None);
         }
-        let endpoint = match (get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), get("OTEL_EXPORTER_OTLP_ENDPOINT")) {
+        let endpoint = match (
+            get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ) {
             (Some(e), _) => e,
             (None, Some(base)) => format!("{}/v1/traces", base.trim_end_matches('/')),
             (None, None) => return Ok(None),
@@ -80,7 +89,9 @@ impl OtlpConfig {
         }
         let headers = match signal("HEADERS") {
             None => Vec::new(),
-            Some(h) => pairs(&h).context("OTEL_EXPORTER_OTLP_HEADERS is not a list of key=value")?,
+            Some(h) => {
+                pairs(&h).context("OTEL_EXPORTER_OTLP_HEADERS is not a list of key=value")?
+            }
         };
         let resource = match get("OTEL_RESOURCE_ATTRIBUTES") {
             None => Vec::new(),
@@ -135,9 +146,11 @@ fn pairs(s: &str) -> Option<Vec<(String, String)>> {
             if k.is_empty() {
                 return None;
             }
-            let v = url::form_urlencoded::parse(format!("v={}", v.trim().replace('+', "%2B")).as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())?;
+            let v = url::form_urlencoded::parse(
+                format!("v={}", v.trim().replace('+', "%2B")).as_bytes(),
+            )
+            .next()
+            .map(|(_, v)| v.into_owned())?;
             Some((k.to_owned(), v))
         })
         .collect()
@@ -243,7 +256,12 @@ async fn export_loop(
 }
 
 /// POSTs one batch; false when it did not reach the receiver.
-async fn send(cfg: &OtlpConfig, client: &reqwest::Client, resource: &Resource, spans: &[Span]) -> bool {
+async fn send(
+    cfg: &OtlpConfig,
+    client: &reqwest::Client,
+    resource: &Resource,
+    spans: &[Span],
+) -> bool {
     let body = encode(resource, spans);
     let r = client
         .post(cfg.endpoint.clone())
@@ -306,10 +324,11 @@ fn encode(resource: &Resource, spans: &[Span]) -> Value {
 
 fn hex(b: &[u8]) -> String {
     use std::fmt::Write;
-    b.iter().fold(String::with_capacity(b.len() * 2), |mut s, x| {
-        let _ = write!(s, "{x:02x}");
-        s
-    })
+    b.iter()
+        .fold(String::with_capacity(b.len() * 2), |mut s, x| {
+            let _ = write!(s, "{x:02x}");
+            s
+        })
 }
 
 /// The public listener's span per request: the parent is the request's `traceparent` (a
@@ -328,7 +347,8 @@ pub async fn server_span(
         .and_then(|v| v.to_str().ok())
         .and_then(TraceContext::parse);
     let name = format!("{} {prefix}", req.method());
-    let Some(mut span) = tracer.start(name, switchyard_core::trace::SpanKind::Server, parent) else {
+    let Some(mut span) = tracer.start(name, switchyard_core::trace::SpanKind::Server, parent)
+    else {
         return next.run(req).await;
     };
     span.attr("http.request.method", req.method().as_str());
@@ -361,9 +381,15 @@ mod tests {
         assert!(OtlpConfig::from_env(env(&[])).unwrap().is_none());
         let on = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")];
         assert!(OtlpConfig::from_env(env(&on)).unwrap().is_some());
-        for off in [("OTEL_TRACES_EXPORTER", "none"), ("OTEL_SDK_DISABLED", "true")] {
+        for off in [
+            ("OTEL_TRACES_EXPORTER", "none"),
+            ("OTEL_SDK_DISABLED", "true"),
+        ] {
             let vars = [on[0], off];
-            assert!(OtlpConfig::from_env(env(&vars)).unwrap().is_none(), "{off:?}");
+            assert!(
+                OtlpConfig::from_env(env(&vars)).unwrap().is_none(),
+                "{off:?}"
+            );
         }
     }
 
@@ -371,7 +397,10 @@ mod tests {
     fn the_endpoint_headers_and_resource_follow_the_otel_variables() {
         let c = OtlpConfig::from_env(env(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/"),
-            ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=s%3Dcret,x-tenant = blue"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "api-key=s%3Dcret,x-tenant = blue",
+            ),
             ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod"),
             ("OTEL_SERVICE_NAME", "edge-eu"),
             ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
@@ -387,35 +416,70 @@ mod tests {
                 ("x-tenant".to_owned(), "blue".to_owned())
             ]
         );
-        assert_eq!(c.resource, [("deployment.environment".to_owned(), "prod".to_owned())]);
+        assert_eq!(
+            c.resource,
+            [("deployment.environment".to_owned(), "prod".to_owned())]
+        );
         assert_eq!(c.service_name, "edge-eu");
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert_eq!(c.delay, Duration::from_millis(200));
         // The signal's own endpoint is used as it is, and wins.
         let c = OtlpConfig::from_env(env(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://b/custom/path"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "https://b/custom/path",
+            ),
         ]))
         .unwrap()
         .unwrap();
         assert_eq!(c.endpoint.as_str(), "https://b/custom/path");
         // Credentials never show in the config's debug form.
-        let shown = format!("{:?}", OtlpConfig::from_env(env(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"),
-            ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20sekrit"),
-        ])).unwrap().unwrap());
-        assert!(shown.contains("authorization") && !shown.contains("sekrit"), "{shown}");
+        let shown = format!(
+            "{:?}",
+            OtlpConfig::from_env(env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"),
+                (
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                    "authorization=Bearer%20sekrit"
+                ),
+            ]))
+            .unwrap()
+            .unwrap()
+        );
+        assert!(
+            shown.contains("authorization") && !shown.contains("sekrit"),
+            "{shown}"
+        );
     }
 
     #[test]
     fn what_cannot_be_honoured_is_refused_with_a_clear_error() {
         let base = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318");
         for (vars, says) in [
-            (vec![base, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")], "http/json"),
-            (vec![base, ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")], "http/json"),
-            (vec![base, ("OTEL_EXPORTER_OTLP_HEADERS", "novalue")], "key=value"),
-            (vec![base, ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")], "milliseconds"),
-            (vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")], "http(s) URL"),
+            (
+                vec![base, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+                "http/json",
+            ),
+            (
+                vec![
+                    base,
+                    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"),
+                ],
+                "http/json",
+            ),
+            (
+                vec![base, ("OTEL_EXPORTER_OTLP_HEADERS", "novalue")],
+                "key=value",
+            ),
+            (
+                vec![base, ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon")],
+                "milliseconds",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")],
+                "http(s) URL",
+            ),
         ] {
             let e = OtlpConfig::from_env(env(&vars)).unwrap_err();
             assert!(format!("{e:#}").contains(says), "{vars:?}: {e:#}");
@@ -427,8 +491,11 @@ mod tests {
     #[test]
     fn spans_are_encoded_as_otlp_json() {
         let (tracer, mut rx) = Tracer::channel(4);
-        let parent = TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
-        let mut s = tracer.start("POST /webhook", SpanKind::Server, Some(parent)).unwrap();
+        let parent =
+            TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        let mut s = tracer
+            .start("POST /webhook", SpanKind::Server, Some(parent))
+            .unwrap();
         s.attr("http.response.status_code", "500");
         s.end(&tracer, Some("500"));
         let span = rx.try_recv().unwrap();
@@ -445,6 +512,9 @@ mod tests {
         assert_eq!(got["status"]["code"], 2);
         assert_eq!(got["attributes"][0]["key"], "http.response.status_code");
         assert_eq!(got["attributes"][0]["value"]["stringValue"], "500");
-        assert_eq!(body["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"], "switchyard");
+        assert_eq!(
+            body["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"],
+            "switchyard"
+        );
     }
 }

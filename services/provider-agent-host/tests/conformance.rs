@@ -64,7 +64,7 @@ impl ProviderHarness for AgentHost {
             commit: CommitLimits::default(),
             quotas: Default::default(),
             journal: switchyard_core::journal::JournalConfig::off(),
-        tracer: switchyard_core::trace::Tracer::disabled(),
+            tracer: switchyard_core::trace::Tracer::disabled(),
         }));
         let hosts = Arc::new(Hosts::new(hub, HostsConfig::default()));
         // Enrolled and given its certificate, as the CLI and the first connection do.

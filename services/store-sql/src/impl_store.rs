@@ -383,8 +383,10 @@ macro_rules! impl_store {
                     profiles: &[String],
                     now: i64,
                 ) -> BackendResult<()> {
-                    <$ty as $crate::StoreDialect>::set_channel_routes(self, ids, socket, profiles, now)
-                        .await
+                    <$ty as $crate::StoreDialect>::set_channel_routes(
+                        self, ids, socket, profiles, now,
+                    )
+                    .await
                 }
 
                 async fn fail_outbox(

@@ -2598,16 +2598,25 @@ pub async fn channel_batches(s: &dyn Store) {
     assert!(s.get_channels(&[]).await.expect("empty").is_empty());
 
     let profiles = vec!["xagent.im.v2".to_owned()];
-    s.set_channel_routes(&[a.id.clone(), b.id.clone()], "sock_new", &profiles, now + 1)
-        .await
-        .expect("set routes");
+    s.set_channel_routes(
+        &[a.id.clone(), b.id.clone()],
+        "sock_new",
+        &profiles,
+        now + 1,
+    )
+    .await
+    .expect("set routes");
     for id in [&a.id, &b.id] {
         let ch = s.get_channel(id).await.expect("get").expect("exists");
         assert_eq!(ch.route_socket.as_deref(), Some("sock_new"));
         assert_eq!(ch.profiles, profiles);
         assert_eq!(ch.updated_at, now + 1);
     }
-    let untouched = s.get_channel(&other.id).await.expect("get").expect("exists");
+    let untouched = s
+        .get_channel(&other.id)
+        .await
+        .expect("get")
+        .expect("exists");
     assert_eq!(untouched.route_socket.as_deref(), Some("sock_old"));
     s.set_channel_routes(&[], "sock_new", &profiles, now)
         .await

@@ -30,6 +30,9 @@ pub struct HelloOk {
     pub reissued: bool,
 }
 
+/// The answer to one `channel.open`: the channel routed to the socket, with its Descriptor.
+pub type Opened = Result<(ChannelRecord, Descriptor), Fault>;
+
 impl Connector {
     /// Handles `connector.hello`: checks Card, version and profiles, then resolves the
     /// tenant's connector_id for this Card (reusing it, or issuing one) and records the socket.
@@ -214,11 +217,7 @@ impl Connector {
 
     /// `channel.open`: reuse a known channel of this caller, or issue a new one (first open,
     /// or an id this server does not know). A foreign channel is refused.
-    pub async fn open_channel(
-        &self,
-        ident: &SessionIdent,
-        requested: Option<&str>,
-    ) -> Result<(ChannelRecord, Descriptor), Fault> {
+    pub async fn open_channel(&self, ident: &SessionIdent, requested: Option<&str>) -> Opened {
         let card = self.provider.card();
         let profiles = profile::negotiate(
             &card.supports.profiles,
@@ -295,7 +294,7 @@ impl Connector {
         ident: &SessionIdent,
         requested: &[Option<String>],
         concurrency: usize,
-    ) -> Vec<Result<(ChannelRecord, Descriptor), Fault>> {
+    ) -> Vec<Opened> {
         use futures::StreamExt;
         let ids: Vec<String> = requested
             .iter()
@@ -314,13 +313,16 @@ impl Connector {
             }
         }
         // Known channels: refused or reopened together; the rest one by one.
-        let mut results: Vec<Option<Result<(ChannelRecord, Descriptor), Fault>>> =
-            Vec::with_capacity(requested.len());
+        let mut results: Vec<Option<Opened>> = Vec::with_capacity(requested.len());
         let mut reopen: Vec<(usize, ChannelRecord)> = Vec::new();
         let mut single: Vec<usize> = Vec::new();
         for (i, r) in requested.iter().enumerate() {
             results.push(None);
-            match r.as_deref().filter(|id| !id.is_empty()).and_then(|id| known.remove(id)) {
+            match r
+                .as_deref()
+                .filter(|id| !id.is_empty())
+                .and_then(|id| known.remove(id))
+            {
                 Some(ch) => match self.check_owner(ident, &ch) {
                     Ok(()) => reopen.push((i, ch)),
                     Err(f) => results[i] = Some(Err(f)),
@@ -372,12 +374,11 @@ impl Connector {
                 }
             }
         }
-        let opened: Vec<(usize, Result<(ChannelRecord, Descriptor), Fault>)> =
-            futures::stream::iter(single)
-                .map(|i| async move { (i, self.open_channel(ident, requested[i].as_deref()).await) })
-                .buffered(concurrency.max(1))
-                .collect()
-                .await;
+        let opened: Vec<(usize, Opened)> = futures::stream::iter(single)
+            .map(|i| async move { (i, self.open_channel(ident, requested[i].as_deref()).await) })
+            .buffered(concurrency.max(1))
+            .collect()
+            .await;
         for (i, r) in opened {
             results[i] = Some(r);
         }

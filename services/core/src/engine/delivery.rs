@@ -78,10 +78,11 @@ impl CardServices {
         }
         // The message's trace: the request's (a webhook POST), or a new one. Its context is
         // kept beside the payload, so the pod that delivers it continues the trace.
-        let mut span = self
-            .hub
-            .tracer
-            .start("switchyard.message.store", SpanKind::Internal, trace::current());
+        let mut span = self.hub.tracer.start(
+            "switchyard.message.store",
+            SpanKind::Internal,
+            trace::current(),
+        );
         if let Some(s) = &mut span {
             stored[trace::STORED_KEY] = json!(s.ctx().header());
             s.attr("switchyard.card", self.card_id());

@@ -9,6 +9,8 @@ use super::Outflow;
 use crate::journal::JournalStep;
 use crate::trace::{SpanKind, TraceContext};
 
+/// What xAgent's ack means for the message. The one place that decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AckVerdict {
     /// Accepted or duplicate: the message leaves the outbox.
     Delivered,
@@ -74,7 +76,6 @@ pub enum AckOutcome {
     /// `reply_to` names a packet that carried another `message_id`.
     Mismatch,
 }
-
 
 impl Outflow {
     /// xAgent's `chat.message.ack` for a routed channel.
@@ -211,11 +212,14 @@ impl Outflow {
             .min()
     }
 
-    /// The safety sweep for lost doorbells, one store query for the whole route table:
-
     /// The delivery span of a message sent on this socket, from the send to its outcome
     /// (`accepted`, `duplicate`, `rejected`, `retry`, `timeout`, `written`).
-    pub(super) fn deliver_span(&self, sent: Option<(TraceContext, u64)>, outcome: &str, error: Option<&str>) {
+    pub(super) fn deliver_span(
+        &self,
+        sent: Option<(TraceContext, u64)>,
+        outcome: &str,
+        error: Option<&str>,
+    ) {
         let Some((parent, start_ns)) = sent else {
             return;
         };
@@ -268,4 +272,3 @@ mod ack_reason_tests {
         }
     }
 }
-

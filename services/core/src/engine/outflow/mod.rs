@@ -22,7 +22,7 @@ mod send;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::{Connector, DeliveryKind};
+use super::{Connector, Delivery, DeliveryKind};
 use crate::bus::Carried;
 use crate::ids::now_ms;
 use crate::journal::JournalStep;
@@ -52,8 +52,7 @@ impl Default for OutflowLimits {
     }
 }
 
-/// What xAgent's ack means for the message. The one place that decides it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A message on the socket, waiting for xAgent's ack.
 struct Inflight {
     seq: i64,
     message_id: String,

@@ -3,6 +3,7 @@
 //! doorbells.
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use switchyard_protocol::Envelope;
 use switchyard_protocol::outbound::Correlation;
@@ -14,6 +15,8 @@ use crate::journal::JournalStep;
 use crate::trace;
 
 impl Outflow {
+    /// The safety sweep for lost doorbells, one store query for the whole route table:
+    /// routes now owned by another socket (or deleted) go; channels with pending messages
     /// beyond their cursor are read at the next flush.
     pub async fn sweep(&mut self) {
         if self.routes.is_empty() {
@@ -209,5 +212,4 @@ impl Outflow {
             }
         }
     }
-}
 }

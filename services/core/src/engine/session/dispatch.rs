@@ -3,10 +3,10 @@
 //! acks to the delivery machine, chat work to its channel's serial lane, auth and tools off
 //! the loop within their per-socket bounds; and doorbells.
 
+use switchyard_protocol::Envelope;
 use switchyard_protocol::ErrorCode;
 use switchyard_protocol::outbound::{AuthAck, Correlation, Outbound, kind_label};
 use switchyard_protocol::packet::{self, HelloPayload, Inbound, PacketError, RequestMeta};
-use switchyard_protocol::{Descriptor, Envelope};
 use tracing::Instrument;
 
 use super::admission::{answer, answer_on, draining, error_packet, fault_pair, reply_fault};
@@ -152,9 +152,8 @@ impl Session {
             let conn = self.conn.clone();
             let ident = ident.clone();
             let concurrency = self.limits.opens_per_socket;
-            let if_panicked = Finished::Opened(
-                metas.iter().map(|m| (m.clone(), Err(panicked()))).collect(),
-            );
+            let if_panicked =
+                Finished::Opened(metas.iter().map(|m| (m.clone(), Err(panicked()))).collect());
             let open = async move {
                 let requested: Vec<Option<String>> = metas
                     .iter()
@@ -172,7 +171,7 @@ impl Session {
     pub(super) fn on_opened(
         &mut self,
         meta: RequestMeta,
-        result: Result<(ChannelRecord, Descriptor), Fault>,
+        result: crate::engine::Opened,
         step: &mut SessionStep,
     ) {
         match result {

@@ -158,12 +158,7 @@ pub struct Done(pub(super) Box<Finished>);
 #[derive(Debug)]
 pub(crate) enum Finished {
     /// A batch of `channel.open`s, each with its answer, in the order they came.
-    Opened(
-        Vec<(
-            RequestMeta,
-            Result<(crate::model::ChannelRecord, switchyard_protocol::Descriptor), super::Fault>,
-        )>,
-    ),
+    Opened(Vec<(RequestMeta, super::channel::Opened)>),
     /// An auth.* request and its answer.
     Auth(Envelope),
     /// A tool call and its ack.
