@@ -130,38 +130,102 @@ pub enum ProviderErrorKind {
     Internal,
 }
 
+/// The stable code of a provider failure, as xAgent sees it (a `chat.message.ack`'s or a
+/// `tool.invoke.ack`'s `code`): a protocol code, a host's refusal passed on, or one of the
+/// target-side codes the protocol leaves to connectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderCode {
+    Protocol(switchyard_protocol::ErrorCode),
+    /// An agent host's refusal, with its code (the device bridge).
+    AgentHost(crate::hosts::AgentHostRefusalCode),
+    /// The target refused the credentials: the channel becomes `revoked`.
+    TargetUnauthorized,
+    /// The target is down, slow or rate limiting: retry later with the same id.
+    TargetUnavailable,
+    /// The target cannot reach the recipient (it blocked the bot, left the chat).
+    RecipientUnreachable,
+    /// A host's run artifact that is not there (any more).
+    ArtifactNotFound,
+}
+
+impl ProviderCode {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Protocol(c) => c.as_str(),
+            Self::AgentHost(c) => c.as_str(),
+            Self::TargetUnauthorized => "target_unauthorized",
+            Self::TargetUnavailable => "target_unavailable",
+            Self::RecipientUnreachable => "recipient_unreachable",
+            Self::ArtifactNotFound => "artifact_not_found",
+        }
+    }
+}
+
+impl std::fmt::Display for ProviderCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<switchyard_protocol::ErrorCode> for ProviderCode {
+    fn from(c: switchyard_protocol::ErrorCode) -> Self {
+        Self::Protocol(c)
+    }
+}
+
+impl From<crate::hosts::AgentHostRefusalCode> for ProviderCode {
+    fn from(c: crate::hosts::AgentHostRefusalCode) -> Self {
+        Self::AgentHost(c)
+    }
+}
+
+impl PartialEq<&str> for ProviderCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A provider failure. `message` is shown to xAgent: it must never carry secrets or URLs
 /// that contain them.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ProviderError {
     pub kind: ProviderErrorKind,
-    pub code: String,
+    pub code: ProviderCode,
     pub message: String,
 }
 
 impl ProviderError {
-    pub fn new(kind: ProviderErrorKind, code: &str, message: impl Into<String>) -> Self {
+    pub fn new(
+        kind: ProviderErrorKind,
+        code: impl Into<ProviderCode>,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             kind,
-            code: code.to_owned(),
+            code: code.into(),
             message: message.into(),
         }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(
             ProviderErrorKind::InvalidInput,
-            "invalid_arguments",
+            switchyard_protocol::ErrorCode::InvalidArguments,
             message,
         )
     }
     pub fn transient(message: impl Into<String>) -> Self {
-        Self::new(ProviderErrorKind::Transient, "target_unavailable", message)
+        Self::new(
+            ProviderErrorKind::Transient,
+            ProviderCode::TargetUnavailable,
+            message,
+        )
     }
     pub fn rejected(message: impl Into<String>) -> Self {
         Self::new(
             ProviderErrorKind::Rejected,
-            "target_delivery_failed",
+            switchyard_protocol::ErrorCode::TargetDeliveryFailed,
             message,
         )
     }

@@ -79,7 +79,7 @@ impl AgentHostProvider {
                 if h.status == HostStatus::Revoked {
                     return Err(ProviderError::new(
                         ProviderErrorKind::Unauthorized,
-                        "host_revoked",
+                        AgentHostRefusalCode::HostRevoked,
                         "the host was revoked by an operator",
                     ));
                 }
@@ -87,7 +87,7 @@ impl AgentHostProvider {
             }
             Ok(_) => Err(ProviderError::new(
                 ProviderErrorKind::Unauthorized,
-                "host_not_found",
+                AgentHostRefusalCode::HostNotFound,
                 "the bound host no longer exists",
             )),
             Err(e) => Err(map_err(e.into())),
@@ -185,7 +185,7 @@ impl AgentHostProvider {
                     [] => {
                         return Err(ProviderError::new(
                             ProviderErrorKind::Rejected,
-                            "agent_not_found",
+                            AgentHostRefusalCode::AgentNotFound,
                             "the host has declared no agents yet",
                         ));
                     }
@@ -412,7 +412,7 @@ impl AgentHostProvider {
         let not_found = || {
             ProviderError::new(
                 ProviderErrorKind::Rejected,
-                "artifact_not_found",
+                switchyard_core::provider::ProviderCode::ArtifactNotFound,
                 "no such artifact on this channel's host",
             )
         };
@@ -454,7 +454,7 @@ impl AgentHostProvider {
                 tracing::warn!(error = %e, "artifact copy into channel files failed");
                 ProviderError::new(
                     ProviderErrorKind::Transient,
-                    ErrorCode::Unavailable.as_str(),
+                    ErrorCode::Unavailable,
                     "file storage is unavailable",
                 )
             })?;
@@ -505,8 +505,8 @@ fn map_err(e: AgentHostRefusal) -> ProviderError {
         _ => ProviderErrorKind::Rejected,
     };
     let code = match e.code {
-        AgentHostRefusalCode::Unavailable => ErrorCode::Unavailable.as_str(),
-        other => other.as_str(),
+        AgentHostRefusalCode::Unavailable => ErrorCode::Unavailable.into(),
+        other => switchyard_core::provider::ProviderCode::AgentHost(other),
     };
     ProviderError::new(kind, code, e.message)
 }
@@ -566,7 +566,7 @@ impl Provider for AgentHostProvider {
         if req.flow.id != FLOW_PAIRING {
             return Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownAuthFlow.as_str(),
+                ErrorCode::UnknownAuthFlow,
                 "unknown auth flow",
             ));
         }
@@ -638,7 +638,7 @@ impl Provider for AgentHostProvider {
             TOOL_ARTIFACT_FETCH => self.artifact_fetch(&call, &host).await,
             _ => Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownTool.as_str(),
+                ErrorCode::UnknownTool,
                 "unknown tool",
             )),
         }

@@ -57,12 +57,12 @@ impl ApiError {
         match self.class() {
             Class::AuthRefused => ProviderError::new(
                 ProviderErrorKind::Unauthorized,
-                "target_unauthorized",
+                switchyard_core::provider::ProviderCode::TargetUnauthorized,
                 "Discord refused the bot token (reset or revoked); bind the channel again with a valid token",
             ),
             Class::RateLimited(d) => ProviderError::new(
                 ProviderErrorKind::Transient,
-                ErrorCode::RateLimited.as_str(),
+                ErrorCode::RateLimited,
                 format!("Discord rate limit; retry in {} ms", d.as_millis()),
             ),
             Class::NotSent | Class::Transient => {
@@ -85,7 +85,7 @@ impl ApiError {
                 };
                 ProviderError::new(
                     ProviderErrorKind::Rejected,
-                    ErrorCode::TargetDeliveryFailed.as_str(),
+                    ErrorCode::TargetDeliveryFailed,
                     format!("{what} ({code}: {said})"),
                 )
             }

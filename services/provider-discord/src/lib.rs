@@ -230,11 +230,7 @@ impl Runtime {
 }
 
 pub(crate) fn internal(message: &str) -> ProviderError {
-    ProviderError::new(
-        ProviderErrorKind::Internal,
-        ErrorCode::Internal.as_str(),
-        message,
-    )
+    ProviderError::new(ProviderErrorKind::Internal, ErrorCode::Internal, message)
 }
 
 pub(crate) fn credentials(binding: &Binding) -> Result<Credentials, ProviderError> {
@@ -333,7 +329,7 @@ impl Provider for DiscordProvider {
         if req.flow.id != FLOW_BINDING {
             return Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownAuthFlow.as_str(),
+                ErrorCode::UnknownAuthFlow,
                 "unknown auth flow",
             ));
         }

@@ -368,14 +368,14 @@ impl Target<'_> {
             Err(e) if e.retryable() => {
                 return Err(ProviderError::new(
                     ProviderErrorKind::Transient,
-                    ErrorCode::Unavailable.as_str(),
+                    ErrorCode::Unavailable,
                     "file storage is unavailable; retry later",
                 ));
             }
             Err(_) => {
                 return Err(ProviderError::new(
                     ProviderErrorKind::InvalidInput,
-                    ErrorCode::FileNotFound.as_str(),
+                    ErrorCode::FileNotFound,
                     "file_ref is not a file of this channel (unknown or expired)",
                 ));
             }
@@ -431,7 +431,7 @@ async fn recipient(t: &Target<'_>, args: &Map<String, Value>) -> Result<Dest, Pr
         }),
         None => Err(ProviderError::new(
             ProviderErrorKind::Rejected,
-            ErrorCode::TargetDeliveryFailed.as_str(),
+            ErrorCode::TargetDeliveryFailed,
             "no Discord channel yet: nobody has written to the bot (or pass recipient_ref)",
         )),
     }
@@ -500,7 +500,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
         other => {
             return Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownTool.as_str(),
+                ErrorCode::UnknownTool,
                 format!("unknown tool {other}"),
             ));
         }
@@ -700,7 +700,7 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
     let Some(dest) = dest else {
         return Err(ProviderError::new(
             ProviderErrorKind::Rejected,
-            ErrorCode::TargetDeliveryFailed.as_str(),
+            ErrorCode::TargetDeliveryFailed,
             "no Discord conversation yet: nobody has written to the bot",
         ));
     };

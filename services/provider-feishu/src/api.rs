@@ -98,12 +98,12 @@ impl ApiError {
         match self {
             _ if self.is_app_refused() || self.is_token_invalid() => ProviderError::new(
                 ProviderErrorKind::Unauthorized,
-                "target_unauthorized",
+                switchyard_core::provider::ProviderCode::TargetUnauthorized,
                 "Feishu refused the app credentials (the app was deleted or disabled, or its secret changed); bind the channel again",
             ),
             _ if self.retry_after().is_some() => ProviderError::new(
                 ProviderErrorKind::Transient,
-                ErrorCode::RateLimited.as_str(),
+                ErrorCode::RateLimited,
                 "Feishu frequency limit reached; retry later",
             ),
             Self::Network(NetKind::Timeout) => {
@@ -118,12 +118,12 @@ impl ApiError {
             )),
             Self::Feishu { code, msg, .. } => ProviderError::new(
                 ProviderErrorKind::Rejected,
-                ErrorCode::TargetDeliveryFailed.as_str(),
+                ErrorCode::TargetDeliveryFailed,
                 format!("Feishu refused the request (code {code}): {msg}"),
             ),
             Self::Http { status } => ProviderError::new(
                 ProviderErrorKind::Rejected,
-                ErrorCode::TargetDeliveryFailed.as_str(),
+                ErrorCode::TargetDeliveryFailed,
                 format!("Feishu refused the request (http {status})"),
             ),
         }

@@ -301,11 +301,7 @@ fn creds_fingerprint(c: &Credentials) -> String {
 }
 
 pub(crate) fn internal(message: &str) -> ProviderError {
-    ProviderError::new(
-        ProviderErrorKind::Internal,
-        ErrorCode::Internal.as_str(),
-        message,
-    )
+    ProviderError::new(ProviderErrorKind::Internal, ErrorCode::Internal, message)
 }
 
 pub(crate) fn credentials(binding: &Binding) -> Result<Credentials, ProviderError> {
@@ -433,7 +429,7 @@ impl Provider for FeishuProvider {
         if req.flow.id != FLOW_APP_BINDING {
             return Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownAuthFlow.as_str(),
+                ErrorCode::UnknownAuthFlow,
                 "unknown auth flow",
             ));
         }

@@ -284,14 +284,14 @@ impl Target<'_> {
             Err(e) if e.retryable() => {
                 return Err(ProviderError::new(
                     ProviderErrorKind::Transient,
-                    ErrorCode::Unavailable.as_str(),
+                    ErrorCode::Unavailable,
                     "file storage is unavailable; retry later",
                 ));
             }
             Err(_) => {
                 return Err(ProviderError::new(
                     ProviderErrorKind::InvalidInput,
-                    ErrorCode::FileNotFound.as_str(),
+                    ErrorCode::FileNotFound,
                     "file_ref is not a file of this channel (unknown or expired)",
                 ));
             }
@@ -484,7 +484,7 @@ impl Target<'_> {
             Ok(Some(chat)) if !chat.is_empty() => Ok(Dest::Chat(chat)),
             Ok(_) => Err(ProviderError::new(
                 ProviderErrorKind::Rejected,
-                ErrorCode::TargetDeliveryFailed.as_str(),
+                ErrorCode::TargetDeliveryFailed,
                 "no direct chat yet: a user must write to the bot directly first (or reply to a group message with reply_ref)",
             )),
             Err(_) => Err(ProviderError::transient(
@@ -592,7 +592,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
                     .map_err(|_| {
                         ProviderError::new(
                             ProviderErrorKind::InvalidInput,
-                            ErrorCode::FileNotFound.as_str(),
+                            ErrorCode::FileNotFound,
                             "file_ref is not a file of this channel (unknown or expired)",
                         )
                     })?;
@@ -610,7 +610,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
         other => {
             return Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownTool.as_str(),
+                ErrorCode::UnknownTool,
                 format!("unknown tool {other}"),
             ));
         }
@@ -655,7 +655,7 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
     let Some(conv) = conv else {
         return Err(ProviderError::new(
             ProviderErrorKind::Rejected,
-            ErrorCode::TargetDeliveryFailed.as_str(),
+            ErrorCode::TargetDeliveryFailed,
             "no Feishu conversation yet: nobody has written to the bot",
         ));
     };

@@ -316,6 +316,6 @@ async fn bind(rt: &Arc<Runtime>, channel_id: &str, st: &QrState) -> AuthStep {
             tracing::info!(code = %e.code, "feishu app created by QR not checked yet; retried on the next poll");
             pending(AuthStatus::Pending, st, MSG_CHECKING)
         }
-        Err(e) => failed(&e.code, &e.message),
+        Err(e) => failed(e.code.as_str(), &e.message),
     }
 }

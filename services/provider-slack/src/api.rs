@@ -96,12 +96,12 @@ impl ApiError {
         match self.class() {
             Class::AuthRefused => ProviderError::new(
                 ProviderErrorKind::Unauthorized,
-                "target_unauthorized",
+                switchyard_core::provider::ProviderCode::TargetUnauthorized,
                 "Slack refused the bot token (revoked, the app uninstalled, or the account deactivated); bind the channel again",
             ),
             Class::RateLimited(d) => ProviderError::new(
                 ProviderErrorKind::Transient,
-                ErrorCode::RateLimited.as_str(),
+                ErrorCode::RateLimited,
                 format!(
                     "Slack rate limit reached; retry in {} s",
                     d.as_secs().max(1)
@@ -121,7 +121,7 @@ impl ApiError {
             },
             Class::Permanent => ProviderError::new(
                 ProviderErrorKind::Rejected,
-                ErrorCode::TargetDeliveryFailed.as_str(),
+                ErrorCode::TargetDeliveryFailed,
                 match self {
                     Self::Slack(e) => format!("Slack refused the request: {e}"),
                     _ => format!("Slack refused the request ({})", self.summary()),

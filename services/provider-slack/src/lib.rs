@@ -209,11 +209,7 @@ impl Runtime {
 }
 
 pub(crate) fn internal(message: &str) -> ProviderError {
-    ProviderError::new(
-        ProviderErrorKind::Internal,
-        ErrorCode::Internal.as_str(),
-        message,
-    )
+    ProviderError::new(ProviderErrorKind::Internal, ErrorCode::Internal, message)
 }
 
 pub(crate) fn credentials(binding: &Binding) -> Result<Credentials, ProviderError> {
@@ -313,7 +309,7 @@ impl Provider for SlackProvider {
         if req.flow.id != FLOW_APP_BINDING {
             return Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownAuthFlow.as_str(),
+                ErrorCode::UnknownAuthFlow,
                 "unknown auth flow",
             ));
         }

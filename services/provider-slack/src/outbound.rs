@@ -290,14 +290,14 @@ impl Target<'_> {
             Err(e) if e.retryable() => {
                 return Err(ProviderError::new(
                     ProviderErrorKind::Transient,
-                    ErrorCode::Unavailable.as_str(),
+                    ErrorCode::Unavailable,
                     "file storage is unavailable; retry later",
                 ));
             }
             Err(_) => {
                 return Err(ProviderError::new(
                     ProviderErrorKind::InvalidInput,
-                    ErrorCode::FileNotFound.as_str(),
+                    ErrorCode::FileNotFound,
                     "file_ref is not a file of this channel (unknown or expired)",
                 ));
             }
@@ -479,7 +479,7 @@ impl Target<'_> {
             }),
             Ok(_) => Err(ProviderError::new(
                 ProviderErrorKind::Rejected,
-                ErrorCode::TargetDeliveryFailed.as_str(),
+                ErrorCode::TargetDeliveryFailed,
                 "no direct message yet: give recipient_ref, or a user must write to the bot directly first",
             )),
             Err(_) => Err(ProviderError::transient(
@@ -604,7 +604,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
         other => {
             return Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownTool.as_str(),
+                ErrorCode::UnknownTool,
                 format!("unknown tool {other}"),
             ));
         }
@@ -706,7 +706,7 @@ pub(crate) async fn deliver(rt: &Runtime, msg: OutboundMessage<'_>) -> Result<()
     let Some(conv) = conv else {
         return Err(ProviderError::new(
             ProviderErrorKind::Rejected,
-            ErrorCode::TargetDeliveryFailed.as_str(),
+            ErrorCode::TargetDeliveryFailed,
             "no Slack conversation yet: nobody has written to the bot",
         ));
     };

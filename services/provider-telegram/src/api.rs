@@ -108,7 +108,7 @@ impl ApiError {
         match self {
             _ if self.is_unauthorized() => ProviderError::new(
                 ProviderErrorKind::Unauthorized,
-                "target_unauthorized",
+                switchyard_core::provider::ProviderCode::TargetUnauthorized,
                 "Telegram refused the bot token (revoked or replaced); bind the channel again with a valid token",
             ),
             Self::Network(NetKind::Connect) => {
@@ -122,7 +122,7 @@ impl ApiError {
             }
             Self::Telegram { code: 429, .. } => ProviderError::new(
                 ProviderErrorKind::Transient,
-                "rate_limited",
+                ErrorCode::RateLimited,
                 "Telegram rate limit reached; retry later",
             ),
             Self::Telegram { code, .. } | Self::Http { status: code } if *code >= 500 => {
@@ -132,12 +132,12 @@ impl ApiError {
                 code, description, ..
             } => ProviderError::new(
                 ProviderErrorKind::Rejected,
-                ErrorCode::TargetDeliveryFailed.as_str(),
+                ErrorCode::TargetDeliveryFailed,
                 format!("Telegram refused the request ({code}): {description}"),
             ),
             Self::Http { status } => ProviderError::new(
                 ProviderErrorKind::Rejected,
-                ErrorCode::TargetDeliveryFailed.as_str(),
+                ErrorCode::TargetDeliveryFailed,
                 format!("Telegram refused the request (http {status})"),
             ),
         }

@@ -286,11 +286,7 @@ pub(crate) fn moved_key(bot_key: &str, to: i64) -> String {
 }
 
 pub(crate) fn internal(message: &str) -> ProviderError {
-    ProviderError::new(
-        ProviderErrorKind::Internal,
-        ErrorCode::Internal.as_str(),
-        message,
-    )
+    ProviderError::new(ProviderErrorKind::Internal, ErrorCode::Internal, message)
 }
 
 pub(crate) fn credentials(binding: &Binding) -> Result<Credentials, ProviderError> {
@@ -365,7 +361,7 @@ impl Provider for TelegramProvider {
         if req.flow.id != FLOW_BINDING {
             return Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownAuthFlow.as_str(),
+                ErrorCode::UnknownAuthFlow,
                 "unknown auth flow",
             ));
         }

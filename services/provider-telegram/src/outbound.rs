@@ -306,7 +306,7 @@ impl Target<'_> {
         .map_err(|_| {
             ProviderError::new(
                 ProviderErrorKind::Transient,
-                "rate_limited",
+                ErrorCode::RateLimited,
                 "the Telegram send limit for this chat is reached; retry later",
             )
         })
@@ -429,13 +429,13 @@ impl Target<'_> {
                 tracing::warn!(connector_channel_id = self.channel_id, error = %e, "file store unavailable");
                 Err(ProviderError::new(
                     ProviderErrorKind::Transient,
-                    ErrorCode::Unavailable.as_str(),
+                    ErrorCode::Unavailable,
                     "file storage is unavailable; retry later",
                 ))
             }
             Err(_) => Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::FileNotFound.as_str(),
+                ErrorCode::FileNotFound,
                 "file_ref is not a file of this channel (unknown or expired)",
             )),
         }
@@ -689,7 +689,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
         }
         other => Err(ProviderError::new(
             ProviderErrorKind::InvalidInput,
-            ErrorCode::UnknownTool.as_str(),
+            ErrorCode::UnknownTool,
             format!("unknown tool {other}"),
         )),
     }

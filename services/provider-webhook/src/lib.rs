@@ -146,11 +146,7 @@ impl WebhookProvider {
 }
 
 fn internal(message: &str) -> ProviderError {
-    ProviderError::new(
-        ProviderErrorKind::Internal,
-        ErrorCode::Internal.as_str(),
-        message,
-    )
+    ProviderError::new(ProviderErrorKind::Internal, ErrorCode::Internal, message)
 }
 
 fn credentials(binding: &Binding) -> Result<Credentials, ProviderError> {
@@ -212,7 +208,7 @@ impl Provider for WebhookProvider {
             }
             _ => Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::UnknownAuthFlow.as_str(),
+                ErrorCode::UnknownAuthFlow,
                 "unknown auth flow",
             )),
         }
@@ -239,11 +235,11 @@ impl Provider for WebhookProvider {
                 let (file, _bytes) = self.services.open_file(channel_id, file_ref).await.map_err(|e| match e {
                     ServicesError::Full | ServicesError::Overloaded | ServicesError::Backend(_) => {
                         tracing::warn!(connector_channel_id = channel_id, error = %e, "file lookup failed");
-                        ProviderError::new(ProviderErrorKind::Transient, ErrorCode::Unavailable.as_str(), "file storage is unavailable")
+                        ProviderError::new(ProviderErrorKind::Transient, ErrorCode::Unavailable, "file storage is unavailable")
                     }
                     _ => ProviderError::new(
                         ProviderErrorKind::InvalidInput,
-                        ErrorCode::FileNotFound.as_str(),
+                        ErrorCode::FileNotFound,
                         "file_ref is not a file uploaded to this channel",
                     ),
                 })?;
@@ -259,7 +255,7 @@ impl Provider for WebhookProvider {
             other => {
                 return Err(ProviderError::new(
                     ProviderErrorKind::InvalidInput,
-                    ErrorCode::UnknownTool.as_str(),
+                    ErrorCode::UnknownTool,
                     format!("unknown tool {other}"),
                 ));
             }

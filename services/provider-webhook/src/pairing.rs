@@ -61,7 +61,7 @@ pub(crate) fn start(
         .ok_or_else(|| {
             ProviderError::new(
                 ProviderErrorKind::Internal,
-                "internal",
+                switchyard_protocol::ErrorCode::Internal,
                 "the public base URL is not configured",
             )
         })?;

@@ -123,7 +123,7 @@ pub(crate) fn start(rt: &Arc<Runtime>, auth_session_id: &str) -> AuthStep {
         let step = match fetch(&rt, 0).await {
             Ok(st) => pending(AuthStatus::Pending, &st, SCAN_MESSAGE),
             Err(e) => failed(
-                &e.code,
+                e.code.as_str(),
                 &format!("the WeChat QR code could not be created: {}", e.message),
             ),
         };
@@ -215,7 +215,7 @@ pub(crate) async fn poll(
         return Ok(Some(match fetch(rt, 0).await {
             Ok(st) => pending(AuthStatus::Pending, &st, SCAN_MESSAGE),
             Err(e) if e.retryable() => return Ok(None),
-            Err(e) => failed(&e.code, &e.message),
+            Err(e) => failed(e.code.as_str(), &e.message),
         }));
     }
     if st.phase != "ready" {
@@ -312,7 +312,7 @@ pub(crate) async fn poll(
                         &st,
                         "the QR code expired and a new one could not be fetched yet",
                     )),
-                    Err(e) => Some(failed(&e.code, &e.message)),
+                    Err(e) => Some(failed(e.code.as_str(), &e.message)),
                 }
             }
         }

@@ -88,12 +88,12 @@ impl ApiError {
             ),
             Self::Http { status } => ProviderError::new(
                 ProviderErrorKind::Rejected,
-                ErrorCode::TargetDeliveryFailed.as_str(),
+                ErrorCode::TargetDeliveryFailed,
                 format!("WeChat refused the request (http {status})"),
             ),
             Self::Ret { code, message } => ProviderError::new(
                 ProviderErrorKind::Rejected,
-                ErrorCode::TargetDeliveryFailed.as_str(),
+                ErrorCode::TargetDeliveryFailed,
                 format!("WeChat refused the request (ret {code}): {message}"),
             ),
         }

@@ -109,7 +109,7 @@ impl<'a> Target<'a> {
                 tracing::warn!(error = %e, "wechat reply tokens unavailable");
                 Err(ProviderError::new(
                     ProviderErrorKind::Transient,
-                    ErrorCode::Unavailable.as_str(),
+                    ErrorCode::Unavailable,
                     "storage is unavailable; retry later",
                 ))
             }
@@ -135,7 +135,7 @@ impl<'a> Target<'a> {
             Some(t) => Ok((peer, t.to_owned())),
             None => Err(ProviderError::new(
                 ProviderErrorKind::Rejected,
-                "recipient_unreachable",
+                switchyard_core::provider::ProviderCode::RecipientUnreachable,
                 "WeChat lets the bot write only to a user who wrote to it first; this user has not written yet",
             )),
         }
@@ -171,7 +171,7 @@ impl<'a> Target<'a> {
                 metrics::counter!("switchyard_wechat_send_limited_total").increment(1);
                 return Err(ProviderError::new(
                     ProviderErrorKind::Transient,
-                    "rate_limited",
+                    ErrorCode::RateLimited,
                     "the WeChat send limit of this bot is reached; retry later",
                 ));
             }
@@ -232,12 +232,12 @@ impl<'a> Target<'a> {
             Ok(v) => Ok(v),
             Err(e) if e.retryable() => Err(ProviderError::new(
                 ProviderErrorKind::Transient,
-                ErrorCode::Unavailable.as_str(),
+                ErrorCode::Unavailable,
                 "file storage is unavailable; retry later",
             )),
             Err(_) => Err(ProviderError::new(
                 ProviderErrorKind::InvalidInput,
-                ErrorCode::FileNotFound.as_str(),
+                ErrorCode::FileNotFound,
                 "file_ref is not a file of this channel (unknown or expired)",
             )),
         }
@@ -528,7 +528,7 @@ pub(crate) async fn invoke_tool(rt: &Runtime, call: ToolCall<'_>) -> Result<Valu
         }
         other => Err(ProviderError::new(
             ProviderErrorKind::InvalidInput,
-            ErrorCode::UnknownTool.as_str(),
+            ErrorCode::UnknownTool,
             format!("unknown tool {other}"),
         )),
     }

@@ -73,7 +73,7 @@ impl Connector {
             })
             .await
             .unwrap_or_else(|e| AuthStep::Failed {
-                code: e.code.clone(),
+                code: e.code.to_string(),
                 message: e.message.clone(),
             });
         let ch = self
@@ -137,7 +137,7 @@ impl Connector {
                     .await
                     .unwrap_or_else(|e| {
                         Some(AuthStep::Failed {
-                            code: e.code.clone(),
+                            code: e.code.to_string(),
                             message: e.message.clone(),
                         })
                     });

@@ -180,7 +180,7 @@ impl Connector {
                 }
                 Ok(ChatAckPayload::rejected(
                     &p.message_id,
-                    &e.code,
+                    e.code.as_str(),
                     &e.message,
                     false,
                 ))

@@ -154,7 +154,7 @@ async fn refused_code<H: ProviderHarness>(
         Ok(AuthStep::Failed { code, .. }) => code,
         Err(ProviderError { kind, code, .. }) => {
             assert_eq!(kind, ProviderErrorKind::InvalidInput, "{code}");
-            code
+            code.to_string()
         }
         Ok(step) => panic!("auth_start of {} accepted {input:?}: {step:?}", flow.id),
     };
