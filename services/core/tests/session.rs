@@ -27,13 +27,16 @@ use tokio::sync::mpsc;
 struct Kit {
     conn: Connector,
     store: Arc<dyn Store>,
+    /// The same store, for its count of delivery reads.
+    mem: Arc<MemoryStore>,
     tenant: String,
     _dir: tempfile::TempDir,
 }
 
 async fn kit() -> Kit {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mem = Arc::new(MemoryStore::new());
+    let store: Arc<dyn Store> = mem.clone();
     store.migrate().await.unwrap();
     let hub = Arc::new(Hub::new(HubParts {
         store: store.clone(),
@@ -57,6 +60,7 @@ async fn kit() -> Kit {
     Kit {
         conn: Connector::new(hub, provider),
         store,
+        mem,
         tenant: tenant.id,
         _dir: dir,
     }
@@ -578,6 +582,68 @@ async fn a_reconnect_reopens_its_channels_in_one_batch() {
         let id = ids[i].expect("a new channel");
         assert!(id != "cch_unknown_here" && !mine.iter().any(|m| m == id));
     }
+}
+
+/// Says hello on a new socket as the backend holding `channel`'s connector_id.
+async fn reconnect(k: &Kit, channel: &str) -> Wire {
+    let connector_id = k
+        .store
+        .get_channel(channel)
+        .await
+        .unwrap()
+        .unwrap()
+        .connector_id;
+    let mut w = Wire::new(k, limits());
+    let card = w.session.card_id().to_owned();
+    w.text(packet("connector.hello", None, json!({"connector_card_id": card, "connector_id": connector_id, "protocol_version": "3.0", "supported_profiles": ["xagent.im.v2"]}))).await;
+    assert_eq!(kinds(&w.take()), ["connector.hello.ack"]);
+    w
+}
+
+#[tokio::test]
+async fn a_reopen_with_nothing_pending_reads_nothing_and_misses_no_doorbell() {
+    let k = kit().await;
+    let mut first = Wire::new(&k, limits());
+    first.hello(&["xagent.im.v2"]).await;
+    let quiet = first.open().await;
+    let busy = first.open().await;
+    put(k.store.as_ref(), &busy, &["b1"]).await;
+
+    // Moved to another socket: the channel with a pending message is read, the quiet one not.
+    let mut w = reconnect(&k, &quiet).await;
+    let reads = k.mem.pending_reads();
+    for ch in [&quiet, &busy] {
+        w.text(packet("channel.open", Some(ch), json!({}))).await;
+    }
+    w.settle().await;
+    let got = w.take();
+    assert_eq!(
+        kinds(&got),
+        ["channel.open.ack", "channel.open.ack", "chat.message"],
+        "{got:?}"
+    );
+    assert_eq!(message_id(&got[2]), "b1");
+    assert_eq!(
+        k.mem.pending_reads() - reads,
+        1,
+        "only the channel with news was read"
+    );
+
+    // A message stored after the batch found the channel quiet, its doorbell arriving before
+    // the batch's answer: the channel is read all the same.
+    let mut w = reconnect(&k, &quiet).await;
+    w.hold = true;
+    w.text(packet("channel.open", Some(&quiet), json!({})))
+        .await;
+    let batch = w.held.remove(0);
+    let done = batch.run().await;
+    put(k.store.as_ref(), &quiet, &["q1"]).await;
+    w.input(SessionInput::Bell(Doorbell::outbox(&quiet))).await;
+    w.input(SessionInput::Done(done)).await;
+    w.settle().await;
+    let got = w.take();
+    assert_eq!(kinds(&got), ["channel.open.ack", "chat.message"], "{got:?}");
+    assert_eq!(message_id(&got[1]), "q1");
 }
 
 /// Messages for `channel`, stored as the provider's inbound would.

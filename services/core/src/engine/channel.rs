@@ -1,7 +1,7 @@
 //! Hello, connector_id allocation and the offline lease, channel open/close, ownership and
 //! Descriptors.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use switchyard_protocol::descriptor::TargetView;
 use switchyard_protocol::packet::HelloPayload;
@@ -32,6 +32,14 @@ pub struct HelloOk {
 
 /// The answer to one `channel.open`: the channel routed to the socket, with its Descriptor.
 pub type Opened = Result<(ChannelRecord, Descriptor), Fault>;
+
+/// The answers to a batch of `channel.open`s, in order, and the reopened channels that had
+/// nothing pending when they were routed here (delivery need not read them).
+#[derive(Debug, Default)]
+pub struct OpenedBatch {
+    pub answers: Vec<Opened>,
+    pub idle: HashSet<String>,
+}
 
 impl Connector {
     /// Handles `connector.hello`: checks Card, version and profiles, then resolves the
@@ -189,6 +197,16 @@ impl Connector {
         Ok(ch)
     }
 
+    /// The profiles a channel of this caller gets: the Card's and the caller's in common.
+    fn negotiated(&self, ident: &SessionIdent) -> Vec<String> {
+        let card = self.provider.card();
+        profile::negotiate(
+            &card.supports.profiles,
+            &ident.supported_profiles,
+            &card.primary_target().target_type,
+        )
+    }
+
     /// Whether `ident` may use the stored channel `ch`: its tenant, this Card, its
     /// connector_id.
     fn check_owner(&self, ident: &SessionIdent, ch: &ChannelRecord) -> Result<(), Fault> {
@@ -218,12 +236,7 @@ impl Connector {
     /// `channel.open`: reuse a known channel of this caller, or issue a new one (first open,
     /// or an id this server does not know). A foreign channel is refused.
     pub async fn open_channel(&self, ident: &SessionIdent, requested: Option<&str>) -> Opened {
-        let card = self.provider.card();
-        let profiles = profile::negotiate(
-            &card.supports.profiles,
-            &ident.supported_profiles,
-            &card.primary_target().target_type,
-        );
+        let profiles = self.negotiated(ident);
         let now = now_ms();
         let existing = match requested.filter(|r| !r.is_empty()) {
             None => None,
@@ -288,13 +301,14 @@ impl Connector {
     /// channel), answered in order. A reconnecting backend reopens its channels by id: those
     /// are read with one query and routed to this socket with one write, so a failover
     /// costs two statements per batch, not two per channel. New channels and ids this server
-    /// does not know take [`Connector::open_channel`]'s path, `concurrency` at a time.
+    /// does not know take [`Connector::open_channel`]'s path, `concurrency` at a time. One
+    /// more query tells which reopened channels have nothing pending ([`OpenedBatch::idle`]).
     pub async fn open_channels(
         &self,
         ident: &SessionIdent,
         requested: &[Option<String>],
         concurrency: usize,
-    ) -> Vec<Opened> {
+    ) -> OpenedBatch {
         use futures::StreamExt;
         let ids: Vec<String> = requested
             .iter()
@@ -308,13 +322,17 @@ impl Connector {
                 Ok(found) => known.extend(found.into_iter().map(|c| (c.id.clone(), c))),
                 Err(e) => {
                     let f = Fault::from(e);
-                    return requested.iter().map(|_| Err(f.clone())).collect();
+                    return OpenedBatch {
+                        answers: requested.iter().map(|_| Err(f.clone())).collect(),
+                        idle: HashSet::new(),
+                    };
                 }
             }
         }
         // Known channels: refused or reopened together; the rest one by one.
         let mut results: Vec<Option<Opened>> = Vec::with_capacity(requested.len());
         let mut reopen: Vec<(usize, ChannelRecord)> = Vec::new();
+        let mut idle = HashSet::new();
         let mut single: Vec<usize> = Vec::new();
         for (i, r) in requested.iter().enumerate() {
             results.push(None);
@@ -331,12 +349,7 @@ impl Connector {
             }
         }
         if !reopen.is_empty() {
-            let card = self.provider.card();
-            let profiles = profile::negotiate(
-                &card.supports.profiles,
-                &ident.supported_profiles,
-                &card.primary_target().target_type,
-            );
+            let profiles = self.negotiated(ident);
             let ids: Vec<String> = reopen.iter().map(|(_, ch)| ch.id.clone()).collect();
             match self
                 .hub
@@ -351,6 +364,16 @@ impl Connector {
                     }
                 }
                 Ok(()) => {
+                    // Asked after the routes moved here: a message stored later rings this
+                    // socket (the session keeps such doorbells while the batch runs).
+                    if let Ok(states) = self.hub.store.route_states(&ids, now_ms()).await {
+                        idle.extend(
+                            states
+                                .into_iter()
+                                .filter(|s| s.max_pending_seq.is_none())
+                                .map(|s| s.channel_id),
+                        );
+                    }
                     for (i, mut ch) in reopen {
                         let taken_from_another = ch
                             .route_socket
@@ -382,10 +405,15 @@ impl Connector {
         for (i, r) in opened {
             results[i] = Some(r);
         }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Fault::new(ErrorCode::Internal, "internal error"))))
-            .collect()
+        OpenedBatch {
+            answers: results
+                .into_iter()
+                .map(|r| {
+                    r.unwrap_or_else(|| Err(Fault::new(ErrorCode::Internal, "internal error")))
+                })
+                .collect(),
+            idle,
+        }
     }
 
     /// `channel.close`: the route goes; binding and pending messages stay.

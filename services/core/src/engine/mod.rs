@@ -30,7 +30,7 @@ use crate::files::FileStore;
 use crate::provider::Provider;
 use crate::store::Store;
 
-pub use channel::{HelloOk, Opened, SessionIdent};
+pub use channel::{HelloOk, Opened, OpenedBatch, SessionIdent};
 pub use commit::{CommitLimits, OutboxCommitter, Overloaded};
 pub use delivery::{Delivery, DeliveryKind};
 pub use files::{DownloadAuth, DownloadCheck, UploadedFile, clean_filename, file_type_of};

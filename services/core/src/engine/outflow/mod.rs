@@ -150,17 +150,27 @@ impl Outflow {
     /// A channel opened (or reopened) on this socket: delivery starts from its oldest
     /// unfinished message.
     pub fn open(&mut self, ch: &ChannelRecord) {
+        self.route(ch, true);
+        self.wake(&ch.id);
+    }
+
+    /// A reopened channel the store showed with nothing pending after it was routed here:
+    /// no read now; its next doorbell (or the route sweep) brings what comes.
+    pub fn open_idle(&mut self, ch: &ChannelRecord) {
+        self.route(ch, false);
+    }
+
+    fn route(&mut self, ch: &ChannelRecord, behind: bool) {
         let kind = self.conn.delivery_kind(&ch.profiles);
-        let id = ch.id.clone();
         let before = self.routes.insert(
-            id.clone(),
+            ch.id.clone(),
             Route {
                 kind,
                 tenant_id: ch.tenant_id.clone(),
                 cursor: 0,
                 acked: 0,
                 stuck: None,
-                behind: true,
+                behind,
                 carried: Vec::new(),
                 read_due: false,
                 inflight: VecDeque::new(),
@@ -169,7 +179,6 @@ impl Outflow {
         if before.is_none() {
             metrics::gauge!("switchyard_channels").increment(1.0);
         }
-        self.wake(&id);
     }
 
     /// The route goes (closed, taken by another socket, or deleted). What was in flight

@@ -152,17 +152,20 @@ impl Session {
             let conn = self.conn.clone();
             let ident = ident.clone();
             let concurrency = self.limits.opens_per_socket;
-            let if_panicked =
-                Finished::Opened(metas.iter().map(|m| (m.clone(), Err(panicked()))).collect());
+            let if_panicked = Finished::Opened(
+                metas.clone(),
+                crate::engine::OpenedBatch {
+                    answers: metas.iter().map(|_| Err(panicked())).collect(),
+                    idle: Default::default(),
+                },
+            );
             let open = async move {
                 let requested: Vec<Option<String>> = metas
                     .iter()
                     .map(|m| m.connector_channel_id.clone())
                     .collect();
-                let results = conn.open_channels(&ident, &requested, concurrency).await;
-                Done(Box::new(Finished::Opened(
-                    metas.into_iter().zip(results).collect(),
-                )))
+                let batch = conn.open_channels(&ident, &requested, concurrency).await;
+                Done(Box::new(Finished::Opened(metas, batch)))
             };
             self.work(step, open, if_panicked);
         }
@@ -172,6 +175,7 @@ impl Session {
         &mut self,
         meta: RequestMeta,
         result: crate::engine::Opened,
+        idle: bool,
         step: &mut SessionStep,
     ) {
         match result {
@@ -181,8 +185,13 @@ impl Session {
                     descriptor: Box::new(descriptor),
                 };
                 step.packet(answer_on(&meta, &ch.id, ack));
-                // A reopen restarts delivery from the oldest unfinished message.
-                self.flow.open(&ch);
+                // A reopen restarts delivery from the oldest unfinished message; one with
+                // nothing pending waits for its next doorbell without a read.
+                if idle {
+                    self.flow.open_idle(&ch);
+                } else {
+                    self.flow.open(&ch);
+                }
             }
         }
     }
@@ -352,6 +361,11 @@ impl Session {
 
     pub(super) async fn on_bell(&mut self, bell: Doorbell, step: &mut SessionStep) {
         match bell {
+            Doorbell::Outbox { channel_id, .. }
+                if self.opens_running > 0 && !self.flow.is_routed(&channel_id) =>
+            {
+                self.opening_bells.insert(channel_id);
+            }
             Doorbell::Outbox {
                 channel_id,
                 carried: Some(c),

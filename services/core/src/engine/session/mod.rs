@@ -158,7 +158,7 @@ pub struct Done(pub(super) Box<Finished>);
 #[derive(Debug)]
 pub(crate) enum Finished {
     /// A batch of `channel.open`s, each with its answer, in the order they came.
-    Opened(Vec<(RequestMeta, super::channel::Opened)>),
+    Opened(Vec<RequestMeta>, super::channel::OpenedBatch),
     /// An auth.* request and its answer.
     Auth(Envelope),
     /// A tool call and its ack.
@@ -209,6 +209,10 @@ pub struct Session {
     /// `channel.open`s waiting for a batch, and how many batches run.
     opens_waiting: VecDeque<RequestMeta>,
     opens_running: usize,
+    /// Outbox doorbells for channels not routed here while opens ran (a reopen that found
+    /// nothing pending still reads such a channel), and whether doorbells were lost then.
+    opening_bells: std::collections::HashSet<String>,
+    opening_bells_lost: bool,
     auths_running: usize,
     tools_running: usize,
     /// Work handed out and not yet reported done.
@@ -246,6 +250,8 @@ impl Session {
             lanes: HashMap::new(),
             opens_waiting: VecDeque::new(),
             opens_running: 0,
+            opening_bells: Default::default(),
+            opening_bells_lost: false,
             auths_running: 0,
             tools_running: 0,
             in_flight: 0,
@@ -309,7 +315,10 @@ impl Session {
             SessionInput::Text(text) => self.on_text(text, &mut step).await,
             SessionInput::Binary => self.on_binary(&mut step),
             SessionInput::Bell(bell) => self.on_bell(bell, &mut step).await,
-            SessionInput::BellsLost => self.flow.wake_all(),
+            SessionInput::BellsLost => {
+                self.opening_bells_lost |= self.opens_running > 0;
+                self.flow.wake_all()
+            }
             SessionInput::Tick(now) => step.end = self.on_tick(now).await,
             SessionInput::Drain => {
                 tracing::info!("draining socket");
@@ -385,13 +394,28 @@ impl Session {
         });
     }
 
+    /// Whether news for `channel` may have come while its open ran.
+    fn rung_while_opening(&self, channel: &str) -> bool {
+        self.opening_bells_lost || self.opening_bells.contains(channel)
+    }
+
     fn on_done(&mut self, done: Finished, step: &mut SessionStep) {
         self.in_flight = self.in_flight.saturating_sub(1);
         match done {
-            Finished::Opened(batch) => {
+            Finished::Opened(metas, batch) => {
                 self.opens_running = self.opens_running.saturating_sub(1);
-                for (meta, result) in batch {
-                    self.on_opened(meta, result, step);
+                for (meta, result) in metas.into_iter().zip(batch.answers) {
+                    let idle = match &result {
+                        Ok((ch, _)) => {
+                            batch.idle.contains(&ch.id) && !self.rung_while_opening(&ch.id)
+                        }
+                        Err(_) => false,
+                    };
+                    self.on_opened(meta, result, idle, step);
+                }
+                if self.opens_running == 0 {
+                    self.opening_bells.clear();
+                    self.opening_bells_lost = false;
                 }
                 self.start_opens(step);
             }
