@@ -246,13 +246,7 @@ impl Connector {
                 Err(f) => return Err(f),
             },
         };
-        // Another socket delivers this channel only if its route points elsewhere; a new
-        // channel or one routed nowhere needs no notice (no bell storm on failover).
-        let taken_from_another = existing
-            .as_ref()
-            .and_then(|c| c.route_socket.as_deref())
-            .is_some_and(|s| s != ident.socket_id);
-        let mut ch = match existing {
+        let ch = match existing {
             Some(ch) => ch,
             None => {
                 let ch = ChannelRecord {
@@ -279,10 +273,25 @@ impl Connector {
             .store
             .set_channel_route(&ch.id, Some(&ident.socket_id), &profiles, now)
             .await?;
+        Ok(self.routed_here(ident, ch, profiles).await)
+    }
+
+    /// The stored channel `ch`, now routed to `ident`'s socket with `profiles`, and its
+    /// Descriptor. Another socket delivers it only if its old route pointed elsewhere: that
+    /// socket is told to stop (a lost notice is caught by its route sweep); a new channel or
+    /// one routed nowhere needs no notice.
+    async fn routed_here(
+        &self,
+        ident: &SessionIdent,
+        mut ch: ChannelRecord,
+        profiles: Vec<String>,
+    ) -> (ChannelRecord, Descriptor) {
+        let taken_from_another = ch
+            .route_socket
+            .as_deref()
+            .is_some_and(|s| s != ident.socket_id);
         ch.route_socket = Some(ident.socket_id.clone());
         ch.profiles = profiles;
-        // Any other socket of this connector that had the channel stops delivering it (a
-        // lost notice is caught by that socket's route sweep).
         if taken_from_another {
             self.ring(
                 &ident.connector_id,
@@ -294,7 +303,7 @@ impl Connector {
             .await;
         }
         let d = self.descriptor(&ch);
-        Ok((ch, d))
+        (ch, d)
     }
 
     /// `channel.open` for a batch of requests (one per id asked for, `None` for a new
@@ -374,25 +383,8 @@ impl Connector {
                                 .map(|s| s.channel_id),
                         );
                     }
-                    for (i, mut ch) in reopen {
-                        let taken_from_another = ch
-                            .route_socket
-                            .as_deref()
-                            .is_some_and(|s| s != ident.socket_id);
-                        ch.route_socket = Some(ident.socket_id.clone());
-                        ch.profiles = profiles.clone();
-                        if taken_from_another {
-                            self.ring(
-                                &ident.connector_id,
-                                Doorbell::ChannelTaken {
-                                    channel_id: ch.id.clone(),
-                                    socket_id: ident.socket_id.clone(),
-                                },
-                            )
-                            .await;
-                        }
-                        let d = self.descriptor(&ch);
-                        results[i] = Some(Ok((ch, d)));
+                    for (i, ch) in reopen {
+                        results[i] = Some(Ok(self.routed_here(ident, ch, profiles.clone()).await));
                     }
                 }
             }

@@ -116,20 +116,21 @@ pub(super) const OPEN_BATCH: usize = 512;
 /// [`SessionInput::Done`].
 pub struct Work {
     fut: BoxFuture<'static, Done>,
-    /// What the work reports when it panics: the request it served answered `internal`,
-    /// so the session's count of work in flight (and its drain) never waits for it.
+    /// What the work reports when it panics: the request it served answered
+    /// `internal_error`, so the session's count of work in flight (and its drain) never
+    /// waits for it.
     if_panicked: Box<Finished>,
 }
 
 impl Work {
     /// Runs the work to its result. A panic inside it (a provider's bug) is caught: the
-    /// request is answered `internal` and the socket's other channels go on.
+    /// request is answered `internal_error` and the socket's other channels go on.
     pub async fn run(self) -> Done {
         use futures::FutureExt;
         match std::panic::AssertUnwindSafe(self.fut).catch_unwind().await {
             Ok(done) => done,
             Err(_) => {
-                tracing::error!("session work panicked; its request is answered internal");
+                tracing::error!("session work panicked; its request is answered internal_error");
                 metrics::counter!("switchyard_session_work_panics_total").increment(1);
                 Done(self.if_panicked)
             }
