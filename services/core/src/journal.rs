@@ -64,6 +64,29 @@ impl JournalStep {
     }
 }
 
+/// Where a step stands in a message's life. Steps taken within the same millisecond on
+/// different pods (one stores, another sends) have no other order: their clocks and their
+/// batches say nothing about which came first.
+pub fn step_rank(step: &str) -> u8 {
+    match step {
+        "accepted" => 0,
+        "stored" => 1,
+        "rung" => 2,
+        "sent" => 3,
+        "attempt" => 4,
+        "acked" => 5,
+        "expired" => 6,
+        "tool_call" => 7,
+        _ => 8,
+    }
+}
+
+/// Orders a message's steps oldest first: by time, then by their place in a message's life
+/// ([`step_rank`]), then as stored.
+pub fn oldest_first(steps: &mut [JournalRecord]) {
+    steps.sort_by_key(|s| (s.at, step_rank(&s.step), s.id));
+}
+
 /// The journal's bounds.
 #[derive(Debug, Clone)]
 pub struct JournalConfig {

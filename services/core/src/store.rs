@@ -393,7 +393,8 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     // -- delivery journal --
     /// Stores journal steps (one statement for the batch); their `id`s are assigned here.
     async fn insert_journal(&self, entries: &[JournalRecord]) -> BackendResult<()>;
-    /// A message's steps, oldest first (by time, then insert order), at most `limit`.
+    /// A message's steps, oldest first (by time, then their place in a message's life, then
+    /// insert order: [`crate::journal::oldest_first`]), at most `limit`.
     async fn journal_for_message(
         &self,
         message_id: &str,

@@ -600,8 +600,11 @@ macro_rules! impl_store {
                     message_id: &str,
                     limit: u32,
                 ) -> BackendResult<Vec<JournalRecord>> {
-                    <$ty as $crate::StoreDialect>::journal_for_message(self, message_id, limit)
-                        .await
+                    let mut steps =
+                        <$ty as $crate::StoreDialect>::journal_for_message(self, message_id, limit)
+                            .await?;
+                    switchyard_core::journal::oldest_first(&mut steps);
+                    Ok(steps)
                 }
 
                 async fn journal_for_channel(

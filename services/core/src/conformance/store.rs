@@ -3083,4 +3083,23 @@ pub async fn journal(s: &dyn Store) {
         mine,
         [&(ch.tenant_id.clone(), ch.id.clone(), old.message_id.clone())]
     );
+
+    // Within one millisecond, on two pods: the delivering pod's batch stored first, but a
+    // message is accepted before it is sent.
+    let (tc, chc, m3) = (tenant(s).await.id, new_id("ch"), new_id("msg"));
+    s.insert_journal(&[
+        step(&tc, &chc, &m3, "sent", t0),
+        step(&tc, &chc, &m3, "acked", t0),
+    ])
+    .await
+    .expect("insert");
+    s.insert_journal(&[
+        step(&tc, &chc, &m3, "accepted", t0),
+        step(&tc, &chc, &m3, "stored", t0),
+    ])
+    .await
+    .expect("insert");
+    let got = s.journal_for_message(&m3, 100).await.expect("by message");
+    let steps: Vec<&str> = got.iter().map(|e| e.step.as_str()).collect();
+    assert_eq!(steps, ["accepted", "stored", "sent", "acked"]);
 }

@@ -501,7 +501,9 @@ impl Store for MemoryStore {
         message_id: &str,
         limit: u32,
     ) -> BackendResult<Vec<JournalRecord>> {
-        self.with(|t| Ok(t.journal_for_message(message_id, limit)))
+        let mut steps = self.with(|t| Ok(t.journal_for_message(message_id, limit)))?;
+        crate::journal::oldest_first(&mut steps);
+        Ok(steps)
     }
 
     async fn journal_for_channel(
