@@ -40,7 +40,7 @@ impl std::fmt::Debug for OtlpConfig {
         // Header values are credentials: only their names are shown.
         let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
         f.debug_struct("OtlpConfig")
-            .field("endpoint", &self.endpoint.as_str())
+            .field("endpoint", &self.shown_endpoint())
             .field("headers", &names)
             .field("timeout", &self.timeout)
             .field("service_name", &self.service_name)
@@ -49,6 +49,14 @@ impl std::fmt::Debug for OtlpConfig {
 }
 
 impl OtlpConfig {
+    /// The endpoint as logs show it: without a user name or password in the URL.
+    pub fn shown_endpoint(&self) -> String {
+        let mut u = self.endpoint.clone();
+        let _ = u.set_username("");
+        let _ = u.set_password(None);
+        u.to_string()
+    }
+
     /// The export settings `var` gives (the process environment in a pod), `None` when no
     /// endpoint is set or export is turned off.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<Self>> {
@@ -198,7 +206,7 @@ pub fn start(
         attributes: Value::Array(attrs.iter().map(|(k, v)| attr(k, v)).collect()),
     };
     let (tracer, rx) = Tracer::channel(cfg.queue);
-    tracing::info!(endpoint = %cfg.endpoint, "exporting traces over OTLP/HTTP (json)");
+    tracing::info!(endpoint = %cfg.shown_endpoint(), "exporting traces over OTLP/HTTP (json)");
     let task = tokio::spawn(export_loop(cfg, client, resource, rx, stop));
     Ok((tracer, task))
 }
@@ -243,7 +251,7 @@ async fn export_loop(
                 if ok {
                     tracing::info!("OTLP export works again");
                 } else {
-                    tracing::warn!(endpoint = %cfg.endpoint, "OTLP export failed; spans are dropped until it works");
+                    tracing::warn!(endpoint = %cfg.shown_endpoint(), "OTLP export failed; spans are dropped until it works");
                 }
                 failing = !ok;
             }
@@ -451,6 +459,15 @@ mod tests {
             shown.contains("authorization") && !shown.contains("sekrit"),
             "{shown}"
         );
+        // Nor does a password in the endpoint's URL.
+        let c = OtlpConfig::from_env(env(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "https://ops:pa55word@collector:4318",
+        )]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.shown_endpoint(), "https://collector:4318/v1/traces");
+        assert!(!format!("{c:?}").contains("pa55word"));
     }
 
     #[test]
