@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use switchyard_core::bus::{Bus, LocalBus};
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner, rows};
-use switchyard_core::engine::{CommitLimits, Connector, EngineConfig, Hub, HubParts};
+use switchyard_core::engine::{CommitLimits, EngineConfig, Hub, HubParts, MountedCard};
 use switchyard_core::ephemeral::MemoryEphemeral;
 use switchyard_core::files::LocalFileStore;
 use switchyard_core::ids::now_ms;
@@ -31,7 +31,7 @@ fn pod(
     bus: &Arc<dyn Bus>,
     key: &str,
     dir: &tempfile::TempDir,
-) -> Connector {
+) -> MountedCard {
     let hub = Arc::new(Hub::new(HubParts {
         store: store.clone(),
         bus: bus.clone(),
@@ -47,7 +47,7 @@ fn pod(
         journal: switchyard_core::journal::JournalConfig::off(),
         tracer: switchyard_core::trace::Tracer::disabled(),
     }));
-    Connector::new(hub, Arc::new(ProbeProvider::new()))
+    MountedCard::new(hub, Arc::new(ProbeProvider::new()))
 }
 
 fn msg(id: &str) -> InboundMessage {
@@ -62,7 +62,7 @@ fn msg(id: &str) -> InboundMessage {
 
 /// Writes a binding straight into the store, as a pod's auth step does, without telling
 /// any cache (the caller announces it, or not).
-async fn write_binding(conn: &Connector, ch: &ChannelRecord, bound: bool) {
+async fn write_binding(conn: &MountedCard, ch: &ChannelRecord, bound: bool) {
     let blob = bound.then(|| {
         conn.hub()
             .cipher()

@@ -12,7 +12,7 @@ use serde_json::json;
 use switchyard_core::bus::{Carried, LocalBus};
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
 use switchyard_core::engine::{
-    AckOutcome, CommitLimits, Connector, EngineConfig, Hub, HubParts, Janitor, Outflow,
+    AckOutcome, CommitLimits, EngineConfig, Hub, HubParts, Janitor, MountedCard, Outflow,
     OutflowLimits, SessionIdent,
 };
 use switchyard_core::ephemeral::MemoryEphemeral;
@@ -29,7 +29,7 @@ use common::ProbeProvider;
 
 struct Kit {
     hub: Arc<Hub>,
-    conn: Connector,
+    conn: MountedCard,
     store: Arc<dyn Store>,
     /// The same store, for its count of delivery reads.
     mem: Arc<MemoryStore>,
@@ -60,7 +60,7 @@ async fn kit_with(commit: CommitLimits) -> Kit {
         journal: switchyard_core::journal::JournalConfig::off(),
         tracer: switchyard_core::trace::Tracer::disabled(),
     }));
-    let conn = Connector::new(hub.clone(), Arc::new(ProbeProvider::new()));
+    let conn = MountedCard::new(hub.clone(), Arc::new(ProbeProvider::new()));
     Kit {
         hub,
         conn,

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use switchyard_core::bus::{Doorbell, LocalBus};
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner, rows};
 use switchyard_core::engine::{
-    CommitLimits, Connector, Done, Emit, EngineConfig, Hub, HubParts, Notices, OutflowLimits,
+    CommitLimits, Done, Emit, EngineConfig, Hub, HubParts, MountedCard, Notices, OutflowLimits,
     Session, SessionEnd, SessionInput, SessionLimits, SessionStep,
 };
 use switchyard_core::ephemeral::MemoryEphemeral;
@@ -25,7 +25,7 @@ use switchyard_protocol::{ConnectionStatus, Envelope, PACKET_SCHEMA};
 use tokio::sync::mpsc;
 
 struct Kit {
-    conn: Connector,
+    conn: MountedCard,
     store: Arc<dyn Store>,
     /// The same store, for its count of delivery reads.
     mem: Arc<MemoryStore>,
@@ -58,7 +58,7 @@ async fn kit() -> Kit {
         .await
         .unwrap();
     Kit {
-        conn: Connector::new(hub, provider),
+        conn: MountedCard::new(hub, provider),
         store,
         mem,
         tenant: tenant.id,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
-use switchyard_core::engine::{Connector, Hub, HubParts, Janitor, OutflowLimits};
+use switchyard_core::engine::{Hub, HubParts, Janitor, MountedCard, OutflowLimits};
 use switchyard_core::hosts::Hosts;
 use switchyard_core::ids::random_secret;
 use switchyard_core::journal::JournalConfig;
@@ -185,7 +185,7 @@ pub struct App {
     _identity: PodIdentity,
     hub: Arc<Hub>,
     hosts: Arc<Hosts>,
-    connectors: Vec<Connector>,
+    connectors: Vec<MountedCard>,
     /// Printed once, on the first start of an embedded node: where to point xAgent, with
     /// which key.
     first_start: Option<Secret>,
@@ -298,7 +298,7 @@ impl App {
             gateway.clone(),
             crate::hosts::CertSource::Header(trusted_ingress(&cfg)?),
         );
-        let connectors: Vec<Connector> = connectors(&cfg, &hub, hosts.clone(), public_gateway);
+        let connectors: Vec<MountedCard> = connectors(&cfg, &hub, hosts.clone(), public_gateway);
         let metrics_addr = metrics_listener.local_addr()?;
         let base_urls: Vec<(String, String)> = connectors
             .iter()
@@ -562,7 +562,7 @@ pub async fn run(
 /// bounded by the configured limits.
 fn public_router(
     cfg: &Config,
-    connectors: &[Connector],
+    connectors: &[MountedCard],
     hub: &Hub,
     drain: &CancellationToken,
     draining: &Arc<AtomicBool>,

@@ -15,7 +15,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::json;
 use switchyard_core::client_error::ClientError;
-use switchyard_core::engine::{Connector, DownloadAuth, DownloadCheck};
+use switchyard_core::engine::{DownloadAuth, DownloadCheck, MountedCard};
 use switchyard_protocol::{PROTOCOL_VERSION, SUBPROTOCOL};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -26,7 +26,7 @@ use crate::session::{Incoming, Session, SessionDeps, SessionLimits};
 /// What every route of a connector needs.
 #[derive(Clone)]
 pub struct ConnState {
-    pub conn: Connector,
+    pub conn: MountedCard,
     pub doorbells: Arc<Doorbells>,
     pub limits: SessionLimits,
     pub drain: CancellationToken,
@@ -35,7 +35,7 @@ pub struct ConnState {
 }
 
 /// Resolves `Authorization: Bearer <key>` to a tenant, or answers 401.
-async fn tenant_of(conn: &Connector, headers: &HeaderMap) -> Result<String, Response> {
+async fn tenant_of(conn: &MountedCard, headers: &HeaderMap) -> Result<String, Response> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchyard_core::engine::{CardServices, Connector, Hub};
+use switchyard_core::engine::{CardServices, Hub, MountedCard};
 use switchyard_core::hosts::Hosts;
 use switchyard_core::provider::{Provider, ProviderServices};
 
@@ -50,10 +50,10 @@ fn mount(
     card_id: &str,
     prefix: &'static str,
     build: impl FnOnce(Arc<dyn ProviderServices>) -> Arc<dyn Provider>,
-) -> Connector {
+) -> MountedCard {
     let services = CardServices::new(hub.clone(), card_id, prefix);
     let provider = build(services.clone());
-    Connector::mount(services, provider)
+    MountedCard::mount(services, provider)
 }
 
 /// The providers this build mounts, each on its services; `gateway` is what the agent-host
@@ -63,7 +63,7 @@ pub fn connectors(
     hub: &Arc<Hub>,
     hosts: Arc<Hosts>,
     gateway: axum::Router,
-) -> Vec<Connector> {
+) -> Vec<MountedCard> {
     let build_info = crate::app::build_info;
     let shared = cfg.shared_settings(build_info());
     let mut wh = switchyard_provider_webhook::WebhookConfig::new(build_info(), true);

@@ -82,7 +82,7 @@ async fn binding_checks_the_credentials_and_shows_the_bot_name() {
 
 async fn bound_running_pod(fs: &FakeFeishu, cluster: &std::sync::Arc<Cluster>, name: &str) -> Pod {
     let pod = Pod::start(cluster.clone(), name, config(&fs.base_url()), true).await;
-    if cluster.bindings.lock().unwrap().is_empty() {
+    if cluster.bindings().is_empty() {
         let step = pod.bind("ch_1", app_fields()).await;
         assert!(matches!(step, AuthStep::Authenticated { .. }));
     }
@@ -196,7 +196,7 @@ async fn an_event_is_not_acked_until_it_is_stored() {
         (fs.connections(APP) == 1).then_some(())
     })
     .await;
-    cluster.full.store(true, Ordering::SeqCst);
+    cluster.set_full(true);
     let pushed = fs.push_text(APP, &p2p(), "wait for me");
     eventually(WAIT, "refused store attempts", || async {
         (cluster.accept_calls.load(Ordering::SeqCst) >= 2).then_some(())
@@ -207,7 +207,7 @@ async fn an_event_is_not_acked_until_it_is_stored() {
         "nothing acked while the store refuses"
     );
     assert_eq!(fs.pending_events(APP), 1);
-    cluster.full.store(false, Ordering::SeqCst);
+    cluster.set_full(false);
     let got = inbound_n(&cluster, 1).await;
     assert_eq!(got[0].1.message_id, pushed.message_id);
     eventually(WAIT, "ack", || async {

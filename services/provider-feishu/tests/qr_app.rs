@@ -17,8 +17,7 @@ fn device_code(fake: &FakeFeishu, i: usize) -> String {
 
 /// Moves the flow's clock: edits the session's provider state as time passing would.
 fn edit_state(cluster: &Cluster, id: &str, f: impl FnOnce(&mut serde_json::Value)) {
-    let mut g = cluster.sessions.lock().unwrap();
-    f(&mut g.get_mut(id).unwrap().state);
+    cluster.edit_session_state(id, f);
 }
 
 #[tokio::test]
@@ -135,7 +134,7 @@ async fn a_refusal_fails_the_flow() {
     assert_eq!(s.status, AuthStatus::Failed);
     assert_eq!(s.failure_code.as_deref(), Some("target_auth_failed"));
     assert!(s.message.contains("refused"), "{}", s.message);
-    assert!(cluster.bindings.lock().unwrap().is_empty());
+    assert!(cluster.bindings().is_empty());
 }
 
 #[tokio::test]

@@ -266,7 +266,7 @@ async fn webhook_checks_the_secret_and_answers_200_only_once_stored() {
     assert!(cluster.inbound().is_empty());
 
     // The store refuses (queue full): 503, Telegram keeps the update and sends it again.
-    cluster.full.store(true, Ordering::SeqCst);
+    cluster.set_full(true);
     tg.push_text(TOKEN, CHAT, "eventually stored");
     eventually(WAIT, "a refused delivery", || async {
         tg.webhook(TOKEN).last_error
@@ -274,7 +274,7 @@ async fn webhook_checks_the_secret_and_answers_200_only_once_stored() {
     .await;
     assert!(tg.webhook(TOKEN).last_error.unwrap().contains("503"));
     assert_eq!(tg.pending_updates(TOKEN), 1);
-    cluster.full.store(false, Ordering::SeqCst);
+    cluster.set_full(false);
     let got = inbound_n(&cluster, 1).await;
     assert_eq!(got[0].1.text.as_deref(), Some("eventually stored"));
     eventually(WAIT, "update delivered", || async {
@@ -297,7 +297,7 @@ async fn polling_keeps_the_offset_until_the_update_is_stored() {
     )
     .await;
     pod.bind("cch_p", TOKEN, json!(CHAT)).await;
-    cluster.full.store(true, Ordering::SeqCst);
+    cluster.set_full(true);
     let pushed = tg.push_text(TOKEN, CHAT, "wait for me");
     eventually(WAIT, "a refused store", || async {
         (cluster.accept_calls.load(Ordering::SeqCst) >= 2).then_some(())
@@ -312,7 +312,7 @@ async fn polling_keeps_the_offset_until_the_update_is_stored() {
         "cursor not advanced past an unstored update"
     );
     assert_eq!(tg.pending_updates(TOKEN), 1, "not confirmed to Telegram");
-    cluster.full.store(false, Ordering::SeqCst);
+    cluster.set_full(false);
     let got = inbound_n(&cluster, 1).await;
     assert_eq!(got[0].1.message_id, format!("{CHAT}:{}", pushed.message_id));
     eventually(WAIT, "cursor advanced", || async {

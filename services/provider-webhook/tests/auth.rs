@@ -315,11 +315,9 @@ async fn pairing_refuses_bad_tokens_and_unknown_sessions() {
 async fn pairing_link_expires() {
     let t = pairing("as_pair4").await;
     // Age the stored state past its expiry.
-    {
-        let mut sessions = t.services.sessions.lock().unwrap();
-        let state = &mut sessions.get_mut("as_pair4").unwrap().state;
+    t.services.edit_session_state("as_pair4", |state| {
         state["expires_at"] = json!(switchyard_core::ids::now_ms() - 1);
-    }
+    });
     assert_eq!(
         t.http.get(&t.link).send().await.unwrap().status().as_u16(),
         404

@@ -110,14 +110,7 @@ async fn json_files_are_stored() {
         Some("application/pdf"),
         "guessed from the filename"
     );
-    let stored = t
-        .services
-        .files
-        .lock()
-        .unwrap()
-        .get(&m.files[0].file_ref)
-        .cloned()
-        .unwrap();
+    let stored = t.services.file(&m.files[0].file_ref);
     assert_eq!(stored.bytes, b"%PDF-1.4 tiny");
     assert_eq!(stored.channel_id, CHANNEL);
 }
@@ -274,7 +267,7 @@ async fn multipart_files_go_through_the_file_store() {
     assert_eq!(m.text.as_deref(), Some("see attached"));
     assert_eq!(m.sender_id.as_deref(), Some("u7"));
     assert_eq!(m.files.len(), 2);
-    let files = t.services.files.lock().unwrap().clone();
+    let files = t.services.files();
     let txt = &files[&m.files[0].file_ref];
     assert_eq!(
         (txt.filename.as_str(), txt.mime_type.as_deref()),
@@ -309,7 +302,7 @@ async fn multipart_without_message_part_is_400() {
 #[tokio::test]
 async fn full_channel_queue_is_429_with_retry_after() {
     let t = setup().await;
-    t.services.full.store(true, Ordering::SeqCst);
+    t.services.set_full(true);
     let (status, v) = t
         .post_json(CHANNEL, &json!({"message_id": "m1", "text": "hi"}))
         .await;

@@ -180,10 +180,7 @@ async fn multipart_files_stream_to_the_store_and_are_discarded_when_the_signatur
         (status, v["error"]["code"].as_str()),
         (401, Some("invalid_signature"))
     );
-    assert!(
-        t.services.files.lock().unwrap().is_empty(),
-        "the stored part was kept"
-    );
+    assert!(t.services.files().is_empty(), "the stored part was kept");
     assert_eq!(t.services.discarded.lock().unwrap().len(), 1);
     assert!(t.services.inbound().is_empty());
 }

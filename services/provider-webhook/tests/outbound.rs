@@ -160,14 +160,7 @@ async fn health_follows_the_endpoint() {
             ConnectionStatus::Connected
         ]
     );
-    assert!(
-        services
-            .statuses
-            .lock()
-            .unwrap()
-            .iter()
-            .all(|(c, _)| c == CHANNEL)
-    );
+    assert!(services.statuses().iter().all(|(c, _)| c == CHANNEL));
 }
 
 #[tokio::test]
@@ -201,6 +194,13 @@ async fn outbound_files_carry_metadata_and_download_url() {
     assert_eq!(out["status"], "sent");
 
     let v: Value = serde_json::from_slice(&ep.received()[0].raw).unwrap();
+    // A URL the deployment signed, under the webhook's prefix at its public base URL.
+    let url = v["files"][0]["download_url"].as_str().unwrap();
+    assert!(
+        url.starts_with("https://switchyard.example.com/webhook/files/refs/file_1?exp=")
+            && url.contains("&sig="),
+        "{url}"
+    );
     assert_eq!(
         v,
         json!({
@@ -212,7 +212,7 @@ async fn outbound_files_carry_metadata_and_download_url() {
                 "filename": "report.pdf",
                 "mime_type": "application/pdf",
                 "byte_size": 9,
-                "download_url": "https://switchyard.example.com/webhook/files/refs/file_1?exp=9&sig=abc"
+                "download_url": url
             }]
         })
     );

@@ -28,10 +28,8 @@ async fn one_poller_per_bot_and_a_dead_holder_is_replaced() {
         "one getupdates at a time"
     );
     let lease = cluster
-        .kv
-        .lock()
-        .unwrap()
-        .keys()
+        .kv_keys()
+        .iter()
         .find(|k| k.starts_with("cursor:"))
         .map(|k| format!("poll:{}", &k["cursor:".len()..]))
         .expect("cursor stored");

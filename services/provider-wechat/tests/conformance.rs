@@ -56,8 +56,11 @@ impl ProviderHarness for Wechat {
         self.fake.push_text(&bot.token, "hello");
         inbound_n(&cluster, before + 1).await;
         eventually(WAIT, "reply token", || async {
-            let kv = cluster.kv.lock().unwrap();
-            kv.keys().any(|k| k.starts_with("peers:")).then_some(())
+            cluster
+                .kv_keys()
+                .iter()
+                .any(|k| k.starts_with("peers:"))
+                .then_some(())
         })
         .await;
         let token = bot.token.clone();

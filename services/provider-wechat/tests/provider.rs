@@ -369,8 +369,11 @@ async fn every_call_names_one_client_version() {
     fake.push_text(&bot.token, "hi");
     inbound_n(&cluster, 1).await;
     eventually(WAIT, "reply token", || async {
-        let kv = cluster.kv.lock().unwrap();
-        kv.keys().any(|k| k.starts_with("peers:")).then_some(())
+        cluster
+            .kv_keys()
+            .iter()
+            .any(|k| k.starts_with("peers:"))
+            .then_some(())
     })
     .await;
     pod.deliver(CH, "msg_v", Some("hello"), &[]).await.unwrap();
@@ -414,23 +417,12 @@ async fn a_confirmation_after_cancel_binds_nothing() {
     let (s, ()) = tokio::join!(pod.auth_status("auth_c", false), async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         // auth.cancel as the core does it: the session is closed.
-        cluster
-            .sessions
-            .lock()
-            .unwrap()
-            .get_mut("auth_c")
-            .unwrap()
-            .status = AuthStatus::Canceled;
+        cluster.cancel_session("auth_c");
         fake.scan(&code);
         fake.confirm(&code);
     });
     assert!(
-        cluster
-            .bindings
-            .lock()
-            .unwrap()
-            .iter()
-            .all(|b| b.channel_id != CH),
+        cluster.bindings().iter().all(|b| b.channel_id != CH),
         "a late confirmation bound the channel"
     );
     assert_eq!(s.status, AuthStatus::Failed, "{s:?}");
@@ -549,10 +541,8 @@ async fn inbound_every_item_type_and_replies_with_the_context_token() {
     // The cursor moved; nothing arrives twice.
     eventually(WAIT, "cursor stored", || async {
         cluster
-            .kv
-            .lock()
-            .unwrap()
-            .keys()
+            .kv_keys()
+            .iter()
             .any(|k| k.starts_with("cursor:"))
             .then_some(())
     })
@@ -569,7 +559,8 @@ async fn inbound_every_item_type_and_replies_with_the_context_token() {
             .contains(&sent[0].context_token)
     );
     // No context token is in the store in readable form.
-    for v in cluster.kv.lock().unwrap().values() {
+    for k in cluster.kv_keys() {
+        let v = cluster.kv(&k).unwrap_or_default();
         assert!(!v.contains(&sent[0].context_token));
     }
     assert_eq!(cluster.inbound().len(), 7);
@@ -591,10 +582,8 @@ async fn a_timed_out_send_is_repeated_with_the_same_client_id() {
     inbound_n(&cluster, 1).await;
     eventually(WAIT, "reply token stored", || async {
         cluster
-            .kv
-            .lock()
-            .unwrap()
-            .keys()
+            .kv_keys()
+            .iter()
             .any(|k| k.starts_with("peers:"))
             .then_some(())
     })
@@ -625,10 +614,8 @@ async fn media_out_is_encrypted_for_the_cdn_and_typing_ends_before_the_reply() {
     inbound_n(&cluster, 1).await;
     eventually(WAIT, "reply token", || async {
         cluster
-            .kv
-            .lock()
-            .unwrap()
-            .keys()
+            .kv_keys()
+            .iter()
             .any(|k| k.starts_with("peers:"))
             .then_some(())
     })
@@ -799,7 +786,7 @@ async fn failures_back_off_and_keep_the_cursor() {
     fake.push_text(&bot.token, "one");
     inbound_n(&cluster, 1).await;
     // The store refuses: the batch is fetched again and stored once it accepts.
-    cluster.full.store(true, Ordering::SeqCst);
+    cluster.set_full(true);
     fake.push_text(&bot.token, "two");
     eventually(WAIT, "refused attempts", || async {
         (cluster.accept_calls.load(Ordering::SeqCst) >= 3).then_some(())
@@ -808,7 +795,7 @@ async fn failures_back_off_and_keep_the_cursor() {
     // A CDN outage holds a media message back the same way.
     fake.fail_next("cdn_download", 2, Failure::Http(503));
     fake.push(&bot.token, &bot.user_id, &[Item::Image(b"IMG".to_vec())]);
-    cluster.full.store(false, Ordering::SeqCst);
+    cluster.set_full(false);
     let got = inbound_n(&cluster, 3).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     let got2 = cluster.inbound();
@@ -816,7 +803,7 @@ async fn failures_back_off_and_keep_the_cursor() {
     assert_eq!(got2.len(), 3);
     assert_eq!(got2[1].1.text.as_deref(), Some("two"));
     assert_eq!(cluster.file(&got2[2].1.files[0].file_ref).bytes, b"IMG");
-    assert_eq!(cluster.files.lock().unwrap().len(), 1, "media stored once");
+    assert_eq!(cluster.files().len(), 1, "media stored once");
     assert!(
         fake.calls()
             .iter()

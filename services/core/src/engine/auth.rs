@@ -5,14 +5,14 @@ use serde_json::{Map, Value, json};
 use switchyard_protocol::packet::{AuthCancelPayload, AuthStartPayload, AuthStatusPayload};
 use switchyard_protocol::{ConnectionStatus, ErrorCode};
 
-use super::{CardServices, Connector, Fault, ms};
+use super::{CardServices, Fault, MountedCard, ms};
 use crate::bus::Doorbell;
 use crate::crypto::rows;
 use crate::ids::{new_id, now_ms};
 use crate::model::{AuthSessionRecord, AuthStatus, ChannelRecord};
 use crate::provider::{AuthPoll, AuthRequest, AuthStep, Binding, Provider};
 
-impl Connector {
+impl MountedCard {
     pub async fn auth_start(
         &self,
         ch: &ChannelRecord,
@@ -248,6 +248,15 @@ impl CardServices {
         rec: &mut AuthSessionRecord,
         step: AuthStep,
     ) -> Result<ChannelRecord, Fault> {
+        // A session that ended while the provider was answering (an `auth.cancel` during a
+        // long poll) takes no late step: its state must not complete a binding.
+        if !rec.status.is_terminal()
+            && let Some(current) = self.hub.store.get_auth_session(&rec.id).await?
+            && current.status.is_terminal()
+        {
+            *rec = current;
+            return Ok(ch.clone());
+        }
         let now = now_ms();
         let mut ch = ch.clone();
         match step {
@@ -345,7 +354,7 @@ impl CardServices {
     }
 }
 
-impl Connector {
+impl MountedCard {
     /// Payload of `auth.start.ack` / `auth.status.ack`.
     fn auth_ack(
         &self,

@@ -7,7 +7,7 @@ use switchyard_protocol::descriptor::TargetView;
 use switchyard_protocol::packet::HelloPayload;
 use switchyard_protocol::{ConnectionStatus, Descriptor, ErrorCode, profile, version_admitted};
 
-use super::{Connector, Fault};
+use super::{Fault, MountedCard};
 use crate::bus::Doorbell;
 use crate::error::ErrorKind;
 use crate::ids::{new_id, now_ms};
@@ -41,7 +41,7 @@ pub struct OpenedBatch {
     pub idle: HashSet<String>,
 }
 
-impl Connector {
+impl MountedCard {
     /// Handles `connector.hello`: checks Card, version and profiles, then resolves the
     /// tenant's connector_id for this Card (reusing it, or issuing one) and records the socket.
     pub async fn hello(
@@ -310,7 +310,7 @@ impl Connector {
     /// channel), answered in order. A reconnecting backend reopens its channels by id: those
     /// are read with one query and routed to this socket with one write, so a failover
     /// costs two statements per batch, not two per channel. New channels and ids this server
-    /// does not know take [`Connector::open_channel`]'s path, `concurrency` at a time. One
+    /// does not know take [`MountedCard::open_channel`]'s path, `concurrency` at a time. One
     /// more query tells which reopened channels have nothing pending ([`OpenedBatch::idle`]).
     pub async fn open_channels(
         &self,

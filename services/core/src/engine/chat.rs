@@ -6,7 +6,7 @@ use serde_json::json;
 use switchyard_protocol::im::{ActivityPayload, ChatAckPayload, ChatMessagePayload, DeltaPayload};
 use switchyard_protocol::{ConnectionStatus, ErrorCode, profile};
 
-use super::{CardServices, Connector, Fault, ms};
+use super::{CardServices, Fault, MountedCard, ms};
 use crate::crypto::sha256_hex;
 use crate::ids::now_ms;
 use crate::journal::JournalStep;
@@ -29,7 +29,7 @@ struct DeltaBuffer {
     chunks: Vec<String>,
 }
 
-impl Connector {
+impl MountedCard {
     /// Handles a final `chat.message` from xAgent. Returns None when the channel did not
     /// negotiate IM v2 (the signal is dropped silently, IM2 §10).
     pub async fn receive_message(
@@ -218,7 +218,7 @@ impl CardServices {
     }
 }
 
-impl Connector {
+impl MountedCard {
     fn replay_message(
         &self,
         p: &ChatMessagePayload,

@@ -6,7 +6,7 @@ use switchyard_protocol::im::{ChatMessagePayload, MessagePushPayload};
 use switchyard_protocol::outbound::Outbound;
 use switchyard_protocol::profile::{self, IM_V1};
 
-use super::{CardServices, Connector, Fault, Overloaded, ms};
+use super::{CardServices, Fault, MountedCard, Overloaded, ms};
 use crate::bus::{Carried, Doorbell};
 use crate::ids::now_ms;
 use crate::journal::JournalStep;
@@ -15,7 +15,7 @@ use crate::provider::{InboundMessage, InboundOutcome, ServicesError};
 use crate::trace::{self, SpanKind, TraceContext};
 
 /// Key of the target sender's id stored beside an outbox payload.
-const SENDER_ID: &str = "sender_id";
+pub(crate) const SENDER_ID: &str = "sender_id";
 
 /// How a channel receives inbound messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub struct Delivery {
     pub trace: Option<TraceContext>,
 }
 
-impl Connector {
+impl MountedCard {
     pub fn delivery_kind(&self, profiles: &[String]) -> DeliveryKind {
         if profile::allows(profiles, "chat.message", profile::Direction::Out) {
             DeliveryKind::ChatMessage
@@ -177,7 +177,7 @@ impl CardServices {
     }
 }
 
-impl Connector {
+impl MountedCard {
     /// Pending deliveries of a channel after `after_seq`, rendered as the channel receives them.
     pub async fn pending(
         &self,

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use switchyard_protocol::im::FileItem;
 
-use super::{CardServices, Connector, Fault, ms};
+use super::{CardServices, Fault, MountedCard, ms};
 use crate::crypto::SignatureCheck;
 use crate::error::ErrorKind;
 use crate::files::ByteStream;
@@ -78,7 +78,7 @@ fn stored_bytes_full(max: u64) -> ServicesError {
     )
 }
 
-impl Connector {
+impl MountedCard {
     /// `POST /files/uploads`: the channel must belong to the caller's tenant and this Card.
     pub async fn upload(
         &self,
@@ -216,7 +216,7 @@ impl CardServices {
     }
 }
 
-impl Connector {
+impl MountedCard {
     /// `GET /files/refs/{file_ref}`.
     pub async fn download(
         &self,

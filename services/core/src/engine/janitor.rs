@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Connector, Hub, ms};
+use super::{Hub, MountedCard, ms};
 use crate::bus::{Doorbell, connector_topic};
 use crate::error::BackendResult;
 use crate::ids::now_ms;
@@ -32,7 +32,7 @@ pub struct JanitorReport {
 pub struct Janitor {
     hub: Arc<Hub>,
     /// Connectors by Card id, to release provider state of removed channels.
-    connectors: HashMap<String, Connector>,
+    connectors: HashMap<String, MountedCard>,
     /// How long a pod may go without a heartbeat before its sockets count as gone.
     pub presence_ttl: Duration,
     pub lease_ttl: Duration,
@@ -41,7 +41,7 @@ pub struct Janitor {
 impl Janitor {
     pub fn new(
         hub: Arc<Hub>,
-        connectors: &[Connector],
+        connectors: &[MountedCard],
         presence_ttl: Duration,
         lease_ttl: Duration,
     ) -> Self {

@@ -1,16 +1,17 @@
 //! The protocol state machines, independent of sockets: connector_ids and their offline
 //! lease, channels, auth sessions, tool calls, IM messages both ways, files and the janitor.
-//! The edge turns frames into calls on [`Connector`] and results back into packets.
+//! The edge turns frames into calls on [`MountedCard`] and results back into packets.
 //!
 //! A Card is mounted in two steps: its [`CardServices`] (what the core offers its provider,
 //! with no provider inside) are made first and handed to the provider's factory, then the
-//! [`Connector`] joins them with the provider built from them.
+//! [`MountedCard`] joins them with the provider built from them.
 
 mod auth;
 mod channel;
 mod chat;
 mod commit;
 mod delivery;
+pub(crate) use delivery::SENDER_ID;
 mod files;
 mod janitor;
 mod outflow;
@@ -306,18 +307,18 @@ impl From<crate::error::BackendError> for Fault {
 /// One mounted provider (Card) on top of the shared hub: the Card's [`CardServices`] and the
 /// provider built with them. It reads as its services (`conn.hub()`, `conn.card_id()`).
 #[derive(Clone)]
-pub struct Connector {
+pub struct MountedCard {
     services: Arc<CardServices>,
     pub provider: Arc<dyn Provider>,
 }
 
-impl std::fmt::Debug for Connector {
+impl std::fmt::Debug for MountedCard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Connector({})", self.card_id())
+        write!(f, "MountedCard({})", self.card_id())
     }
 }
 
-impl std::ops::Deref for Connector {
+impl std::ops::Deref for MountedCard {
     type Target = CardServices;
 
     fn deref(&self) -> &CardServices {
@@ -325,7 +326,7 @@ impl std::ops::Deref for Connector {
     }
 }
 
-impl Connector {
+impl MountedCard {
     /// Mounts `provider`, built with `services`. Panics when its Card id or prefix is not
     /// the one the services were made for: the factory list is wired wrong.
     pub fn mount(services: Arc<CardServices>, provider: Arc<dyn Provider>) -> Self {

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 use switchyard_protocol::{ConnectionStatus, ErrorCode};
 
-use super::{Connector, Fault, ms};
+use super::{Fault, MountedCard, ms};
 use crate::crypto::sha256_hex;
 use crate::ids::now_ms;
 use crate::journal::JournalStep;
@@ -13,7 +13,7 @@ use crate::provider::{ProgressSink, ProviderErrorKind, ToolCall};
 
 const SCOPE: &str = "tool";
 
-impl Connector {
+impl MountedCard {
     /// Runs a tool call at most once per idempotency key. Returns the tool's `result`, or a
     /// fault for the ack's envelope `error`.
     pub async fn invoke_tool(

@@ -52,6 +52,50 @@ impl MemoryStore {
         self.with(|t| Ok(t.pending_reads)).unwrap_or_default()
     }
 
+    /// Every channel's queue counts as full (`true`) or as it is (`false`): a new message
+    /// is refused `Full` while a repeated one is still a duplicate, as when the cap is
+    /// reached. Tests use it to fill every queue at once.
+    pub fn set_queues_full(&self, full: bool) {
+        let _ = self.with(|t| {
+            t.queues_full = full;
+            Ok(())
+        });
+    }
+
+    /// Every outbox row still kept (pending, acked awaiting the purge, failed), in the
+    /// order they were stored.
+    pub fn outbox_rows(&self) -> Vec<OutboxRecord> {
+        self.with(|t| Ok(t.outbox.values().cloned().collect()))
+            .unwrap_or_default()
+    }
+
+    /// The id of every auth session kept.
+    pub fn auth_session_ids(&self) -> Vec<String> {
+        self.with(|t| Ok(t.auth_sessions.keys().cloned().collect()))
+            .unwrap_or_default()
+    }
+
+    /// The keys of a kv namespace, sorted.
+    pub fn kv_keys(&self, namespace: &str) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .with(|t| {
+                Ok(t.kv
+                    .keys()
+                    .filter(|(ns, _)| ns == namespace)
+                    .map(|(_, k)| k.clone())
+                    .collect())
+            })
+            .unwrap_or_default();
+        keys.sort();
+        keys
+    }
+
+    /// The file_ref of every stored file.
+    pub fn file_refs(&self) -> Vec<String> {
+        self.with(|t| Ok(t.files.keys().cloned().collect()))
+            .unwrap_or_default()
+    }
+
     /// Runs `f` on the tables under the lock: one call, one atomic step. A std mutex, since
     /// no step awaits while it holds the lock.
     fn with<T>(&self, f: impl FnOnce(&mut Tables) -> BackendResult<T>) -> BackendResult<T> {
@@ -123,6 +167,8 @@ struct Tables {
     last_journal_id: i64,
     /// `pending_outbox` calls answered (tests count the delivery path's store reads).
     pending_reads: u64,
+    /// Set by [`MemoryStore::set_queues_full`]: every channel's queue is at its cap.
+    queues_full: bool,
 }
 
 /// The error a unique key gives in the SQL stores.

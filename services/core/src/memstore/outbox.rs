@@ -70,6 +70,14 @@ impl Tables {
                 *facts.pending.entry(m.channel_id.clone()).or_insert(0) += 1;
             }
         }
+        if self.queues_full {
+            // Every channel at its cap: as many pending as the cap allows.
+            for it in items {
+                facts
+                    .pending
+                    .insert(it.record.channel_id.clone(), i64::from(it.cap));
+            }
+        }
         let mut outcomes = plan_enqueue_batch(items, &facts);
         let mut seqs = Vec::new();
         for (it, outcome) in items.iter().zip(&outcomes) {

@@ -390,10 +390,8 @@ pub async fn secrets_never_shown<H: ProviderHarness>() {
     );
     shown.extend(
         pod.cluster()
-            .sessions
-            .lock()
-            .unwrap()
-            .values()
+            .sessions()
+            .iter()
             .map(|s| format!("{:?} {:?} {}", s.qr_code_text, s.qr_code_image, s.message)),
     );
     for secret in &secrets {

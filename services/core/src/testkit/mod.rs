@@ -1,14 +1,15 @@
-//! What provider crates' tests share: an in-memory [`ProviderServices`] whose durable state
-//! lives in a [`Cluster`] several pods can share, a [`ProviderPod`] that runs a
-//! provider on one of them as the core would, a log capture to grep for secrets, bounded
-//! waits, and the provider conformance suite ([`provider_conformance_tests!`](crate::provider_conformance_tests)).
+//! What provider crates' tests share: a [`Cluster`] of test pods, each running the real
+//! engine's provider services (`CardServices` on a hub of its own) over one in-memory store,
+//! bus, ephemeral store and file folder; a [`ProviderPod`] that runs a provider on one of
+//! them as the core would; a log capture to grep for secrets; bounded waits; and the
+//! provider conformance suite ([`provider_conformance_tests!`](crate::provider_conformance_tests)).
 //!
-//! The fakes follow the real core's rules where tests can tell: inbound messages dedupe per
-//! channel and message id before the queue cap is checked, only bound channels take inbound
-//! messages, leases are renewed by their holder and taken over once expired with a new
-//! generation, auth sessions stop answering once terminal.
-//!
-//! [`ProviderServices`]: crate::ProviderServices
+//! So the rules a provider meets in its tests are the engine's own: inbound messages dedupe
+//! per channel and message id before the queue cap is checked, only bound channels take
+//! inbound messages, leases are renewed by their holder and taken over once expired with a
+//! new generation, auth sessions stop answering once terminal. What a test cannot cause on
+//! cue is a switch: every queue at its cap ([`Cluster::set_full`]), a pod's commit backlog
+//! full (`Cluster::overloaded`), a dead pod (`FakeServices::dead`).
 
 mod cluster;
 pub mod conformance;
@@ -22,7 +23,7 @@ use switchyard_protocol::BuildInfo;
 
 use crate::provider::{InboundMessage, ProgressSink};
 
-pub use cluster::{Cluster, Session, StoredFile};
+pub use cluster::{AuthSession, CARD, Cluster, StoredFile};
 pub use logs::{captured_logs, init_logs, init_logs_with};
 pub use pod::ProviderPod;
 pub use services::FakeServices;

@@ -4,17 +4,20 @@ use std::sync::{Arc, Mutex};
 
 use axum::serve::ListenerExt as _;
 use serde_json::{Map, Value};
+use switchyard_protocol::ConnectionStatus;
 use switchyard_protocol::card::AuthFlow;
 use switchyard_protocol::im::ActivityStatus;
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::{Cluster, Session};
+use super::cluster::{AuthSession, Cluster};
 use super::services::FakeServices;
 use super::{NoProgress, TENANT, init_logs};
+use crate::ids::now_ms;
 use crate::provider::{
     AuthPoll, AuthRequest, AuthStep, OutboundMessage, Provider, ProviderError, ProviderServices,
     ToolCall,
 };
+use crate::store::Store;
 
 /// One pod: a provider, the services it was built with and the stop of its background loops
 /// (cancelled on drop).
@@ -180,9 +183,16 @@ impl<P: Provider> ProviderPod<P> {
         session_id: &str,
         input: Value,
     ) -> AuthStep {
-        self.services
-            .cluster
-            .open_session(session_id, channel_id, Value::Null);
+        let cluster = &self.services.cluster;
+        cluster.open_session(session_id, channel_id, Value::Null);
+        let ch = cluster.channel(channel_id);
+        if ch.binding.is_none() {
+            cluster
+                .store
+                .set_channel_status(&ch.id, ConnectionStatus::Authenticating, &ch.view, now_ms())
+                .await
+                .expect("store");
+        }
         let Value::Object(input) = input else {
             panic!("object input")
         };
@@ -190,13 +200,39 @@ impl<P: Provider> ProviderPod<P> {
             .try_auth(&self.flow(flow_id), channel_id, session_id, &input)
             .await
             .expect("auth_start");
-        self.services.cluster.apply(session_id, step.clone());
+        self.apply(session_id, step.clone()).await;
         step
+    }
+
+    /// Applies a step the provider answered as the core does (`CardServices::apply_step`): a
+    /// success binds the session's channel with the status the provider gives it, a terminal
+    /// step forgets the provider state, and a session that ended meanwhile takes nothing.
+    async fn apply(&self, session_id: &str, step: AuthStep) {
+        let cluster = &self.services.cluster;
+        let Some(mut rec) = cluster
+            .store
+            .get_auth_session(session_id)
+            .await
+            .expect("store")
+        else {
+            return;
+        };
+        let ch = cluster.channel(&rec.channel_id);
+        self.services
+            .real
+            .apply_step(Some(self.provider.as_ref()), &ch, &mut rec, step)
+            .await
+            .expect("the core takes the step");
     }
 
     /// `auth.status` as the core runs it (terminal sessions are not polled); returns the
     /// session afterwards.
-    pub async fn session_poll(&self, flow_id: &str, session_id: &str, refresh: bool) -> Session {
+    pub async fn session_poll(
+        &self,
+        flow_id: &str,
+        session_id: &str,
+        refresh: bool,
+    ) -> AuthSession {
         let s = self.services.cluster.session(session_id);
         if s.status.is_terminal() {
             return s;
@@ -216,7 +252,7 @@ impl<P: Provider> ProviderPod<P> {
             .expect("auth_poll");
         if let Some(step) = step {
             self.show(public_step(&step));
-            self.services.cluster.apply(session_id, step);
+            self.apply(session_id, step).await;
         }
         self.services.cluster.session(session_id)
     }

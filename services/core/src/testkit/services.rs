@@ -1,4 +1,6 @@
-//! One pod's [`ProviderServices`] over the shared [`Cluster`].
+//! One pod's [`ProviderServices`]: the real engine's `CardServices` on a hub of its own over
+//! the shared [`Cluster`], with the faults a test switches on (a dead pod, a full commit
+//! backlog) and a record of the calls tests inspect.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,25 +10,28 @@ use async_trait::async_trait;
 use serde_json::Value;
 use switchyard_protocol::ConnectionStatus;
 use switchyard_protocol::descriptor::TargetView;
-use switchyard_protocol::im::{ChatMessagePayload, FileItem};
+use switchyard_protocol::im::FileItem;
 
-use super::cluster::{Cluster, Lease, StoredFile};
-use super::{TENANT, file_type};
+use super::cluster::{CARD, Cluster};
+use crate::engine::{CardServices, CommitLimits, EngineConfig, Hub, HubParts};
 use crate::ephemeral::Ephemeral;
 use crate::error::BackendError;
-use crate::files::{ByteStream, bytes_stream, collect};
-use crate::ids::now_ms;
-use crate::model::{AuthStatus, FileDirection, FileRecord};
+use crate::files::ByteStream;
+use crate::journal::JournalConfig;
+use crate::model::{AuthStatus, FileDirection};
 use crate::provider::{
     AuthStep, Binding, InboundMessage, InboundOutcome, OutboundFile, ProviderServices,
     ServicesError,
 };
+use crate::store::Store;
+use crate::trace::Tracer;
 
-/// The largest inbound file the fake file store takes.
+/// The largest file a test pod takes.
 const MAX_FILE: u64 = 1 << 20;
 
-/// One pod's services: its name (the lease holder), its public base URL, and the cluster
-/// state it shares with the other pods. It reads as its cluster (`services.inbound()`).
+/// One pod: its name (the lease holder), its public base URL, the cluster it shares with
+/// the other pods, and the real services of the test Card on its own hub. It reads as its
+/// cluster (`services.inbound()`).
 pub struct FakeServices {
     pub pod: String,
     pub base_url: String,
@@ -34,18 +39,42 @@ pub struct FakeServices {
     pub prefix: String,
     pub cluster: Arc<Cluster>,
     /// A "crashed" pod: it can neither renew nor take a lease, nor store (`accept_inbound`,
-    /// `kv_put`, `secret_put` fail as unavailable).
+    /// `rebind`, `kv_put`, `secret_put` fail as unavailable).
     pub dead: AtomicBool,
+    pub(super) real: Arc<CardServices>,
 }
 
 impl FakeServices {
+    /// Pod `pod` of `cluster`, reached at `base_url`, its provider mounted under `prefix`.
+    /// Starts the hub's writers, so it runs inside a Tokio runtime.
     pub fn new(cluster: Arc<Cluster>, pod: &str, base_url: &str, prefix: &str) -> Arc<Self> {
+        let hub = Arc::new(Hub::new(HubParts {
+            store: cluster.store.clone(),
+            bus: cluster.bus.clone(),
+            ephemeral: cluster.eph.clone(),
+            files: cluster.files.clone(),
+            cipher: cluster.cipher.clone(),
+            signer: cluster.signer.clone(),
+            config: EngineConfig {
+                max_upload_bytes: MAX_FILE,
+                ..EngineConfig::default()
+            },
+            pod_id: pod.into(),
+            public_base_url: base_url.into(),
+            commit: CommitLimits::default(),
+            quotas: Default::default(),
+            journal: JournalConfig::off(),
+            tracer: Tracer::disabled(),
+        }));
+        // A test's prefix lives as long as the test process: the services keep a static one.
+        let mounted: &'static str = Box::leak(prefix.to_owned().into_boxed_str());
         Arc::new(Self {
             pod: pod.into(),
             base_url: base_url.into(),
             prefix: prefix.into(),
             cluster,
             dead: AtomicBool::new(false),
+            real: CardServices::new(hub, CARD, mounted),
         })
     }
 
@@ -54,13 +83,6 @@ impl FakeServices {
             return Err(BackendError::unavailable("pod is dead"));
         }
         Ok(())
-    }
-
-    fn download_url(&self, file_ref: &str, signature: &str) -> String {
-        format!(
-            "{}{}/files/refs/{file_ref}?{signature}",
-            self.base_url, self.prefix
-        )
     }
 }
 
@@ -75,50 +97,28 @@ impl std::ops::Deref for FakeServices {
 #[async_trait]
 impl ProviderServices for FakeServices {
     async fn binding(&self, channel_id: &str) -> Result<Option<Binding>, BackendError> {
-        Ok(self.cluster.find_binding(channel_id))
+        self.real.binding(channel_id).await
     }
 
     async fn bound_channels(&self) -> Result<Vec<Binding>, BackendError> {
-        Ok(self.cluster.bindings.lock().unwrap().clone())
+        self.real.bound_channels().await
     }
 
-    /// The core's order: the channel must be bound, the message valid and the pod not
-    /// saturated; then a repeated id is a duplicate even when the queue is full.
     async fn accept_inbound(
         &self,
         channel_id: &str,
         msg: InboundMessage,
     ) -> Result<InboundOutcome, ServicesError> {
         self.alive()?;
-        let c = &self.cluster;
-        c.accept_calls.fetch_add(1, Ordering::SeqCst);
-        if c.find_binding(channel_id).is_none() {
-            return Err(ServicesError::UnknownChannel);
+        self.cluster.count_accept();
+        if self.cluster.overloaded.load(Ordering::SeqCst) {
+            // The commit backlog is checked once the channel is known to be bound.
+            return match self.real.binding(channel_id).await? {
+                Some(_) => Err(ServicesError::Overloaded),
+                None => Err(ServicesError::UnknownChannel),
+            };
         }
-        ChatMessagePayload {
-            message_id: msg.message_id.clone(),
-            text: msg.text.clone().filter(|t| !t.is_empty()),
-            files: msg.files.clone(),
-            created_at: None,
-            sender_name: None,
-        }
-        .validate()
-        .map_err(ServicesError::Invalid)?;
-        if c.overloaded.load(Ordering::SeqCst) {
-            return Err(ServicesError::Overloaded);
-        }
-        let mut inbound = c.inbound.lock().unwrap();
-        if inbound
-            .iter()
-            .any(|(ch, m)| ch == channel_id && m.message_id == msg.message_id)
-        {
-            return Ok(InboundOutcome::Duplicate);
-        }
-        if c.full.load(Ordering::SeqCst) {
-            return Err(ServicesError::Full);
-        }
-        inbound.push((channel_id.into(), msg));
-        Ok(InboundOutcome::Stored)
+        self.real.accept_inbound(channel_id, msg).await
     }
 
     async fn store_inbound_file(
@@ -129,133 +129,57 @@ impl ProviderServices for FakeServices {
         body: ByteStream,
     ) -> Result<FileItem, ServicesError> {
         self.cluster.storing.store(true, Ordering::SeqCst);
-        let bytes = collect(body, MAX_FILE)
+        self.real
+            .store_inbound_file(channel_id, filename, mime_type, body)
             .await
-            .map_err(|_| ServicesError::TooLarge)?;
-        let file_ref = format!(
-            "file_in_{}",
-            self.cluster.next_file.fetch_add(1, Ordering::SeqCst)
-        );
-        let item = FileItem {
-            file_type: file_type(mime_type.unwrap_or("")).into(),
-            file_ref: file_ref.clone(),
-            filename: Some(filename.into()),
-            mime_type: mime_type.map(Into::into),
-            byte_size: Some(bytes.len() as u64),
-            expires_at: None,
-            download_url: Some(self.download_url(&file_ref, "exp=1&sig=x")),
-        };
-        self.cluster.files.lock().unwrap().insert(
-            file_ref,
-            StoredFile {
-                channel_id: channel_id.into(),
-                filename: filename.into(),
-                mime_type: mime_type.map(Into::into),
-                bytes,
-                direction: FileDirection::Inbound,
-            },
-        );
-        Ok(item)
     }
 
-    /// The core's rule: missing is fine, another channel's or an outbound file is not found.
     async fn discard_inbound_file(
         &self,
         channel_id: &str,
         file_ref: &str,
     ) -> Result<(), ServicesError> {
-        let mut files = self.cluster.files.lock().unwrap();
-        let Some(f) = files.get(file_ref) else {
-            return Ok(());
-        };
-        if f.channel_id != channel_id || f.direction != FileDirection::Inbound {
-            return Err(ServicesError::FileNotFound);
+        let existed = self
+            .cluster
+            .store
+            .get_file(file_ref)
+            .await?
+            .is_some_and(|f| f.direction == FileDirection::Inbound);
+        self.real.discard_inbound_file(channel_id, file_ref).await?;
+        if existed {
+            self.cluster.discarded.lock().unwrap().push(file_ref.into());
         }
-        files.remove(file_ref);
-        self.cluster.discarded.lock().unwrap().push(file_ref.into());
         Ok(())
     }
 
-    /// Only the channel's uploaded (outbound) files open.
     async fn open_file(
         &self,
         channel_id: &str,
         file_ref: &str,
     ) -> Result<(OutboundFile, ByteStream), ServicesError> {
-        let f = self.cluster.files.lock().unwrap().get(file_ref).cloned();
-        let f = f
-            .filter(|f| f.channel_id == channel_id && f.direction == FileDirection::Outbound)
-            .ok_or(ServicesError::FileNotFound)?;
-        let mime = f
-            .mime_type
-            .clone()
-            .unwrap_or_else(|| "application/octet-stream".into());
-        let record = FileRecord {
-            file_ref: file_ref.into(),
-            tenant_id: TENANT.into(),
-            channel_id: channel_id.into(),
-            direction: FileDirection::Outbound,
-            filename: f.filename.clone(),
-            mime_type: mime.clone(),
-            file_type: file_type(&mime).into(),
-            byte_size: f.bytes.len() as u64,
-            storage_key: format!("k/{file_ref}"),
-            created_at: 0,
-            expires_at: i64::MAX,
-        };
-        let download_url = self.download_url(file_ref, "exp=9&sig=abc");
-        Ok((
-            OutboundFile {
-                record,
-                download_url,
-            },
-            bytes_stream(f.bytes),
-        ))
+        self.real.open_file(channel_id, file_ref).await
     }
 
-    /// Unfinished sessions only, as the core answers.
     async fn auth_state(
         &self,
         auth_session_id: &str,
     ) -> Result<Option<(String, AuthStatus, Value)>, BackendError> {
-        Ok(self
-            .cluster
-            .sessions
-            .lock()
-            .unwrap()
-            .get(auth_session_id)
-            .filter(|s| !s.status.is_terminal())
-            .map(|s| (s.channel_id.clone(), s.status, s.state.clone())))
+        self.real.auth_state(auth_session_id).await
     }
 
-    /// The core's rules: an unknown session is refused, a finished one takes no more steps.
     async fn advance_auth(
         &self,
         auth_session_id: &str,
         step: AuthStep,
     ) -> Result<(), ServicesError> {
-        let status = self
-            .cluster
-            .sessions
-            .lock()
-            .unwrap()
-            .get(auth_session_id)
-            .map(|s| s.status);
-        match status {
-            None => return Err(ServicesError::UnknownChannel),
-            Some(s) if s.is_terminal() => {
-                return Err(ServicesError::Invalid(
-                    "authentication session is no longer pending".into(),
-                ));
-            }
-            Some(_) => {}
-        }
+        self.real
+            .advance_auth(auth_session_id, step.clone())
+            .await?;
         self.cluster
             .steps
             .lock()
             .unwrap()
-            .push((auth_session_id.into(), step.clone()));
-        self.cluster.apply(auth_session_id, step);
+            .push((auth_session_id.into(), step));
         Ok(())
     }
 
@@ -264,6 +188,7 @@ impl ProviderServices for FakeServices {
         channel_id: &str,
         status: ConnectionStatus,
     ) -> Result<(), ServicesError> {
+        self.real.set_target_status(channel_id, status).await?;
         self.cluster
             .statuses
             .lock()
@@ -272,8 +197,6 @@ impl ProviderServices for FakeServices {
         Ok(())
     }
 
-    /// The core's rule without the uniqueness check (the cluster keeps no binding keys): a
-    /// bound channel takes the new credentials; the call is recorded in `rebinds`.
     async fn rebind(
         &self,
         channel_id: &str,
@@ -282,14 +205,9 @@ impl ProviderServices for FakeServices {
         binding_key: Option<&str>,
     ) -> Result<(), ServicesError> {
         self.alive()?;
-        {
-            let mut bindings = self.cluster.bindings.lock().unwrap();
-            let b = bindings
-                .iter_mut()
-                .find(|b| b.channel_id == channel_id)
-                .ok_or(ServicesError::UnknownChannel)?;
-            b.credentials = credentials.clone();
-        }
+        self.real
+            .rebind(channel_id, credentials, view, binding_key)
+            .await?;
         self.cluster.rebinds.lock().unwrap().push((
             channel_id.into(),
             view.clone(),
@@ -299,72 +217,37 @@ impl ProviderServices for FakeServices {
     }
 
     fn public_base_url(&self) -> String {
-        self.base_url.clone()
+        self.real.public_base_url()
     }
 
     fn ephemeral(&self) -> Arc<dyn Ephemeral> {
-        self.cluster.eph.clone()
+        self.real.ephemeral()
     }
 
-    /// The store's rule: the holder renews; anyone takes an expired lease with a new generation.
     async fn acquire_lease(&self, name: &str, ttl: Duration) -> Result<Option<i64>, BackendError> {
         self.alive()?;
-        let now = now_ms();
-        let until = now + i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2);
-        let mut leases = self.cluster.leases.lock().unwrap();
-        let l = leases.entry(name.to_owned()).or_insert(Lease {
-            holder: String::new(),
-            generation: 0,
-            expires_at: 0,
-        });
-        if l.holder == self.pod && l.expires_at > now {
-            l.expires_at = until;
-            return Ok(Some(l.generation));
-        }
-        if l.expires_at <= now || l.holder.is_empty() {
-            l.holder = self.pod.clone();
-            l.generation += 1;
-            l.expires_at = until;
-            return Ok(Some(l.generation));
-        }
-        Ok(None)
+        self.real.acquire_lease(name, ttl).await
     }
 
     async fn release_lease(&self, name: &str) -> Result<(), BackendError> {
-        let mut leases = self.cluster.leases.lock().unwrap();
-        if let Some(l) = leases.get_mut(name)
-            && l.holder == self.pod
-        {
-            l.expires_at = 0;
-        }
-        Ok(())
+        self.real.release_lease(name).await
     }
 
     async fn kv_get(&self, key: &str) -> Result<Option<String>, BackendError> {
-        Ok(self.cluster.kv(key))
+        self.real.kv_get(key).await
     }
 
     async fn kv_put(&self, key: &str, value: &str) -> Result<(), BackendError> {
         self.alive()?;
-        self.cluster
-            .kv
-            .lock()
-            .unwrap()
-            .insert(key.into(), value.into());
-        Ok(())
+        self.real.kv_put(key, value).await
     }
 
     async fn secret_get(&self, key: &str) -> Result<Option<Value>, BackendError> {
-        Ok(self.cluster.secrets.lock().unwrap().get(key).cloned())
+        self.real.secret_get(key).await
     }
 
     async fn secret_put(&self, key: &str, value: &Value) -> Result<(), BackendError> {
         self.alive()?;
-        self.cluster
-            .secrets
-            .lock()
-            .unwrap()
-            .insert(key.into(), value.clone());
-        Ok(())
+        self.real.secret_put(key, value).await
     }
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
 use switchyard_core::bus::Doorbell;
-use switchyard_core::engine::{self, Connector, Done, Emit, SessionEnd, SessionInput, SessionStep};
+use switchyard_core::engine::{
+    self, Done, Emit, MountedCard, SessionEnd, SessionInput, SessionStep,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -51,7 +53,7 @@ pub struct SessionLimits {
 }
 
 pub struct SessionDeps {
-    pub conn: Connector,
+    pub conn: MountedCard,
     pub doorbells: Arc<Doorbells>,
     pub limits: SessionLimits,
     /// Cancelled when the pod starts draining.

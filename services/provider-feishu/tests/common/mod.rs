@@ -83,13 +83,13 @@ impl Pod {
 
     /// `auth.status` as the core runs it (terminal sessions are not polled); returns the
     /// session afterwards.
-    pub async fn qr_status(&self, session_id: &str, refresh: bool) -> Session {
+    pub async fn qr_status(&self, session_id: &str, refresh: bool) -> AuthSession {
         self.session_poll(FLOW_QR_CREATE_APP, session_id, refresh)
             .await
     }
 
     /// Waits until the session shows its QR code; returns the session.
-    pub async fn qr_shown(&self, session_id: &str) -> Session {
+    pub async fn qr_shown(&self, session_id: &str) -> AuthSession {
         eventually(WAIT, "QR in the session", || async {
             let s = self.services.cluster.session(session_id);
             s.qr_code_text.is_some().then_some(s)

@@ -65,7 +65,7 @@ impl Pod {
     }
 
     /// `auth.status` as the core runs it; returns the session afterwards.
-    pub async fn auth_status(&self, session_id: &str, refresh: bool) -> Session {
+    pub async fn auth_status(&self, session_id: &str, refresh: bool) -> AuthSession {
         self.session_poll(FLOW_QR, session_id, refresh).await
     }
 

@@ -3,7 +3,7 @@
 //! xAgent acknowledges.
 //!
 //! It is driven by events and owns no I/O of its own besides the store calls of the
-//! [`Connector`]: the session feeds it acks ([`Outflow::on_ack`]), doorbells
+//! [`MountedCard`]: the session feeds it acks ([`Outflow::on_ack`]), doorbells
 //! ([`Outflow::wake`]), timer ticks ([`Outflow::on_tick`]) and sweeps ([`Outflow::sweep`]),
 //! then calls [`Outflow::flush`], which writes the acks of the whole round in one batch and
 //! reads what became deliverable, returning the packets to send in order.
@@ -22,7 +22,7 @@ mod send;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::{Connector, Delivery, DeliveryKind};
+use super::{Delivery, DeliveryKind, MountedCard};
 use crate::bus::Carried;
 use crate::ids::now_ms;
 use crate::journal::JournalStep;
@@ -107,7 +107,7 @@ struct Handed {
 
 /// One socket's delivery state: its routes, their windows, and the acks not yet written.
 pub struct Outflow {
-    conn: Connector,
+    conn: MountedCard,
     limits: OutflowLimits,
     socket_id: String,
     routes: HashMap<String, Route>,
@@ -131,7 +131,7 @@ pub struct Outflow {
 }
 
 impl Outflow {
-    pub fn new(conn: Connector, socket_id: &str, limits: OutflowLimits) -> Self {
+    pub fn new(conn: MountedCard, socket_id: &str, limits: OutflowLimits) -> Self {
         Self {
             conn,
             limits,

@@ -139,7 +139,7 @@ impl Session {
 
     /// Starts what waits, as batches: while fewer than [`OPEN_BATCHES`] run, every waiting
     /// `channel.open` (up to [`OPEN_BATCH`]) goes in one batch, so the opens that arrive while
-    /// one batch runs are stored together ([`Connector::open_channels`]).
+    /// one batch runs are stored together ([`MountedCard::open_channels`]).
     pub(super) fn start_opens(&mut self, step: &mut SessionStep) {
         let Some(ident) = self.ident.clone() else {
             return;

@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use switchyard_protocol::Envelope;
 use switchyard_protocol::packet::RequestMeta;
 
-use super::{Connector, Outflow, OutflowLimits, SessionIdent};
+use super::{MountedCard, Outflow, OutflowLimits, SessionIdent};
 use crate::bus::Doorbell;
 use crate::ids::new_id;
 
@@ -198,7 +198,7 @@ pub trait Notices: Send + Sync {
 
 /// One xAgent socket's session state.
 pub struct Session {
-    conn: Connector,
+    conn: MountedCard,
     limits: SessionLimits,
     tenant_id: String,
     socket_id: String,
@@ -226,7 +226,7 @@ pub struct Session {
 
 impl Session {
     pub fn new(
-        conn: Connector,
+        conn: MountedCard,
         tenant_id: String,
         limits: SessionLimits,
         notices: Arc<dyn Notices>,

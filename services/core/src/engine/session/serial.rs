@@ -12,7 +12,7 @@ use switchyard_protocol::packet::RequestMeta;
 
 use super::admission::{answer_on, error_packet, rejected_ack};
 use super::{Done, Finished, Session, SessionStep, panicked};
-use crate::engine::{Connector, Fault};
+use crate::engine::{Fault, MountedCard};
 
 /// Work for a channel's lane (xAgent -> target, in arrival order).
 #[derive(Debug)]
@@ -116,7 +116,7 @@ impl Session {
 /// One item of a lane: the channel as stored now, then the target. Returns the answer, if
 /// any, and whether the channel is gone.
 async fn serial_item(
-    conn: &Connector,
+    conn: &MountedCard,
     chid: &str,
     work: ChannelWork,
 ) -> (Option<switchyard_protocol::Envelope>, bool) {
