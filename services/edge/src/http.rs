@@ -21,7 +21,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::doorbells::Doorbells;
-use crate::session::{Incoming, Session, SessionDeps, SessionLimits};
+use crate::session::{Session, SessionDeps, SessionLimits};
+
+/// What the socket reader hands the session (`crate::session`).
+#[derive(Debug)]
+pub enum Incoming {
+    Text(String),
+    Binary,
+    /// The frame could not be read; the socket closes with this code and reason.
+    Broken(u16, &'static str),
+}
 
 /// What every route of a connector needs.
 #[derive(Clone)]

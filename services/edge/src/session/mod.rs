@@ -16,23 +16,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::doorbells::{self, Doorbells, Subscription};
+use crate::http::Incoming;
 use crate::sendq::{Handoff, Reports, SendQueue};
-
-/// What the socket reader hands the session.
-#[derive(Debug)]
-pub enum Incoming {
-    Text(String),
-    Binary,
-    /// The frame could not be read; the socket closes with this code and reason.
-    Broken(u16, &'static str),
-}
-
-/// Close code telling xAgent to reconnect (RFC 6455 "service restart").
-pub const CLOSE_RECONNECT: u16 = 1012;
-/// Close code for a deregistered connector_id; reconnecting yields a new one.
-pub const CLOSE_CONNECTOR_GONE: u16 = 4001;
-/// Close code for a socket that broke a rule of the data plane (no hello in time).
-pub const CLOSE_POLICY: u16 = 1008;
 
 /// Frames taken in one round before the round's acks are written and deliveries read.
 const FRAMES_PER_ROUND: usize = 64;
@@ -114,27 +99,12 @@ impl Session {
                         Box::pin(self.input(SessionInput::Drain)).await;
                     }
                     _ = overflow.cancelled() => self.ended = true,
-                    _ = until(self.core.deadline()) => Box::pin(self.tick()).await,
+                    _ = until(self.core.deadline()) => Box::pin(self.input(tick())).await,
                     done = self.done.next() => Box::pin(self.input(SessionInput::Done(done))).await,
                     bell = doorbells::next(&mut self.bells) => Box::pin(self.on_bells(bell)).await,
                     ticket = self.written.next() => Box::pin(self.on_written(Some(ticket))).await,
-                    frame = inbound.next() => match frame {
-                        Some(f) => {
-                            Box::pin(self.on_frame(f)).await;
-                            // Take what else has arrived, so the round's acks are written
-                            // together and each channel is read once.
-                            for _ in 1..FRAMES_PER_ROUND {
-                                match inbound.next().now_or_never() {
-                                    Some(Some(f)) => Box::pin(self.on_frame(f)).await,
-                                    Some(None) => self.ended = true,
-                                    None => break,
-                                }
-                                if self.ended { break; }
-                            }
-                        }
-                        None => self.ended = true,
-                    },
-                    _ = until(Some(self.core.next_wake())) => Box::pin(self.tick()).await,
+                    frame = inbound.next() => Box::pin(self.on_frames(frame, &mut inbound)).await,
+                    _ = until(Some(self.core.next_wake())) => Box::pin(self.input(tick())).await,
                 }
                 Box::pin(self.flush()).await;
                 if !self.ended && self.core.is_drained() {
@@ -145,11 +115,6 @@ impl Session {
         }
         .instrument(span)
         .await
-    }
-
-    async fn tick(&mut self) {
-        self.input(SessionInput::Tick(std::time::Instant::now()))
-            .await;
     }
 
     async fn input(&mut self, input: SessionInput<'_>) {
@@ -184,17 +149,9 @@ impl Session {
 
     /// Closes the socket for `end`.
     async fn render(&mut self, end: SessionEnd) {
-        let (code, reason) = match end {
-            SessionEnd::NoHello => (CLOSE_POLICY, "connector.hello required first"),
-            SessionEnd::Drained => (CLOSE_RECONNECT, "server draining; reconnect"),
-            // The peer answers the close; acks it sent meanwhile are still read.
-            SessionEnd::ConnectorGone => {
-                let reason = "connector_id deregistered; reconnect";
-                return self.out.close(CLOSE_CONNECTOR_GONE, reason).await;
-            }
-        };
+        let (code, reason) = end.close();
         self.out.close(code, reason).await;
-        self.ended = true;
+        self.ended |= end.stops_reading();
     }
 
     /// Queues a packet; a delivery is queued with a write report. False when the socket is
@@ -226,6 +183,27 @@ impl Session {
         let mut next = first;
         while let Some(ticket) = next.take().or_else(|| self.written.try_next()) {
             self.input(SessionInput::Written(&ticket)).await;
+        }
+    }
+
+    /// A frame and what else has already arrived behind it (a round at most), so the
+    /// round's acks are written together and each channel is read once.
+    async fn on_frames(
+        &mut self,
+        first: Option<Incoming>,
+        inbound: &mut (impl Stream<Item = Incoming> + Unpin),
+    ) {
+        let mut next = first;
+        for _ in 0..FRAMES_PER_ROUND {
+            let Some(frame) = next.take() else {
+                self.ended = true; // the peer went away
+                return;
+            };
+            self.on_frame(frame).await;
+            match inbound.next().now_or_never() {
+                Some(frame) if !self.ended => next = frame,
+                _ => return,
+            }
         }
     }
 
@@ -261,6 +239,11 @@ impl Session {
         self.bells = None;
         metrics::gauge!("switchyard_sockets").decrement(1.0);
     }
+}
+
+/// A timer input: the time now.
+fn tick() -> SessionInput<'static> {
+    SessionInput::Tick(std::time::Instant::now())
 }
 
 /// Pends until `t`, or forever.

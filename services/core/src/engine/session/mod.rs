@@ -106,6 +106,30 @@ pub enum SessionEnd {
     ConnectorGone,
 }
 
+/// Close code telling xAgent to reconnect (RFC 6455 "service restart").
+pub const CLOSE_RECONNECT: u16 = 1012;
+/// Close code for a deregistered connector_id; reconnecting yields a new one.
+pub const CLOSE_CONNECTOR_GONE: u16 = 4001;
+/// Close code for a socket that broke a rule of the data plane (no hello in time).
+pub const CLOSE_POLICY: u16 = 1008;
+
+impl SessionEnd {
+    /// The close frame the transport sends: code and reason.
+    pub fn close(self) -> (u16, &'static str) {
+        match self {
+            Self::NoHello => (CLOSE_POLICY, "connector.hello required first"),
+            Self::Drained => (CLOSE_RECONNECT, "server draining; reconnect"),
+            Self::ConnectorGone => (CLOSE_CONNECTOR_GONE, "connector_id deregistered; reconnect"),
+        }
+    }
+
+    /// Whether the session stops reading at once; after `ConnectorGone` it reads on until
+    /// the peer answers the close, so acks already on their way are still recorded.
+    pub fn stops_reading(self) -> bool {
+        self != Self::ConnectorGone
+    }
+}
+
 /// `channel.open` batches in flight per socket (fewer when `opens_per_socket` is lower):
 /// opens that arrive while they run wait and go together in the next one.
 pub(super) const OPEN_BATCHES: usize = 2;
