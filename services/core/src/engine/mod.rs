@@ -11,6 +11,7 @@ mod channel;
 mod chat;
 mod commit;
 mod delivery;
+#[cfg(feature = "testkit")]
 pub(crate) use delivery::SENDER_ID;
 mod files;
 mod janitor;
