@@ -191,11 +191,26 @@ impl<'a, DB: Database> Conn<'a, DB> {
 pub struct Tx<DB: Database> {
     tx: Transaction<'static, DB>,
     err: ErrMap,
+    /// Held until the transaction ends, after it (a backend's turn at its one writer).
+    hold: Option<Box<dyn Send + Sync>>,
 }
 
 impl<DB: Database> Tx<DB> {
     pub fn new(tx: Transaction<'static, DB>, err: ErrMap) -> Self {
-        Self { tx, err }
+        Self {
+            tx,
+            err,
+            hold: None,
+        }
+    }
+
+    /// The transaction, holding `hold` until it ends.
+    pub fn holding(tx: Transaction<'static, DB>, err: ErrMap, hold: Box<dyn Send + Sync>) -> Self {
+        Self {
+            tx,
+            err,
+            hold: Some(hold),
+        }
     }
 
     /// The connection, for the dialect's own statements in this transaction.
@@ -230,6 +245,15 @@ pub trait Handles: Send + Sync {
     fn lock(&self, strength: Lock) -> &'static str;
     async fn write(&self) -> BackendResult<Self::Write<'_>>;
     async fn begin(&self) -> BackendResult<Self::Tx>;
+    /// A short interactive write (an idempotency claim): a backend with one writer lets it
+    /// go before bulk writes that wait.
+    async fn write_first(&self) -> BackendResult<Self::Write<'_>> {
+        self.write().await
+    }
+    /// [`Handles::begin`] for a short interactive transaction, as [`Handles::write_first`].
+    async fn begin_first(&self) -> BackendResult<Self::Tx> {
+        self.begin().await
+    }
 }
 
 /// The statement as a driver query of one dialect.
@@ -340,8 +364,10 @@ macro_rules! exec_for {
                 Ok(done.rows_affected())
             }
             async fn commit(self) -> BackendResult<()> {
-                let err = self.err;
-                self.tx.commit().await.map_err(|e| err("commit", e))
+                let Tx { tx, err, hold } = self;
+                let done = tx.commit().await.map_err(|e| err("commit", e));
+                drop(hold);
+                done
             }
         }
     };

@@ -10,10 +10,13 @@
 //! (`journal.rs`), so it never holds the delivery path's one writer.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+};
 use sqlx::{Executor, Sqlite, Transaction};
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
@@ -25,6 +28,9 @@ use switchyard_store_sql::{
 
 mod hosts;
 mod journal;
+mod lane;
+
+use lane::{Class, Turn, WriteLane};
 
 /// Ordered migrations; the last version is `switchyard_core::store::SCHEMA_VERSION`.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -81,6 +87,8 @@ const READ_CONNECTIONS: u32 = 4;
 
 pub struct SqliteStore {
     writer: SqlitePool,
+    /// Turns at `writer`, interactive writes first (`lane.rs`).
+    lane: Arc<WriteLane>,
     reader: SqlitePool,
     /// The delivery journal's own database (`journal.rs`).
     journal: journal::JournalDb,
@@ -109,6 +117,7 @@ impl SqliteStore {
                 .await
                 .map_err(db("open sqlite"))?;
             return Ok(Self {
+                lane: Arc::default(),
                 writer: pool.clone(),
                 reader: pool,
                 journal,
@@ -133,6 +142,7 @@ impl SqliteStore {
             .map_err(db("open sqlite"))?;
         Ok(Self {
             writer,
+            lane: Arc::default(),
             reader,
             journal,
         })
@@ -145,11 +155,51 @@ impl SqliteStore {
         self.journal.close().await;
     }
 
-    async fn write(&self) -> BackendResult<Transaction<'static, Sqlite>> {
-        self.writer
+    /// A write transaction at the one writer, in turn with the other bulk writes.
+    async fn write(&self) -> BackendResult<Held> {
+        self.write_as(Class::Bulk).await
+    }
+
+    async fn write_as(&self, class: Class) -> BackendResult<Held> {
+        let turn = self.lane.turn(class).await;
+        let tx = self
+            .writer
             .begin_with("BEGIN IMMEDIATE")
             .await
-            .map_err(db("begin"))
+            .map_err(db("begin"))?;
+        Ok(Held { tx, _turn: turn })
+    }
+}
+
+/// A write transaction with its turn at the writer; the turn passes on once it ends.
+struct Held {
+    tx: Transaction<'static, Sqlite>,
+    _turn: Turn,
+}
+
+impl Held {
+    async fn commit(self) -> Result<(), sqlx::Error> {
+        let Held { tx, _turn } = self;
+        tx.commit().await
+    }
+
+    fn into_tx(self) -> Tx<Sqlite> {
+        let Held { tx, _turn } = self;
+        Tx::holding(tx, map_err, Box::new(_turn))
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
     }
 }
 
@@ -188,7 +238,7 @@ fn is_busy(code: Option<&str>) -> bool {
 /// Starts the offline time of those of `connectors` that have no socket left. An offline time
 /// already running is kept, so it is never pushed into the future.
 async fn mark_offline_if_unsocketed(
-    tx: &mut Transaction<'static, Sqlite>,
+    tx: &mut SqliteConnection,
     connectors: &[String],
     now: i64,
 ) -> BackendResult<()> {
@@ -199,7 +249,7 @@ async fn mark_offline_if_unsocketed(
         )
         .bind(id)
         .bind(now)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await
         .map_err(db("mark connector offline"))?;
     }
@@ -221,9 +271,18 @@ impl Handles for SqliteStore {
         ""
     }
 
-    /// Every write takes the single writer's `BEGIN IMMEDIATE` lock.
+    /// Every write takes the single writer's `BEGIN IMMEDIATE` lock, in its turn.
     async fn write(&self) -> BackendResult<Tx<Sqlite>> {
-        Ok(Tx::new(SqliteStore::write(self).await?, map_err))
+        Ok(SqliteStore::write(self).await?.into_tx())
+    }
+
+    /// Before the bulk writes that wait.
+    async fn write_first(&self) -> BackendResult<Tx<Sqlite>> {
+        Ok(self.write_as(Class::First).await?.into_tx())
+    }
+
+    async fn begin_first(&self) -> BackendResult<Tx<Sqlite>> {
+        Handles::write_first(self).await
     }
 
     async fn begin(&self) -> BackendResult<Tx<Sqlite>> {

@@ -177,7 +177,7 @@ pub async fn finish_claim(
     key: &str,
     outcome: &serde_json::Value,
 ) -> BackendResult<()> {
-    let mut w = s.write().await?;
+    let mut w = s.write_first().await?;
     stmt("UPDATE claims SET state = $4, outcome = $5 WHERE scope = $1 AND channel_id = $2 AND key = $3")
         .bind(scope)
         .bind(channel_id)
@@ -195,7 +195,7 @@ pub async fn release_claim(
     channel_id: &str,
     key: &str,
 ) -> BackendResult<()> {
-    let mut w = s.write().await?;
+    let mut w = s.write_first().await?;
     // A finished claim stays: its outcome answers retries.
     stmt("DELETE FROM claims WHERE scope = $1 AND channel_id = $2 AND key = $3 AND state = $4")
         .bind(scope)
@@ -218,7 +218,7 @@ pub async fn purge_claims(s: &impl Handles, now: i64) -> BackendResult<u64> {
 }
 
 pub async fn claim(s: &impl Handles, rec: &IdempotencyRecord) -> BackendResult<Claim> {
-    let mut tx = s.begin().await?;
+    let mut tx = s.begin_first().await?;
     let outcome = rec.outcome.as_ref().map(json_text).transpose()?;
     // Inserts, or replaces a claim that expired by the time of this one. Otherwise no row
     // comes back and the stored claim stays as it is (on Postgres, locked), so the read below
