@@ -117,6 +117,16 @@ pub fn current() -> Option<TraceContext> {
     CURRENT.try_with(|c| *c).ok()
 }
 
+/// The W3C header a provider's request to its target carries so the target's traces join the
+/// message's: `traceparent` of the span being served (a tool call, a message delivered), or
+/// None when no span is (tracing off, or unsampled).
+pub fn outgoing() -> Option<(&'static str, String)> {
+    current().map(|c| (HEADER, c.header()))
+}
+
+/// The name of the W3C trace context header.
+pub const HEADER: &str = "traceparent";
+
 /// Runs `f` with `ctx` as the current context ([`current`]).
 pub async fn scope<F: Future>(ctx: TraceContext, f: F) -> F::Output {
     CURRENT.scope(ctx, f).await

@@ -3,6 +3,7 @@
 //! header; request URLs hold no secret, errors carry fixed or Discord-given texts.
 
 use std::time::Duration;
+use switchyard_provider_kit::Traced as _;
 
 use futures::StreamExt;
 use reqwest::Method;
@@ -200,7 +201,7 @@ impl Api {
             Body::Json(v) => req.json(v),
             Body::Multipart(form) => req.multipart(form()).timeout(self.transfer_timeout),
         };
-        let resp = match req.send().await {
+        let resp = match req.traced().send().await {
             Ok(r) => r,
             // The error text names the URL only, never a header; still, only a fixed text goes on.
             Err(_) => {
@@ -270,6 +271,7 @@ impl Api {
             .http
             .get(url)
             .timeout(self.transfer_timeout)
+            .traced()
             .send()
             .await
             .map_err(|_| DownloadError::Transient)?;

@@ -5,6 +5,7 @@
 //! `reqwest::Error`s (whose text holds the URL) are never logged.
 
 use std::time::Duration;
+use switchyard_provider_kit::Traced as _;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -146,6 +147,7 @@ impl Accounts {
             .post(self.url(domain))
             .timeout(self.timeout)
             .form(form)
+            .traced()
             .send()
             .await;
         let resp = match sent {

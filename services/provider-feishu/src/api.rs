@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
+use switchyard_provider_kit::Traced as _;
 
 use futures::TryStreamExt;
 use serde::Deserialize;
@@ -358,6 +359,7 @@ impl Api {
             .post(url)
             .timeout(self.timeout)
             .json(&json!({"app_id": c.app_id, "app_secret": c.app_secret.expose()}))
+            .traced()
             .send()
             .await;
         let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)));
@@ -462,6 +464,7 @@ impl Api {
         loop {
             let token = self.token(services, c, fresh).await?;
             let resp = send(&token)
+                .traced()
                 .send()
                 .await
                 .map_err(|e| ApiError::Network(NetKind::of(&e)))?;
@@ -625,6 +628,7 @@ impl Api {
             .timeout(self.timeout)
             .header("locale", "zh")
             .json(&json!({"AppID": c.app_id, "AppSecret": c.app_secret.expose()}))
+            .traced()
             .send()
             .await;
         let v = Self::finish("ws_endpoint", sent, &[c.app_secret.expose()]).await?;

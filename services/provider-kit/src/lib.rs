@@ -30,6 +30,21 @@ pub use retry::{Classify, ErrorClass, NetKind, RetryPolicy, retrying};
 pub use revoked::RevokedTokens;
 pub use stream::{DeltaStream, EditLimits, Edited, Shown, Streaming};
 
+/// A request to the target that carries the trace of the call it serves (W3C `traceparent`),
+/// when one is traced ([`switchyard_core::trace::outgoing`]).
+pub trait Traced {
+    fn traced(self) -> Self;
+}
+
+impl Traced for reqwest::RequestBuilder {
+    fn traced(self) -> Self {
+        match switchyard_core::trace::outgoing() {
+            Some((name, value)) => self.header(name, value),
+            None => self,
+        }
+    }
+}
+
 /// Waits `d` unless `stop` is cancelled first; false when stopped.
 pub async fn pause(stop: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
@@ -55,6 +70,8 @@ pub fn reconnect_wait(first: Duration, max: Duration, failures: u32) -> Duration
 
 #[cfg(test)]
 mod tests {
+    use switchyard_core::trace::{TraceContext, scope};
+
     use super::*;
 
     #[test]
@@ -91,5 +108,18 @@ mod tests {
         let started = std::time::Instant::now();
         assert!(!pause(&stop, Duration::from_secs(30)).await);
         assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn a_request_carries_the_traceparent_of_the_call_it_serves() {
+        let client = reqwest::Client::new();
+        let plain = client.get("http://127.0.0.1:9/").traced().build().unwrap();
+        assert!(plain.headers().get("traceparent").is_none());
+        let ctx = TraceContext::root();
+        let traced = scope(ctx, async {
+            client.get("http://127.0.0.1:9/").traced().build().unwrap()
+        })
+        .await;
+        assert_eq!(traced.headers()["traceparent"], ctx.header().as_str());
     }
 }

@@ -6,6 +6,7 @@
 //! Slack's error code, a status, or a fixed category.
 
 use std::time::Duration;
+use switchyard_provider_kit::Traced as _;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -198,7 +199,7 @@ impl Api {
                 .body(v.to_string()),
             Args::Form(f) => req.form(f),
         };
-        let r = self.finish(method, req.send().await).await;
+        let r = self.finish(method, req.traced().send().await).await;
         Self::count(
             method,
             match &r {
@@ -261,6 +262,7 @@ impl Api {
             .post(url)
             .timeout(timeout)
             .body(bytes)
+            .traced()
             .send()
             .await;
         let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)))?;
@@ -288,6 +290,7 @@ impl Api {
             .get(url)
             .timeout(timeout)
             .bearer_auth(token.expose())
+            .traced()
             .send()
             .await;
         let resp = sent.map_err(|e| ApiError::Network(NetKind::of(&e)))?;

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::time::Duration;
+use switchyard_provider_kit::Traced as _;
 
 use futures::TryStreamExt;
 use serde::Deserialize;
@@ -273,6 +274,7 @@ impl Api {
             .post(self.url(token, method))
             .timeout(timeout.unwrap_or(self.timeout))
             .json(params)
+            .traced()
             .send()
             .await;
         Self::finish(token, method, sent).await
@@ -291,6 +293,7 @@ impl Api {
             .post(self.url(token, method))
             .timeout(timeout)
             .multipart(form)
+            .traced()
             .send()
             .await;
         Self::finish(token, method, sent).await
@@ -313,6 +316,7 @@ impl Api {
             .client
             .get(url)
             .timeout(timeout)
+            .traced()
             .send()
             .await
             .map_err(|e| ApiError::Network(NetKind::of(&e)))?;

@@ -177,15 +177,17 @@ impl Sender {
         };
         let ts = signing::unix_now();
         let signature = signing::sign(creds.secret.expose().as_bytes(), ts, &body);
-        let result = self
+        let mut request = self
             .client
             .post(creds.endpoint.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(TIMESTAMP_HEADER, ts.to_string())
-            .header(SIGNATURE_HEADER, signature)
-            .body(body)
-            .send()
-            .await;
+            .header(SIGNATURE_HEADER, signature);
+        // The chat system's traces join the message's (W3C traceparent), when it is traced.
+        if let Some((name, value)) = switchyard_core::trace::outgoing() {
+            request = request.header(name, value);
+        }
+        let result = request.body(body).send().await;
         // reqwest's errors print the URL, whose path or query may hold a token: only the
         // category of a failure is ever logged or returned.
         match result {

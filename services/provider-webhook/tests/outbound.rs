@@ -71,6 +71,30 @@ async fn delivers_signed_json() {
     );
 }
 
+/// A delivery made while a span is served (the engine's `switchyard.chat.message`) carries
+/// its W3C `traceparent`, so the chat system's traces join the message's; one made with no
+/// span carries none.
+#[tokio::test]
+async fn a_traced_delivery_carries_its_traceparent() {
+    let services = fake_services();
+    let ep = endpoint().await;
+    let binding = services.bind(CHANNEL, creds(ep.url()));
+    let p = provider(&services);
+
+    deliver(&p, &binding, "out_plain", "no trace")
+        .await
+        .unwrap();
+    let ctx = switchyard_core::trace::TraceContext::root();
+    switchyard_core::trace::scope(ctx, deliver(&p, &binding, "out_traced", "traced"))
+        .await
+        .unwrap();
+
+    let got = ep.received();
+    assert_eq!(got.len(), 2);
+    assert!(got[0].headers.get("traceparent").is_none());
+    assert_eq!(header(&got[1], "traceparent"), ctx.header());
+}
+
 #[tokio::test]
 async fn status_mapping() {
     let services = fake_services();

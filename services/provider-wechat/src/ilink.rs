@@ -3,6 +3,7 @@
 //! failures become [`ApiError`], which holds only a code, a status or a category.
 
 use std::time::Duration;
+use switchyard_provider_kit::Traced as _;
 
 use base64::Engine as _;
 use futures::{Stream, TryStreamExt};
@@ -236,6 +237,7 @@ impl Api {
             .header("Authorization", format!("Bearer {}", token.expose()))
             .header("X-WECHAT-UIN", uin())
             .json(&body)
+            .traced()
             .send()
             .await;
         Self::finish(endpoint, Some(token), sent).await
@@ -258,6 +260,7 @@ impl Api {
             .header("AuthorizationType", "ilink_bot_token")
             .header("X-WECHAT-UIN", uin())
             .json(&json!({"local_token_list": [], "base_info": Self::base_info()}))
+            .traced()
             .send()
             .await;
         let v = Self::finish("get_bot_qrcode", None, sent).await?;
@@ -296,6 +299,7 @@ impl Api {
             .timeout(timeout)
             .header("iLink-App-Id", APP_ID)
             .header("iLink-App-ClientVersion", client_version_header())
+            .traced()
             .send()
             .await;
         Self::finish("get_qrcode_status", None, sent).await
@@ -379,6 +383,7 @@ impl Api {
             .header("Content-Type", "application/octet-stream")
             .header("Content-Length", len.to_string())
             .body(reqwest::Body::wrap_stream(body))
+            .traced()
             .send()
             .await;
         let resp = match sent {
@@ -424,6 +429,7 @@ impl Api {
             .client
             .get(url)
             .timeout(timeout)
+            .traced()
             .send()
             .await
             .map_err(|e| ApiError::Network(NetKind::of(&e)))?;
