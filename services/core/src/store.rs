@@ -165,6 +165,10 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     async fn insert_auth_session(&self, rec: &AuthSessionRecord) -> BackendResult<()>;
     async fn get_auth_session(&self, id: &str) -> BackendResult<Option<AuthSessionRecord>>;
     async fn update_auth_session(&self, rec: &AuthSessionRecord) -> BackendResult<()>;
+    /// [`Store::update_auth_session`] only while the stored session is unfinished (pending,
+    /// scanned, QR refresh required): false, and nothing written, when it had ended (on any
+    /// pod) since it was read.
+    async fn update_open_auth_session(&self, rec: &AuthSessionRecord) -> BackendResult<bool>;
     /// Unfinished sessions of a channel.
     async fn open_auth_sessions(&self, channel_id: &str) -> BackendResult<Vec<AuthSessionRecord>>;
     /// Deletes sessions that expired before `now - keep_ms`; returns how many.

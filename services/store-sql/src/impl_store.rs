@@ -282,6 +282,13 @@ macro_rules! impl_store {
                     $crate::ops::update_auth_session(self, rec).await
                 }
 
+                async fn update_open_auth_session(
+                    &self,
+                    rec: &AuthSessionRecord,
+                ) -> BackendResult<bool> {
+                    $crate::ops::update_open_auth_session(self, rec).await
+                }
+
                 async fn open_auth_sessions(
                     &self,
                     channel_id: &str,

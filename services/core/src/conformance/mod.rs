@@ -33,6 +33,7 @@ macro_rules! store_conformance_tests {
                 offline_clocks_restart_only_when_all_pods_are_gone, channels_insert_get_list,
                 channel_routes, channel_binding_and_status, find_channel_by_binding_key,
                 bound_channels, stale_unbound_channels, delete_channel_cascades, auth_sessions,
+                auth_session_steps_only_while_open,
                 purge_auth_sessions, enqueue_dedupes, enqueue_respects_cap,
                 pending_outbox_order_and_filters, outbox_backlog, ack_fail_and_attempts,
                 purge_outbox, claims, expired_claims_are_replaced, purge_claims, files,

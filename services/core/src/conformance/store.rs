@@ -1210,6 +1210,42 @@ pub async fn delete_channel_cascades(s: &dyn Store) {
 
 // -- auth sessions -------------------------------------------------------------------------------
 
+/// A step is written only while the session is unfinished: once it ended (canceled on
+/// another pod, say), a late step changes nothing.
+pub async fn auth_session_steps_only_while_open(s: &dyn Store) {
+    let ch = channel(s).await;
+    let exp = now_ms() + HOUR;
+    let rec = auth_rec(&ch.id, AuthStatus::Pending, exp);
+    s.insert_auth_session(&rec).await.expect("insert");
+    let scanned = AuthSessionRecord {
+        status: AuthStatus::Scanned,
+        public: serde_json::json!({"message": "scanned"}),
+        ..rec.clone()
+    };
+    assert!(s.update_open_auth_session(&scanned).await.expect("update"));
+    assert_eq!(
+        s.get_auth_session(&rec.id).await.expect("get"),
+        Some(scanned.clone())
+    );
+    let canceled = AuthSessionRecord {
+        status: AuthStatus::Canceled,
+        state: None,
+        ..scanned.clone()
+    };
+    assert!(s.update_open_auth_session(&canceled).await.expect("cancel"));
+    let late = AuthSessionRecord {
+        status: AuthStatus::Authenticated,
+        ..scanned
+    };
+    assert!(!s.update_open_auth_session(&late).await.expect("late step"));
+    assert_eq!(
+        s.get_auth_session(&rec.id).await.expect("get"),
+        Some(canceled)
+    );
+    let unknown = auth_rec(&ch.id, AuthStatus::Pending, exp);
+    assert!(!s.update_open_auth_session(&unknown).await.expect("unknown"));
+}
+
 pub async fn auth_sessions(s: &dyn Store) {
     let ch = channel(s).await;
     let other = channel(s).await;

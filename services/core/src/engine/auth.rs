@@ -111,8 +111,11 @@ impl MountedCard {
         let mut ch = ch.clone();
         if !rec.status.is_terminal() && now >= rec.expires_at {
             rec.status = AuthStatus::Expired;
-            self.hub.store.update_auth_session(&rec).await?;
-            ch = self.unbind_if_authenticating(&ch).await?;
+            if self.hub.store.update_open_auth_session(&rec).await? {
+                ch = self.unbind_if_authenticating(&ch).await?;
+            } else {
+                rec = self.session_of(&ch, session_id).await?;
+            }
         } else if !rec.status.is_terminal() {
             let flow = self.provider.card().flow(&rec.flow_id).cloned();
             if let Some(flow) = flow {
@@ -194,7 +197,13 @@ impl MountedCard {
                     rec.state = None;
                     rec.public =
                         json!({"message": "authentication canceled", "code": "auth_canceled"});
-                    self.hub.store.update_auth_session(&rec).await?;
+                    if !self.hub.store.update_open_auth_session(&rec).await? {
+                        // It ended meanwhile (authenticated on another pod, say): answer
+                        // as it is now.
+                        let fresh = self.hub.store.get_channel(&ch.id).await?;
+                        let fresh = fresh.unwrap_or_else(|| ch.clone());
+                        return Box::pin(self.auth_cancel(&fresh, p)).await;
+                    }
                 }
                 let ch = self.unbind_if_authenticating(ch).await?;
                 out["status"] = json!("canceled");
@@ -249,14 +258,9 @@ impl CardServices {
         step: AuthStep,
     ) -> Result<ChannelRecord, Fault> {
         // A session that ended while the provider was answering (an `auth.cancel` during a
-        // long poll) takes no late step: its state must not complete a binding.
-        if !rec.status.is_terminal()
-            && let Some(current) = self.hub.store.get_auth_session(&rec.id).await?
-            && current.status.is_terminal()
-        {
-            *rec = current;
-            return Ok(ch.clone());
-        }
+        // long poll, on any pod) takes no late step: every write of the session below is
+        // made only while the stored one is unfinished, and a channel binds only after its
+        // session took the step.
         let now = now_ms();
         let mut ch = ch.clone();
         match step {
@@ -275,8 +279,17 @@ impl CardServices {
                 {
                     rec.status = AuthStatus::Failed;
                     rec.public = json!({"message": "this target is already bound to another channel of this tenant", "code": "binding_conflict"});
-                    self.hub.store.update_auth_session(rec).await?;
+                    if !self.hub.store.update_open_auth_session(rec).await? {
+                        return self.ended_meanwhile(rec, ch).await;
+                    }
                     return self.unbind_if_authenticating(&ch).await;
+                }
+                let pending = rec.clone();
+                rec.status = AuthStatus::Authenticated;
+                rec.state = None;
+                rec.public = json!({"message": "authenticated"});
+                if !self.hub.store.update_open_auth_session(rec).await? {
+                    return self.ended_meanwhile(rec, ch).await;
                 }
                 let blob = self
                     .hub
@@ -287,7 +300,8 @@ impl CardServices {
                     Some(p) => p.bound_status(&credentials).await,
                     None => ConnectionStatus::Connected,
                 };
-                self.hub
+                if let Err(e) = self
+                    .hub
                     .store
                     .set_channel_binding(
                         &ch.id,
@@ -297,16 +311,23 @@ impl CardServices {
                         &view_json,
                         now,
                     )
-                    .await?;
+                    .await
+                {
+                    // The session must not say authenticated for a channel left unbound.
+                    *rec = AuthSessionRecord {
+                        status: AuthStatus::Failed,
+                        state: None,
+                        public: json!({"message": "the binding could not be stored; start again", "code": "unavailable"}),
+                        ..pending
+                    };
+                    let _ = self.hub.store.update_auth_session(rec).await;
+                    return Err(e.into());
+                }
                 self.binding_changed(&ch.id).await;
                 ch.binding = Some(blob);
                 ch.binding_key = binding_key;
                 ch.status = status;
                 ch.view = view_json;
-                rec.status = AuthStatus::Authenticated;
-                rec.state = None;
-                rec.public = json!({"message": "authenticated"});
-                self.hub.store.update_auth_session(rec).await?;
                 self.ring(
                     &ch.connector_id,
                     Doorbell::Descriptor {
@@ -340,15 +361,32 @@ impl CardServices {
                     "message": message,
                     "poll_interval_millis": poll_interval_ms,
                 });
-                self.hub.store.update_auth_session(rec).await?;
+                if !self.hub.store.update_open_auth_session(rec).await? {
+                    return self.ended_meanwhile(rec, ch).await;
+                }
             }
             AuthStep::Failed { code, message } => {
                 rec.status = AuthStatus::Failed;
                 rec.state = None;
                 rec.public = json!({"message": message, "code": code});
-                self.hub.store.update_auth_session(rec).await?;
+                if !self.hub.store.update_open_auth_session(rec).await? {
+                    return self.ended_meanwhile(rec, ch).await;
+                }
                 ch = self.unbind_if_authenticating(&ch).await?;
             }
+        }
+        Ok(ch)
+    }
+
+    /// The session ended while its step was on its way: it is read back as it is, and the
+    /// channel is left as it is.
+    async fn ended_meanwhile(
+        &self,
+        rec: &mut AuthSessionRecord,
+        ch: ChannelRecord,
+    ) -> Result<ChannelRecord, Fault> {
+        if let Some(current) = self.hub.store.get_auth_session(&rec.id).await? {
+            *rec = current;
         }
         Ok(ch)
     }

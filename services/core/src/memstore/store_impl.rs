@@ -251,6 +251,19 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn update_open_auth_session(&self, rec: &AuthSessionRecord) -> BackendResult<bool> {
+        self.with(|t| {
+            let open = t
+                .auth_sessions
+                .get(&rec.id)
+                .is_some_and(|s| !s.status.is_terminal());
+            if open {
+                t.update_auth_session(rec);
+            }
+            Ok(open)
+        })
+    }
+
     async fn open_auth_sessions(&self, channel_id: &str) -> BackendResult<Vec<AuthSessionRecord>> {
         self.with(|t| Ok(t.open_auth_sessions(channel_id)))
     }

@@ -239,6 +239,30 @@ pub async fn update_auth_session(s: &impl Handles, a: &AuthSessionRecord) -> Bac
     w.commit().await
 }
 
+pub async fn update_open_auth_session(
+    s: &impl Handles,
+    a: &AuthSessionRecord,
+) -> BackendResult<bool> {
+    let mut w = s.write().await?;
+    let done = stmt(
+        "UPDATE auth_sessions SET flow_id = $2, status = $3, state = $4, public = $5, expires_at = $6 \
+         WHERE id = $1 AND status IN ($7, $8, $9)",
+    )
+    .bind(&a.id)
+    .bind(&a.flow_id)
+    .bind(a.status.as_str())
+    .bind(&a.state)
+    .bind(json_text(&a.public)?)
+    .bind(a.expires_at)
+    .bind(AuthStatus::Pending.as_str())
+    .bind(AuthStatus::Scanned.as_str())
+    .bind(AuthStatus::QrRefreshRequired.as_str())
+    .execute(&mut w, "update open auth session")
+    .await?;
+    w.commit().await?;
+    Ok(done == 1)
+}
+
 pub async fn open_auth_sessions(
     s: &impl Handles,
     channel_id: &str,
