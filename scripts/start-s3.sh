@@ -35,13 +35,29 @@ if [[ ! -x "$BIN" ]]; then
     cargo install "s3s-fs@$S3S_FS_VERSION" --locked --features binary --root "$TOOLS" >&2
 fi
 
+# A server an earlier run left behind answers but fails every request once the directory it
+# was started from is gone (a removed checkout: s3s-fs resolves paths against it). Replace it.
+if answers && [[ -f "$DATA.pid" ]]; then
+    old=$(cat "$DATA.pid")
+    if kill -0 "$old" 2>/dev/null && [[ "$(readlink "/proc/$old/cwd" 2>/dev/null)" == *" (deleted)" ]]; then
+        log "the S3 server on 127.0.0.1:$PORT (pid $old) lost its working directory; restarting it"
+        kill "$old" 2>/dev/null || true
+        for _ in $(seq 1 50); do
+            answers || break
+            sleep 0.1
+        done
+    fi
+fi
+
 if answers; then
     log "something already answers on 127.0.0.1:$PORT; assuming it is the test S3 server"
 else
     mkdir -p "$DATA"
     log "starting s3s-fs on 127.0.0.1:$PORT with data in $DATA (log: $LOG)"
     # Detached from this shell and from its stdout, so `eval "$(...)"` returns and the server
-    # outlives the script.
+    # outlives the script; started from `/`, so removing the checkout that started it does
+    # not break it.
+    cd /
     RUST_LOG=${RUST_LOG_S3:-warn} setsid "$BIN" \
         --host 127.0.0.1 --port "$PORT" \
         --access-key "$ACCESS_KEY" --secret-key "$SECRET_KEY" \

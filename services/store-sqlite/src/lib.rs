@@ -161,7 +161,10 @@ impl SqliteStore {
     }
 
     async fn write_as(&self, class: Class) -> BackendResult<Held> {
-        let turn = self.lane.turn(class).await;
+        // Bounded as the pool's own wait is: a writer that never comes is unavailable.
+        let turn = tokio::time::timeout(ACQUIRE_TIMEOUT, self.lane.turn(class))
+            .await
+            .map_err(|_| BackendError::unavailable("the database's writer is busy"))?;
         let tx = self
             .writer
             .begin_with("BEGIN IMMEDIATE")

@@ -445,7 +445,8 @@ impl MountedCard {
                 "message": "replaced by a newer authentication on this channel",
                 "code": "auth_canceled"
             });
-            self.hub.store.update_auth_session(&old).await?;
+            // One that finished meanwhile (on another pod) stays as it finished.
+            self.hub.store.update_open_auth_session(&old).await?;
         }
         Ok(())
     }
