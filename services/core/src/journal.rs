@@ -261,7 +261,7 @@ impl Journal {
 
 /// Records one provider send attempt of the message core is delivering on this task
 /// (`detail`: its class and what follows, `rate_limited: retry-after 1500 ms`). Nothing when
-/// no delivery is in scope (a tool call, a poll) or the journal is off.
+/// no delivery or tool call is in scope (a poll) or the journal is off.
 pub fn note_attempt(detail: &str) {
     let _ = ATTEMPTS.try_with(|s| {
         s.journal.record(

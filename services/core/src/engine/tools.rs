@@ -76,9 +76,16 @@ impl MountedCard {
             progress,
         };
         let started = std::time::Instant::now();
+        // The provider's own retries inside the call are journaled as attempts of the call
+        // (under its idempotency key), as a message's are.
         let outcome = tokio::time::timeout(
             self.hub.config.tool_timeout,
-            self.provider.invoke_tool(call),
+            self.hub.journal.attempts_of(
+                &ch.tenant_id,
+                &ch.id,
+                key,
+                self.provider.invoke_tool(call),
+            ),
         )
         .await;
         // tool_id is one the Card declares (checked above), so the label stays bounded.
