@@ -121,6 +121,11 @@ pub struct Args {
     /// channel, open rate per step); 0 = sockets only.
     #[arg(long, default_value_t = 0)]
     pub channels_per_socket: usize,
+    /// Idle-socket mode with `--kill-pod-at` or `--rolling-restart`: `channel.open`s a moved
+    /// socket keeps in flight while it reopens its channels (as an xAgent backend pipelines
+    /// them).
+    #[arg(long, default_value_t = crate::idle::REOPEN_PER_SOCKET)]
+    pub reopen_in_flight: usize,
     /// Before the workload, compare `ping` round trips/s on the pod's /ws with a bare
     /// tokio-tungstenite server (a child process of the loadtest), driven by the same client.
     #[arg(long)]

@@ -14,7 +14,8 @@
 //!    (RSS over the reading after step 3 / channels) and the step's open rate.
 //! 5. The sockets stay open for `--duration`; `--kill-pod-at` (counted from here) SIGKILLs a
 //!    pod. Every socket that ends reconnects to a serving pod, says hello with its
-//!    `connector_id` and reopens its channels by id (32 in flight per socket); the time from
+//!    `connector_id` and reopens its channels by id (32 in flight per socket, or
+//!    `--reopen-in-flight`); the time from
 //!    the SIGKILL to each channel's `channel.open.ack` is recorded.
 
 use std::collections::{BTreeMap, HashMap};
@@ -40,7 +41,8 @@ const PROFILES: [&str; 1] = ["xagent.im.v2"];
 pub const CONNECT_CONCURRENCY: usize = 64;
 /// `channel.open`s in flight at once while the channels are created.
 pub const OPEN_CONCURRENCY: usize = 64;
-/// `channel.open`s in flight per socket when a moved socket reopens its channels.
+/// `channel.open`s in flight per socket when a moved socket reopens its channels, unless
+/// `--reopen-in-flight` says otherwise.
 pub const REOPEN_PER_SOCKET: usize = 32;
 const STEPS: usize = 10;
 /// Pause after a step before RSS is read, so work still in flight at the pods finishes.
@@ -152,6 +154,8 @@ pub struct IdleRecovery {
     pub channels_moved: usize,
     pub channels_reopened: usize,
     pub reopen_failures: usize,
+    /// Why reopens failed (the error code or the transport's error), with how many.
+    pub reopen_errors: BTreeMap<String, usize>,
     /// SIGKILL -> each channel's `channel.open.ack` on its new pod.
     pub channel_back_ms: Latency,
     /// SIGKILL -> the last channel back.
@@ -202,6 +206,8 @@ pub struct Idle {
     moves: Mutex<Vec<Move>>,
     closes: Mutex<Vec<String>>,
     pub fd_limit: u64,
+    /// `channel.open`s in flight per socket while a moved socket reopens its channels.
+    reopen_in_flight: usize,
 }
 
 fn err_key(e: &anyhow::Error) -> String {
@@ -210,7 +216,13 @@ fn err_key(e: &anyhow::Error) -> String {
 }
 
 impl Idle {
-    pub fn new(fleet: Arc<Fleet>, keys: Vec<String>, sockets: usize, fd_limit: u64) -> Arc<Self> {
+    pub fn new(
+        fleet: Arc<Fleet>,
+        keys: Vec<String>,
+        sockets: usize,
+        fd_limit: u64,
+        reopen_in_flight: usize,
+    ) -> Arc<Self> {
         let tenants = keys.len();
         Arc::new(Self {
             fleet,
@@ -234,6 +246,7 @@ impl Idle {
             moves: Mutex::new(Vec::new()),
             closes: Mutex::new(Vec::new()),
             fd_limit,
+            reopen_in_flight: reopen_in_flight.max(1),
         })
     }
 
@@ -585,7 +598,7 @@ impl Idle {
                     Err(last)
                 }
             })
-            .buffer_unordered(REOPEN_PER_SOCKET)
+            .buffer_unordered(self.reopen_in_flight)
             .collect()
             .await;
         if conn.closed().is_some() {
@@ -648,6 +661,12 @@ impl Idle {
                     .map(|m| us(m.lost_at) + (m.hello_after_ms * 1000.0) as u64)
                     .collect();
                 let failures: usize = mine.iter().map(|m| m.reopen_failures.len()).sum();
+                let mut reopen_errors = BTreeMap::new();
+                for f in mine.iter().flat_map(|m| &m.reopen_failures) {
+                    // "<channel id>: <why>"
+                    let why = f.split_once(": ").map_or(f.as_str(), |(_, w)| w);
+                    *reopen_errors.entry(why.to_owned()).or_insert(0) += 1;
+                }
                 IdleRecovery {
                     action: e.action.clone(),
                     pod: e.pod.clone(),
@@ -656,6 +675,7 @@ impl Idle {
                     channels_moved: mine.iter().map(|m| m.channels).sum(),
                     channels_reopened: chan.len(),
                     reopen_failures: failures,
+                    reopen_errors,
                     all_back_ms: chan.iter().max().map(|x| *x as f64 / 1000.0),
                     channel_back_ms: Latency::of(&chan),
                     hello_back_ms: Latency::of(&hello),
@@ -821,9 +841,17 @@ impl IdleReport {
         }
         for r in &self.recoveries {
             if r.reopen_failures > 0 {
+                let why: Vec<String> = r
+                    .reopen_errors
+                    .iter()
+                    .map(|(w, n)| format!("{w}: {n}"))
+                    .collect();
                 p.push(format!(
-                    "{} channel(s) failed to reopen after {} of {}",
-                    r.reopen_failures, r.action, r.pod
+                    "{} channel(s) failed to reopen after {} of {} ({})",
+                    r.reopen_failures,
+                    r.action,
+                    r.pod,
+                    why.join(", ")
                 ));
             }
         }

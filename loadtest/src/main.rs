@@ -839,7 +839,13 @@ async fn idle_load(
     fd_limit: u64,
 ) -> anyhow::Result<i32> {
     let loadavg_start = Host::loadavg();
-    let idle = idle::Idle::new(fleet.clone(), keys, args.idle_sockets, fd_limit);
+    let idle = idle::Idle::new(
+        fleet.clone(),
+        keys,
+        args.idle_sockets,
+        fd_limit,
+        args.reopen_in_flight,
+    );
     let hello_ack = idle.probe_hello().await.context("probe hello")?;
     // The bare server is a process of its own (with the same limit as this one).
     let bare_n = args
@@ -939,7 +945,7 @@ async fn idle_load(
         pods: args.pod_count(),
         connect_concurrency: idle::CONNECT_CONCURRENCY,
         open_concurrency: idle::OPEN_CONCURRENCY,
-        reopen_per_socket: idle::REOPEN_PER_SOCKET,
+        reopen_per_socket: args.reopen_in_flight,
         fd_limit: idle.fd_limit,
         rss_baseline_kib: rss_baseline,
         rss_sockets_kib: rss_sockets,

@@ -300,3 +300,25 @@ async fn a_frame_over_the_socket_limit_closes_with_1009() {
     other.hello(CARD_ID, None, &[IM_V2]).await.unwrap();
     assert!(other.ping().await.is_ok());
 }
+
+/// A backend that pipelines many requests at once (a reconnect reopening its channels) gets an
+/// answer to every one: the socket reads frames in rounds, and none is left between two rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pipelined_request_is_answered() {
+    let pod = Pod::start(PodOptions::default()).await;
+    let sim = pod.sim();
+    let (conn, _) = hello(&sim, None, &[IM_V2]).await;
+    // Well over one round of frames (64), written back to back.
+    const N: usize = 300;
+    let answers = futures::future::join_all((0..N).map(|_| conn.open_channel(None))).await;
+    let mut ids = std::collections::HashSet::new();
+    for a in answers {
+        let ack = a
+            .expect("every channel.open is answered")
+            .expect_kind("channel.open.ack")
+            .expect("an ack");
+        ids.insert(ack.connector_channel_id.clone().expect("a channel id"));
+    }
+    assert_eq!(ids.len(), N, "each open made its own channel");
+    assert_schema_clean(&sim);
+}

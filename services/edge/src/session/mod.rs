@@ -187,22 +187,26 @@ impl Session {
     }
 
     /// A frame and what else has already arrived behind it (a round at most), so the
-    /// round's acks are written together and each channel is read once.
+    /// round's acks are written together and each channel is read once. A frame is taken
+    /// from the reader only when this round handles it.
     async fn on_frames(
         &mut self,
         first: Option<Incoming>,
         inbound: &mut (impl Stream<Item = Incoming> + Unpin),
     ) {
         let mut next = first;
-        for _ in 0..FRAMES_PER_ROUND {
+        for taken in 1..=FRAMES_PER_ROUND {
             let Some(frame) = next.take() else {
                 self.ended = true; // the peer went away
                 return;
             };
             self.on_frame(frame).await;
+            if self.ended || taken == FRAMES_PER_ROUND {
+                return;
+            }
             match inbound.next().now_or_never() {
-                Some(frame) if !self.ended => next = frame,
-                _ => return,
+                Some(frame) => next = frame,
+                None => return,
             }
         }
     }
