@@ -85,12 +85,12 @@ async fn stored_total(metrics_url: &str) -> f64 {
         .sum()
 }
 
-/// Reloads the overview until the accepted chart's total is `want` (the sampler closes an
-/// interval every [`SAMPLE`]).
-async fn overview_until(b: &switchyard_e2e::webdriver::Session, base: &str, want: f64) -> String {
+/// Reloads a page with charts (the overview, a tenant's page) until its accepted chart's
+/// total is `want` (the sampler closes an interval every [`SAMPLE`]).
+async fn charts_until(b: &switchyard_e2e::webdriver::Session, url: &str, want: f64) -> String {
     let deadline = std::time::Instant::now() + SAMPLE * 5;
     loop {
-        b.goto(base).await.unwrap();
+        b.goto(url).await.unwrap();
         let html = b.source().await.unwrap();
         let total = chart_total(&html, "accepted");
         if total == want {
@@ -158,7 +158,7 @@ async fn operator_uses_the_console_in_chromium() {
         before >= cf.pending as f64,
         "the fixture's messages were stored"
     );
-    overview_until(&b, &base, before).await;
+    charts_until(&b, &base, before).await;
     let sent = 5;
     for i in 0..sent {
         assert_eq!(cf.fx.inbound_text(&format!("chart-{i}"), "hi").await, 202);
@@ -166,7 +166,7 @@ async fn operator_uses_the_console_in_chromium() {
     }
     let after = stored_total(&metrics).await;
     assert_eq!(after, before + sent as f64);
-    let html = overview_until(&b, &base, after).await;
+    let html = charts_until(&b, &base, after).await;
     assert!(!html.contains("<script"), "no script on the overview");
     // A figure for docs/console.md.
     let docs_img = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/img");
@@ -175,6 +175,23 @@ async fn operator_uses_the_console_in_chromium() {
         .await
         .unwrap();
     b.screenshot(&shots.join("02b-overview-charts.png"))
+        .await
+        .unwrap();
+
+    // The tenant's page draws the tenant's own counts: every message above is this tenant's,
+    // and the delivered chart stays empty, as none was acked.
+    let tenant_url = format!("{base}/tenants/{}", cf.fx.pod.tenant.id);
+    let html = charts_until(&b, &tenant_url, after).await;
+    assert_eq!(chart_total(&html, "delivered"), 0.0);
+    assert!(html.contains("id=\"chart-tools\""), "{html}");
+    assert!(
+        !html.contains("id=\"chart-sockets\""),
+        "no deployment gauge on a tenant"
+    );
+    b.screenshot(&docs_img.join("console-tenant.png"))
+        .await
+        .unwrap();
+    b.screenshot(&shots.join("02c-tenant-charts.png"))
         .await
         .unwrap();
 
@@ -194,7 +211,7 @@ async fn operator_uses_the_console_in_chromium() {
     let found = b.source().await.unwrap();
     assert!(found.contains(&cf.fx.channel_id), "found by prefix");
     assert!(!found.contains(&cf.device_channel), "only the matches");
-    b.screenshot(&shots.join("02c-channels-search.png"))
+    b.screenshot(&shots.join("02d-channels-search.png"))
         .await
         .unwrap();
     // The browser holds a session cookie it cannot hand to scripts.

@@ -87,8 +87,7 @@ async fn search_narrows_every_list_page() {
         assert!(!r.body.contains("<script>"));
     }
 
-    // The tenant page: its own counts now, links to its filtered pages, and the deployment's
-    // charts said to be the deployment's.
+    // The tenant page: its own counts now, links to its filtered pages, and its own charts.
     let r = c.get(&format!("/console/tenants/{tenant}")).await;
     assert_eq!(r.status, 200);
     assert!(r.body.contains("id=\"tenant-now\""), "{}", r.body);
@@ -96,8 +95,12 @@ async fn search_narrows_every_list_page() {
         r.body
             .contains(&format!("/console/failures?tenant={tenant}"))
     );
-    assert!(r.body.contains("not this tenant&#39;s") || r.body.contains("not this tenant's"));
+    assert!(
+        r.body.contains("The tenant&#39;s own messages")
+            || r.body.contains("The tenant's own messages")
+    );
     assert!(r.body.contains("id=\"chart-accepted\""));
+    assert!(r.body.contains("id=\"chart-tool-latency\""));
 }
 
 #[tokio::test]

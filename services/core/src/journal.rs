@@ -94,7 +94,8 @@ pub struct JournalConfig {
     pub enabled: bool,
     /// Steps older than this are purged by the janitor.
     pub ttl: Duration,
-    /// Most steps kept per tenant (newest kept; 0 = no cap).
+    /// Most rows kept per tenant (newest kept; 0 = no cap): a row holds the steps one pod
+    /// recorded for a message in one batch on the SQL stores, one step in memory.
     pub per_tenant: u64,
     /// Steps waiting for the writer before new ones are dropped.
     pub queue: usize,
@@ -300,7 +301,7 @@ pub fn clip(s: &str) -> String {
 
 /// How long the writer lets steps gather after the first one: a busy pod stores its steps in
 /// a few large inserts a second instead of many small ones, and a message's steps mostly
-/// land in one batch (SQLite packs them into one row).
+/// land in one batch (the SQL stores pack them into one row).
 const LINGER: Duration = Duration::from_millis(200);
 
 async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<JournalRecord>, batch: usize) {

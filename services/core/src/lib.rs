@@ -29,6 +29,7 @@ pub mod provider;
 pub mod quota;
 pub mod settings;
 pub mod store;
+pub mod tally;
 pub mod trace;
 
 #[cfg(any(test, feature = "conformance"))]

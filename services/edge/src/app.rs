@@ -349,6 +349,7 @@ impl App {
             &pod,
             cfg.console.sample_interval.0,
             hub.ephemeral().clone(),
+            hub.tally().clone(),
         ));
         // The operator API (/admin/v1) and the console (/console). With `admin_listen` set
         // (the chart sets it) they get their own address, so network access to /metrics is

@@ -49,9 +49,7 @@ pub fn init_logging(cfg: &LogConfig) {
 }
 
 /// Buckets of every `*_seconds` histogram: 1 ms to 1 min (the console's charts read them).
-pub const LATENCY_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-];
+pub use switchyard_core::tally::LATENCY_BUCKETS;
 
 /// Every limit name `switchyard_limits_hit_total{limit}` can carry.
 const LIMITS: &[&str] = &[
@@ -139,6 +137,10 @@ fn describe_and_register() {
     describe_counter!(
         "switchyard_tool_calls_total",
         "tool calls, by card and outcome"
+    );
+    describe_counter!(
+        "switchyard_console_tenants_untracked_total",
+        "events of tenants past the pod's cap of tenants counted for the console's tenant charts"
     );
     describe_counter!(
         "switchyard_outbound_messages_total",

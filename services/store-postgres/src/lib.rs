@@ -55,6 +55,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("../../../migrations/postgres/0007_outbox_cursors.sql"),
     ),
+    (
+        8,
+        include_str!("../../../migrations/postgres/0008_journal_rows.sql"),
+    ),
 ];
 
 /// How long a caller waits for a pooled connection (or for a new one while Postgres is down)

@@ -15,6 +15,7 @@ pub mod dialect;
 pub mod host_ops;
 #[doc(hidden)]
 pub mod impl_store;
+pub mod journal_rows;
 pub mod ops;
 
 pub use dialect::{HostDialect, StoreDialect};

@@ -3,15 +3,9 @@
 //! `sqlite::memory:`), with its own writer, so journal inserts never queue behind or ahead of
 //! the delivery path on the main file's one writer.
 //!
-//! Rows are packed: one insert batch stores the steps one pod recorded for a message as one
-//! row (at most [`PER_ROW`] steps, tab- and newline-separated in `steps`), which at saturation
-//! is about one row per message instead of five, and so a fifth of the random inserts into the
-//! message index. A step's id is `row id * PER_ROW + its place in the row`, so ids still follow
-//! insert order and a channel's journal pages by step id as on the other backends. The
-//! per-tenant cap counts rows (a message's burst of steps), not single steps. Losing the last
-//! commits on power loss is acceptable here, so the file runs with `synchronous=NORMAL`.
+//! Rows are packed as on every SQL backend (`switchyard_store_sql::journal_rows`). Losing the
+//! last commits on power loss is acceptable here, so the file runs with `synchronous=NORMAL`.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use sqlx::sqlite::{
@@ -20,12 +14,11 @@ use sqlx::sqlite::{
 use sqlx::{Executor, Row};
 use switchyard_core::error::BackendResult;
 use switchyard_core::model::JournalRecord;
+use switchyard_store_sql::journal_rows::{StoredRow, newest_first, pack, row_below, unpack};
 
 use crate::{ACQUIRE_TIMEOUT, create_private, db};
 
-/// Most steps in one row; a step's id is its row id times this plus its place in the row.
-pub const PER_ROW: i64 = 16;
-/// Rows per insert statement (6 binds each, under SQLite's bind limit).
+/// Rows per insert statement (7 binds each, under SQLite's bind limit).
 const ROWS_PER_INSERT: usize = 500;
 /// The message index takes random inserts: a page cache that holds it (16 MiB) keeps them off
 /// the disk.
@@ -173,7 +166,7 @@ impl JournalDb {
         .map_err(db("journal by message"))?;
         let mut out = Vec::new();
         for row in &rows {
-            out.extend(unpack(row)?);
+            out.extend(unpack(&stored(row)?));
         }
         out.sort_by_key(|e| (e.at, e.id));
         out.truncate(lim(limit));
@@ -187,29 +180,19 @@ impl JournalDb {
         before_id: Option<i64>,
         limit: u32,
     ) -> BackendResult<Vec<JournalRecord>> {
-        let before = before_id.unwrap_or(i64::MAX);
         // Every row holds at least one step, so `limit` rows are enough.
         let rows = sqlx::query(
             "SELECT id, tenant_id, channel_id, message_id, pod_id, steps FROM journal_rows \
              WHERE channel_id = ? AND id <= ? ORDER BY id DESC LIMIT ?",
         )
         .bind(channel_id)
-        .bind(before.saturating_sub(1).div_euclid(PER_ROW))
+        .bind(row_below(before_id))
         .bind(lim(limit) as i64)
         .fetch_all(&self.reader)
         .await
         .map_err(db("journal by channel"))?;
-        let mut out = Vec::new();
-        for row in &rows {
-            let mut steps = unpack(row)?;
-            steps.reverse();
-            out.extend(steps.into_iter().filter(|e| e.id < before));
-            if out.len() >= lim(limit) {
-                break;
-            }
-        }
-        out.truncate(lim(limit));
-        Ok(out)
+        let rows = rows.iter().map(stored).collect::<BackendResult<Vec<_>>>()?;
+        Ok(newest_first(&rows, before_id, lim(limit)))
     }
 
     /// Deletes rows whose first step is older than `before`, then each tenant's rows beyond
@@ -279,82 +262,17 @@ fn lim(limit: u32) -> usize {
     limit.clamp(1, 1000) as usize
 }
 
-/// One row to insert: the first step's ids, the earliest time, the packed steps.
-struct Packed<'a> {
-    first: &'a JournalRecord,
-    at: i64,
-    n: i64,
-    steps: String,
-}
-
-/// Groups a batch by message (and tenant, channel, pod), in order of first appearance, at
-/// most [`PER_ROW`] steps a row. A step is `at\tstep\tdetail`, steps end in `\n`; control
-/// characters in a step or detail are dropped so they cannot split it.
-fn pack(entries: &[JournalRecord]) -> Vec<Packed<'_>> {
-    let mut rows: Vec<Packed<'_>> = Vec::new();
-    let mut open: HashMap<(&str, &str, &str, &str), usize> = HashMap::new();
-    for e in entries {
-        let key = (
-            e.message_id.as_str(),
-            e.tenant_id.as_str(),
-            e.channel_id.as_str(),
-            e.pod_id.as_str(),
-        );
-        let i = match open.get(&key) {
-            Some(&i) if rows[i].n < PER_ROW => i,
-            _ => {
-                rows.push(Packed {
-                    first: e,
-                    at: e.at,
-                    n: 0,
-                    steps: String::new(),
-                });
-                open.insert(key, rows.len() - 1);
-                rows.len() - 1
-            }
-        };
-        let r = &mut rows[i];
-        r.at = r.at.min(e.at);
-        r.n += 1;
-        r.steps.push_str(&e.at.to_string());
-        r.steps.push('\t');
-        r.steps.extend(e.step.chars().filter(|c| !c.is_control()));
-        r.steps.push('\t');
-        r.steps.extend(e.detail.chars().filter(|c| !c.is_control()));
-        r.steps.push('\n');
-    }
-    rows
-}
-
-/// A stored row back as its steps, in insert order.
-fn unpack(row: &sqlx::sqlite::SqliteRow) -> BackendResult<Vec<JournalRecord>> {
+/// A stored row's columns.
+fn stored(row: &sqlx::sqlite::SqliteRow) -> BackendResult<StoredRow> {
     let get = |c: &str| -> BackendResult<String> { row.try_get(c).map_err(db("read journal")) };
-    let id: i64 = row.try_get("id").map_err(db("read journal"))?;
-    let (tenant_id, channel_id, message_id, pod_id) = (
-        get("tenant_id")?,
-        get("channel_id")?,
-        get("message_id")?,
-        get("pod_id")?,
-    );
-    let steps = get("steps")?;
-    Ok(steps
-        .lines()
-        .enumerate()
-        .map(|(i, line)| {
-            let mut parts = line.splitn(3, '\t');
-            let at = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-            JournalRecord {
-                id: id * PER_ROW + i as i64,
-                tenant_id: tenant_id.clone(),
-                channel_id: channel_id.clone(),
-                message_id: message_id.clone(),
-                step: parts.next().unwrap_or_default().to_owned(),
-                detail: parts.next().unwrap_or_default().to_owned(),
-                pod_id: pod_id.clone(),
-                at,
-            }
-        })
-        .collect())
+    Ok(StoredRow {
+        id: row.try_get("id").map_err(db("read journal"))?,
+        tenant_id: get("tenant_id")?,
+        channel_id: get("channel_id")?,
+        message_id: get("message_id")?,
+        pod_id: get("pod_id")?,
+        steps: get("steps")?,
+    })
 }
 
 #[cfg(test)]
@@ -371,34 +289,5 @@ mod tests {
             journal_path(Path::new("/d/sy")),
             Path::new("/d/sy.journal.db")
         );
-    }
-
-    fn rec(msg: &str, step: &str, at: i64) -> JournalRecord {
-        JournalRecord {
-            id: 0,
-            tenant_id: "t".into(),
-            channel_id: "c".into(),
-            message_id: msg.into(),
-            step: step.into(),
-            detail: "a\tb\nc".into(),
-            pod_id: "p".into(),
-            at,
-        }
-    }
-
-    #[test]
-    fn a_batch_packs_by_message_and_caps_a_row() {
-        let mut batch = vec![rec("m1", "accepted", 5), rec("m2", "accepted", 3)];
-        batch.extend((0..PER_ROW).map(|i| rec("m1", "attempt", 4 + i)));
-        let rows = pack(&batch);
-        let shape: Vec<(&str, i64, i64)> = rows
-            .iter()
-            .map(|r| (r.first.message_id.as_str(), r.n, r.at))
-            .collect();
-        assert_eq!(
-            shape,
-            [("m1", PER_ROW, 4), ("m2", 1, 3), ("m1", 1, 4 + PER_ROW - 1)]
-        );
-        assert!(rows[0].steps.starts_with("5\taccepted\tabc\n4\tattempt\t"));
     }
 }

@@ -56,6 +56,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("../../../migrations/sqlite/0007_outbox_cursors.sql"),
     ),
+    (
+        8,
+        include_str!("../../../migrations/sqlite/0008_journal_rows.sql"),
+    ),
 ];
 
 /// Creates a missing database file readable by this user only (0600); SQLite gives its WAL

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use switchyard_protocol::im::{ActivityPayload, ChatAckPayload, ChatMessagePayload, DeltaPayload};
+use switchyard_protocol::im::{
+    AckStatus, ActivityPayload, ChatAckPayload, ChatMessagePayload, DeltaPayload,
+};
 use switchyard_protocol::{ConnectionStatus, ErrorCode, profile};
 
 use super::{CardServices, Fault, MountedCard, ms};
@@ -91,6 +93,9 @@ impl MountedCard {
             )
         });
         metrics::counter!("switchyard_outbound_messages_total", "card" => self.card_id().to_owned(), "status" => ack.status.as_str()).increment(1);
+        if ack.status == AckStatus::Rejected {
+            self.hub.tally.failed(&ch.tenant_id, self.card_id());
+        }
         journal(JournalStep::Acked, &ack_detail(&ack));
         Ok(Some(ack))
     }
@@ -237,7 +242,7 @@ impl MountedCard {
             (ClaimState::Done, Some(o)) => {
                 let first: Option<ChatAckPayload> = serde_json::from_value(o).ok();
                 match first {
-                    Some(a) if a.status == switchyard_protocol::im::AckStatus::Rejected => a,
+                    Some(a) if a.status == AckStatus::Rejected => a,
                     _ => ChatAckPayload::duplicate(&p.message_id),
                 }
             }

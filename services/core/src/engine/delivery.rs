@@ -136,6 +136,9 @@ impl CardServices {
         };
         let label = outcome.label();
         metrics::counter!("switchyard_inbound_messages_total", "card" => self.card_id().to_owned(), "outcome" => label).increment(1);
+        if matches!(outcome, EnqueueOutcome::Stored { .. }) {
+            self.hub.tally.accepted(tenant_id, self.card_id());
+        }
         note(JournalStep::Accepted, label);
         let refused = !matches!(
             outcome,
@@ -297,10 +300,12 @@ impl MountedCard {
 
     /// Records the time from acceptance to xAgent's acknowledgement (or, for `message.push`,
     /// which has no business ack, to the hand-off to the socket).
-    pub fn record_delivery_latency(&self, accepted_at: i64) {
+    /// Counts the delivery for the tenant's charts too.
+    pub fn record_delivery_latency(&self, tenant_id: &str, accepted_at: i64) {
         let secs = (now_ms() - accepted_at).max(0) as f64 / 1000.0;
         metrics::histogram!("switchyard_delivery_latency_seconds", "card" => self.card_id().to_owned())
             .record(secs);
+        self.hub.tally.delivered(tenant_id, self.card_id(), secs);
     }
 
     /// xAgent accepted (or already had) the message: it leaves the outbox.

@@ -117,6 +117,8 @@ pub struct Hub {
     pub(crate) journal: crate::journal::Journal,
     /// Spans for OpenTelemetry export (off: starts nothing).
     pub(crate) tracer: crate::trace::Tracer,
+    /// Per-tenant figures for the console's tenant page.
+    pub(crate) tally: Arc<crate::tally::TenantTally>,
 }
 
 /// What a [`Hub`] is made of: the backends, the keys, the bounds and who this pod is.
@@ -173,6 +175,7 @@ impl Hub {
             quotas: crate::quota::Quotas::new(parts.quotas),
             journal,
             tracer: parts.tracer,
+            tally: Arc::default(),
         }
     }
 
@@ -239,6 +242,11 @@ impl Hub {
     /// The delivery journal.
     pub fn journal(&self) -> &crate::journal::Journal {
         &self.journal
+    }
+
+    /// What each tenant's messages did on this pod (the console's tenant charts).
+    pub fn tally(&self) -> &Arc<crate::tally::TenantTally> {
+        &self.tally
     }
 
     /// Joins the deployment. A process starts with no sockets: rows left under this pod's

@@ -89,8 +89,10 @@ impl MountedCard {
         )
         .await;
         // tool_id is one the Card declares (checked above), so the label stays bounded.
+        let secs = started.elapsed().as_secs_f64();
         metrics::histogram!("switchyard_tool_call_duration_seconds", "card" => self.card_id().to_owned(), "tool" => tool_id.to_owned())
-            .record(started.elapsed().as_secs_f64());
+            .record(secs);
+        self.hub.tally.tool(&ch.tenant_id, secs);
         let result = match outcome {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) if e.retryable() => {

@@ -415,6 +415,25 @@ pub fn deployment(pods: &[PodRows], at: &[i64]) -> Vec<Chart> {
     ]
 }
 
+/// A tenant's charts from its rows ([`super::Pulse::tenant_pods`]): its messages, their
+/// latency and its tool calls.
+pub fn tenant(pods: &[PodRows], at: &[i64]) -> Vec<Chart> {
+    deployment(pods, at)
+        .into_iter()
+        .filter(|c| {
+            [
+                "accepted",
+                "delivered",
+                "failed",
+                "latency",
+                "tools",
+                "tool-latency",
+            ]
+            .contains(&c.id)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

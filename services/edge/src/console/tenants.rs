@@ -263,19 +263,17 @@ pub(super) async fn tenant_page(
         Ok(now) => body.push_str(&now),
         Err(e) => return backend(&who, e),
     }
-    let (pods, span) = pulse(&st).await;
+    let pods = st.pulse.tenant_pods(&tenant.id).await;
+    let span = html::span(st.pulse.interval_ms() * pulse::POINTS as i64);
     let at = charts::points(now_ms(), st.pulse.interval_ms());
     let _ = write!(
         body,
-        "<h2>Deployment, last {}</h2><p class=\"muted\">These series are the deployment's, \
-         not this tenant's: the metrics count by Card and never by tenant (a label per tenant \
-         would grow without bound). The tenant's own figures are above.</p>",
-        esc(&span)
+        "<h2>This tenant, last {}</h2><p class=\"muted\">The tenant's own messages and tool \
+         calls, counted by each pod for its {} busiest tenants.</p>",
+        esc(&span),
+        pulse::TENANTS_PUBLISHED
     );
-    let mine: Vec<charts::Chart> = charts::deployment(&pods, &at)
-        .into_iter()
-        .filter(|c| ["accepted", "delivered", "failed", "latency"].contains(&c.id))
-        .collect();
+    let mine = charts::tenant(&pods, &at);
     body.push_str(&charts::section(&mine, &span));
     ok(&format!("Tenant {}", tenant.name), &who, &body)
 }

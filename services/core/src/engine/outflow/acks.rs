@@ -132,7 +132,8 @@ impl Outflow {
             AckVerdict::Delivered => {
                 let behind = route.behind;
                 if let Some(i) = route.inflight.remove(idx) {
-                    self.conn.record_delivery_latency(i.accepted_at);
+                    self.conn
+                        .record_delivery_latency(&route.tenant_id, i.accepted_at);
                     self.settle(channel_id, i.seq, Some(p.message_id.clone()));
                 }
                 if behind {
@@ -140,6 +141,10 @@ impl Outflow {
                 }
             }
             AckVerdict::Failed(reason) => {
+                self.conn
+                    .hub
+                    .tally
+                    .failed(&route.tenant_id, self.conn.card_id());
                 let behind = route.behind;
                 let gone = route.inflight.remove(idx);
                 let seq = gone.map_or(0, |i| i.seq);

@@ -234,7 +234,8 @@ impl Outflow {
     /// with the next flush's batch.
     pub fn taken(&mut self, packet_id: &str) {
         if let Some(h) = self.handed.remove(packet_id) {
-            self.conn.record_delivery_latency(h.accepted_at);
+            let tenant = self.routes.get(&h.channel_id).map_or("", |r| &r.tenant_id);
+            self.conn.record_delivery_latency(tenant, h.accepted_at);
             self.deliver_span(h.sent, "written", None);
             self.note(&h.channel_id, &h.message_id, JournalStep::Acked, "written");
             self.settle(&h.channel_id, h.seq, Some(h.message_id));
