@@ -10,10 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use switchyard_core::bus::{Bus, LocalBus};
-use switchyard_core::crypto::{Cipher, Secret, UrlSigner, rows};
-use switchyard_core::engine::{CommitLimits, EngineConfig, Hub, HubParts, MountedCard};
-use switchyard_core::ephemeral::MemoryEphemeral;
-use switchyard_core::files::LocalFileStore;
+use switchyard_core::crypto::{Cipher, Secret, rows};
+use switchyard_core::engine::{Hub, HubParts, MountedCard};
 use switchyard_core::ids::now_ms;
 use switchyard_core::memstore::MemoryStore;
 use switchyard_core::model::ChannelRecord;
@@ -33,19 +31,10 @@ fn pod(
     dir: &tempfile::TempDir,
 ) -> MountedCard {
     let hub = Arc::new(Hub::new(HubParts {
-        store: store.clone(),
         bus: bus.clone(),
-        ephemeral: Arc::new(MemoryEphemeral::new(10_000)),
-        files: Arc::new(LocalFileStore::new(dir.path()).unwrap()),
         cipher: Cipher::from_base64(&[Secret::new(key)]).unwrap(),
-        signer: UrlSigner::new(vec![Secret::new("test-signing-secret-0123456789")]).unwrap(),
-        config: EngineConfig::default(),
         pod_id: name.into(),
-        public_base_url: "http://127.0.0.1:1".into(),
-        commit: CommitLimits::default(),
-        quotas: Default::default(),
-        journal: switchyard_core::journal::JournalConfig::off(),
-        tracer: switchyard_core::trace::Tracer::disabled(),
+        ..common::hub_parts(store, dir)
     }));
     MountedCard::new(hub, Arc::new(ProbeProvider::new()))
 }

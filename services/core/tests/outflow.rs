@@ -9,14 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use switchyard_core::bus::{Carried, LocalBus};
-use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
+use switchyard_core::bus::Carried;
 use switchyard_core::engine::{
-    AckOutcome, CommitLimits, EngineConfig, Hub, HubParts, Janitor, MountedCard, Outflow,
-    OutflowLimits, SessionIdent,
+    AckOutcome, CommitLimits, Hub, HubParts, Janitor, MountedCard, Outflow, OutflowLimits,
+    SessionIdent,
 };
-use switchyard_core::ephemeral::MemoryEphemeral;
-use switchyard_core::files::LocalFileStore;
 use switchyard_core::ids::now_ms;
 use switchyard_core::memstore::MemoryStore;
 use switchyard_core::model::{ChannelRecord, Enqueue, EnqueueOutcome, OutboxRecord, OutboxState};
@@ -46,19 +43,8 @@ async fn kit_with(commit: CommitLimits) -> Kit {
     let store: Arc<dyn Store> = mem.clone();
     store.migrate().await.unwrap();
     let hub = Arc::new(Hub::new(HubParts {
-        store: store.clone(),
-        bus: Arc::new(LocalBus::new()),
-        ephemeral: Arc::new(MemoryEphemeral::new(10_000)),
-        files: Arc::new(LocalFileStore::new(dir.path()).unwrap()),
-        cipher: Cipher::from_base64(&[Secret::new(Cipher::generate_key())]).unwrap(),
-        signer: UrlSigner::new(vec![Secret::new("test-signing-secret-0123456789")]).unwrap(),
-        config: EngineConfig::default(),
-        pod_id: "pod-test".into(),
-        public_base_url: "http://127.0.0.1:1".into(),
         commit,
-        quotas: Default::default(),
-        journal: switchyard_core::journal::JournalConfig::off(),
-        tracer: switchyard_core::trace::Tracer::disabled(),
+        ..common::hub_parts(&store, &dir)
     }));
     let conn = MountedCard::new(hub.clone(), Arc::new(ProbeProvider::new()));
     Kit {

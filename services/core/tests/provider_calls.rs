@@ -11,13 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use switchyard_core::bus::LocalBus;
-use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
-use switchyard_core::engine::{
-    CardServices, CommitLimits, EngineConfig, Hub, HubParts, MountedCard,
-};
-use switchyard_core::ephemeral::MemoryEphemeral;
-use switchyard_core::files::LocalFileStore;
+use switchyard_core::engine::{CardServices, Hub, HubParts, MountedCard};
 use switchyard_core::memstore::MemoryStore;
 use switchyard_core::model::{AuthStatus, ChannelRecord};
 use switchyard_core::provider::{
@@ -76,19 +70,9 @@ impl ProgressSink for NoProgress {
 /// A hub over `store` with its journal on, and the slow-QR Card mounted on it.
 fn mounted(store: &Arc<dyn Store>, dir: &tempfile::TempDir) -> MountedCard {
     let hub = Arc::new(Hub::new(HubParts {
-        store: store.clone(),
-        bus: Arc::new(LocalBus::new()),
-        ephemeral: Arc::new(MemoryEphemeral::new(1000)),
-        files: Arc::new(LocalFileStore::new(dir.path()).unwrap()),
-        cipher: Cipher::from_base64(&[Secret::new(Cipher::generate_key())]).unwrap(),
-        signer: UrlSigner::new(vec![Secret::new("test-signing-secret-0123456789")]).unwrap(),
-        config: EngineConfig::default(),
         pod_id: "pod-a".into(),
-        public_base_url: "http://127.0.0.1:1".into(),
-        commit: CommitLimits::default(),
-        quotas: Default::default(),
         journal: switchyard_core::journal::JournalConfig::default(),
-        tracer: switchyard_core::trace::Tracer::disabled(),
+        ..common::hub_parts(store, dir)
     }));
     MountedCard::mount(
         CardServices::new(hub, common::CARD_ID, "/probe"),

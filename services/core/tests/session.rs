@@ -9,14 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use switchyard_core::bus::{Doorbell, LocalBus};
-use switchyard_core::crypto::{Cipher, Secret, UrlSigner, rows};
+use switchyard_core::bus::Doorbell;
+use switchyard_core::crypto::rows;
 use switchyard_core::engine::{
-    CommitLimits, Done, Emit, EngineConfig, Hub, HubParts, MountedCard, Notices, OutflowLimits,
-    Session, SessionEnd, SessionInput, SessionLimits, SessionStep,
+    Done, Emit, Hub, MountedCard, Notices, OutflowLimits, Session, SessionEnd, SessionInput,
+    SessionLimits, SessionStep,
 };
-use switchyard_core::ephemeral::MemoryEphemeral;
-use switchyard_core::files::LocalFileStore;
 use switchyard_core::ids::now_ms;
 use switchyard_core::memstore::MemoryStore;
 use switchyard_core::model::{Enqueue, OutboxRecord, OutboxState};
@@ -38,21 +36,7 @@ async fn kit() -> Kit {
     let mem = Arc::new(MemoryStore::new());
     let store: Arc<dyn Store> = mem.clone();
     store.migrate().await.unwrap();
-    let hub = Arc::new(Hub::new(HubParts {
-        store: store.clone(),
-        bus: Arc::new(LocalBus::new()),
-        ephemeral: Arc::new(MemoryEphemeral::new(10_000)),
-        files: Arc::new(LocalFileStore::new(dir.path()).unwrap()),
-        cipher: Cipher::from_base64(&[Secret::new(Cipher::generate_key())]).unwrap(),
-        signer: UrlSigner::new(vec![Secret::new("test-signing-secret-0123456789")]).unwrap(),
-        config: EngineConfig::default(),
-        pod_id: "pod-test".into(),
-        public_base_url: "http://127.0.0.1:1".into(),
-        commit: CommitLimits::default(),
-        quotas: Default::default(),
-        journal: switchyard_core::journal::JournalConfig::off(),
-        tracer: switchyard_core::trace::Tracer::disabled(),
-    }));
+    let hub = Arc::new(Hub::new(common::hub_parts(&store, &dir)));
     let provider = Arc::new(common::ProbeProvider::new());
     let (tenant, _) = switchyard_core::engine::create_tenant(store.as_ref(), "t")
         .await

@@ -1,16 +1,47 @@
 //! What core's integration tests share: a probe provider, so the engine's tests mount a Card
-//! without depending on a provider crate (which depends on core).
+//! without depending on a provider crate (which depends on core), and a hub's parts.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use switchyard_core::bus::LocalBus;
+use switchyard_core::crypto::{Cipher, Secret, UrlSigner};
+use switchyard_core::engine::{CommitLimits, EngineConfig, HubParts};
+use switchyard_core::ephemeral::MemoryEphemeral;
+use switchyard_core::files::LocalFileStore;
+use switchyard_core::journal::JournalConfig;
 use switchyard_core::provider::{
     AuthRequest, AuthStep, OutboundMessage, Provider, ProviderError, ToolCall,
 };
+use switchyard_core::store::Store;
+use switchyard_core::trace::Tracer;
 use switchyard_protocol::card::{
     BuildInfo, Card, ConnectorInfo, Security, Supports, TargetDecl, skill_name,
 };
 use switchyard_protocol::profile::{IM_V1, IM_V2};
 use switchyard_protocol::{CARD_SCHEMA, PROTOCOL_VERSION};
+
+/// A hub's parts over `store` for a test: an in-process bus and ephemeral state, files under
+/// `dir`, fresh keys, pod `pod-test`, the journal and trace export off. A test changes what it
+/// needs with `HubParts { .., ..hub_parts(..) }`.
+pub fn hub_parts(store: &Arc<dyn Store>, dir: &tempfile::TempDir) -> HubParts {
+    HubParts {
+        store: store.clone(),
+        bus: Arc::new(LocalBus::new()),
+        ephemeral: Arc::new(MemoryEphemeral::new(10_000)),
+        files: Arc::new(LocalFileStore::new(dir.path()).unwrap()),
+        cipher: Cipher::from_base64(&[Secret::new(Cipher::generate_key())]).unwrap(),
+        signer: UrlSigner::new(vec![Secret::new("test-signing-secret-0123456789")]).unwrap(),
+        config: EngineConfig::default(),
+        pod_id: "pod-test".into(),
+        public_base_url: "http://127.0.0.1:1".into(),
+        commit: CommitLimits::default(),
+        quotas: Default::default(),
+        journal: JournalConfig::off(),
+        tracer: Tracer::disabled(),
+    }
+}
 
 /// The probe's Card id.
 pub const CARD_ID: &str = "im.probe";

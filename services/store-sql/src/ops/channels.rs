@@ -222,43 +222,42 @@ pub async fn get_auth_session(
     one(row, auth_session)
 }
 
+/// The columns an auth session's step may change (the owning channel and the creation time
+/// are fixed at insert), bound as `$2`..`$6` after its id.
+const AUTH_STEP_SET: &str = "UPDATE auth_sessions SET flow_id = $2, status = $3, state = $4, public = $5, expires_at = $6 WHERE id = $1";
+
+fn auth_step<'a>(sql: &'a str, a: &'a AuthSessionRecord) -> BackendResult<crate::Stmt<'a>> {
+    Ok(stmt(sql)
+        .bind(&a.id)
+        .bind(&a.flow_id)
+        .bind(a.status.as_str())
+        .bind(&a.state)
+        .bind(json_text(&a.public)?)
+        .bind(a.expires_at))
+}
+
 pub async fn update_auth_session(s: &impl Handles, a: &AuthSessionRecord) -> BackendResult<()> {
     let mut w = s.write().await?;
-    // The owning channel and the creation time are fixed at insert.
-    stmt(
-        "UPDATE auth_sessions SET flow_id = $2, status = $3, state = $4, public = $5, expires_at = $6 WHERE id = $1",
-    )
-    .bind(&a.id)
-    .bind(&a.flow_id)
-    .bind(a.status.as_str())
-    .bind(&a.state)
-    .bind(json_text(&a.public)?)
-    .bind(a.expires_at)
-    .execute(&mut w, "update auth session")
-    .await?;
+    auth_step(AUTH_STEP_SET, a)?
+        .execute(&mut w, "update auth session")
+        .await?;
     w.commit().await
 }
 
+/// As [`update_auth_session`], only while the stored session is unfinished; false when it
+/// finished meanwhile (nothing written).
 pub async fn update_open_auth_session(
     s: &impl Handles,
     a: &AuthSessionRecord,
 ) -> BackendResult<bool> {
+    let sql = format!("{AUTH_STEP_SET} AND status IN ($7, $8, $9)");
     let mut w = s.write().await?;
-    let done = stmt(
-        "UPDATE auth_sessions SET flow_id = $2, status = $3, state = $4, public = $5, expires_at = $6 \
-         WHERE id = $1 AND status IN ($7, $8, $9)",
-    )
-    .bind(&a.id)
-    .bind(&a.flow_id)
-    .bind(a.status.as_str())
-    .bind(&a.state)
-    .bind(json_text(&a.public)?)
-    .bind(a.expires_at)
-    .bind(AuthStatus::Pending.as_str())
-    .bind(AuthStatus::Scanned.as_str())
-    .bind(AuthStatus::QrRefreshRequired.as_str())
-    .execute(&mut w, "update open auth session")
-    .await?;
+    let done = auth_step(&sql, a)?
+        .bind(AuthStatus::Pending.as_str())
+        .bind(AuthStatus::Scanned.as_str())
+        .bind(AuthStatus::QrRefreshRequired.as_str())
+        .execute(&mut w, "update open auth session")
+        .await?;
     w.commit().await?;
     Ok(done == 1)
 }
