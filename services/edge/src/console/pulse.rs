@@ -63,39 +63,30 @@ impl Default for ConsoleConfig {
 }
 
 /// What one pod saw in one interval (for one tenant, only the message and tool figures).
-/// Empty and zero fields are left out of the shared state.
+/// Published whole, as pods of the previous build read it; read with defaults for what is
+/// missing.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Row {
     /// Start of the interval (Unix ms, a multiple of the interval, so pods' rows line up).
     pub at: i64,
     /// Inbound messages stored, by Card.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub accepted: BTreeMap<String, u64>,
     /// Deliveries acknowledged by xAgent, by Card.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub delivered: BTreeMap<String, u64>,
     /// Deliveries rejected and xAgent -> target messages refused, by Card.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub failed: BTreeMap<String, u64>,
     /// Delivery latency observations per bucket of [`crate::telemetry::LATENCY_BUCKETS`]
     /// (then +Inf), not cumulative.
-    #[serde(skip_serializing_if = "all_zero")]
     pub delivery: Vec<u64>,
-    #[serde(skip_serializing_if = "is_zero")]
     pub tools: u64,
     /// Tool call durations per bucket, as `delivery`.
-    #[serde(skip_serializing_if = "all_zero")]
     pub tool_latency: Vec<u64>,
-    #[serde(skip_serializing_if = "is_zero")]
     pub sockets: u64,
-    #[serde(skip_serializing_if = "is_zero")]
     pub channels: u64,
     /// Deployment-wide outbox depth, from the janitor lease holder only.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub outbox: Option<u64>,
     /// Age of the oldest pending message in seconds, from the janitor lease holder only.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub outbox_oldest: Option<f64>,
 }
 
@@ -105,6 +96,62 @@ fn is_zero(v: &u64) -> bool {
 
 fn all_zero(v: &[u64]) -> bool {
     v.iter().all(|n| *n == 0)
+}
+
+/// A tenant's row as published: the message and tool figures, empty ones left out (a pod
+/// publishes up to [`TENANTS_PUBLISHED`] of these rings). Only this build reads them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+struct TenantRow {
+    at: i64,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    accepted: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    delivered: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    failed: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "all_zero")]
+    delivery: Vec<u64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    tools: u64,
+    #[serde(skip_serializing_if = "all_zero")]
+    tool_latency: Vec<u64>,
+}
+
+impl From<Row> for TenantRow {
+    fn from(r: Row) -> Self {
+        Self {
+            at: r.at,
+            accepted: r.accepted,
+            delivered: r.delivered,
+            failed: r.failed,
+            delivery: r.delivery,
+            tools: r.tools,
+            tool_latency: r.tool_latency,
+        }
+    }
+}
+
+impl From<TenantRow> for Row {
+    fn from(r: TenantRow) -> Self {
+        Self {
+            at: r.at,
+            accepted: r.accepted,
+            delivered: r.delivered,
+            failed: r.failed,
+            delivery: r.delivery,
+            tools: r.tools,
+            tool_latency: r.tool_latency,
+            ..Row::default()
+        }
+    }
+}
+
+/// A pod's published rows of one tenant.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TenantPodRows {
+    pod: String,
+    rows: Vec<TenantRow>,
 }
 
 impl Row {
@@ -503,9 +550,9 @@ impl Pulse {
         busiest.truncate(TENANTS_PUBLISHED);
         let ttl = self.ttl();
         let writes = busiest.into_iter().filter_map(|(_, tenant, rows)| {
-            let value = serde_json::to_vec(&PodRows {
+            let value = serde_json::to_vec(&TenantPodRows {
                 pod: self.pod.clone(),
-                rows,
+                rows: rows.into_iter().map(TenantRow::from).collect(),
             })
             .ok()?;
             let key = tenant_key(slot, &tenant);
@@ -632,10 +679,10 @@ impl Pulse {
         for read in futures::future::join_all(reads).await {
             match read {
                 Ok(Some(v)) => {
-                    if let Ok(p) = serde_json::from_slice::<PodRows>(&v)
+                    if let Ok(p) = serde_json::from_slice::<TenantPodRows>(&v)
                         && p.pod != self.pod
                     {
-                        by_pod.insert(p.pod, p.rows);
+                        by_pod.insert(p.pod, p.rows.into_iter().map(Row::from).collect());
                     }
                 }
                 Ok(None) => {}
@@ -864,20 +911,19 @@ mod tests {
     }
 
     #[test]
-    fn a_row_leaves_its_empty_fields_out_of_the_shared_state() {
-        let json = serde_json::to_string(&Row {
+    fn a_tenant_row_leaves_its_empty_fields_out_and_a_pod_row_keeps_them() {
+        let quiet = Row {
             at: 5,
             ..Row::default()
-        })
-        .unwrap();
+        };
+        let json = serde_json::to_string(&TenantRow::from(quiet.clone())).unwrap();
         assert_eq!(json, r#"{"at":5}"#);
-        let back: Row = serde_json::from_str(&json).unwrap();
-        assert_eq!(
-            back,
-            Row {
-                at: 5,
-                ..Row::default()
-            }
-        );
+        let back: TenantRow = serde_json::from_str(&json).unwrap();
+        assert_eq!(Row::from(back), quiet);
+        // A pod's row is published whole: pods of the previous build read every field.
+        let whole = serde_json::to_value(&quiet).unwrap();
+        for field in ["accepted", "delivery", "sockets", "outbox", "outbox_oldest"] {
+            assert!(whole.get(field).is_some(), "{field}");
+        }
     }
 }
