@@ -67,6 +67,10 @@ pub struct TenantTally {
 
 impl TenantTally {
     fn with(&self, tenant: &str, f: impl FnOnce(&mut TenantCounts)) {
+        if tenant.is_empty() {
+            // A delivery whose route left meanwhile: no tenant to count it for.
+            return;
+        }
         let mut map = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = map.get_mut(tenant) {
             f(c);
@@ -129,7 +133,9 @@ mod tests {
         t.delivered("a", "im.webhook", 120.0);
         t.failed("b", "im.telegram");
         t.tool("b", 0.0005);
+        t.delivered("", "im.webhook", 0.1);
         let s = t.snapshot();
+        assert!(!s.contains_key(""), "no entry without a tenant");
         assert_eq!(s["a"].accepted["im.webhook"], 2);
         assert!(!s["a"].accepted.contains_key("im.telegram"));
         assert_eq!(s["b"].accepted["im.telegram"], 1);
