@@ -14,12 +14,12 @@ use sqlx::sqlite::{
 use sqlx::{Executor, Row};
 use switchyard_core::error::BackendResult;
 use switchyard_core::model::JournalRecord;
-use switchyard_store_sql::journal_rows::{StoredRow, newest_first, pack, row_below, unpack};
+use switchyard_store_sql::journal_rows::{
+    StoredRow, insert_chunks, newest_first, pack, row_below, unpack,
+};
 
 use crate::{ACQUIRE_TIMEOUT, create_private, db};
 
-/// Rows per insert statement (7 binds each, under SQLite's bind limit).
-const ROWS_PER_INSERT: usize = 500;
 /// The message index takes random inserts: a page cache that holds it (16 MiB) keeps them off
 /// the disk.
 const CACHE_KIB: i64 = 16 * 1024;
@@ -124,7 +124,8 @@ impl JournalDb {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(db("begin journal"))?;
-        for chunk in rows.chunks(ROWS_PER_INSERT) {
+        // Statements of a few sizes, which the connection keeps prepared.
+        for chunk in insert_chunks(&rows) {
             let mut sql = String::from(
                 "INSERT INTO journal_rows (tenant_id, channel_id, message_id, pod_id, at, n, steps) VALUES ",
             );

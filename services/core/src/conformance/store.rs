@@ -3138,4 +3138,16 @@ pub async fn journal(s: &dyn Store) {
     let got = s.journal_for_message(&m3, 100).await.expect("by message");
     let steps: Vec<&str> = got.iter().map(|e| e.step.as_str()).collect();
     assert_eq!(steps, ["accepted", "stored", "sent", "acked"]);
+
+    // A large batch (a busy pod's 200 ms: stores cut it into several statements) keeps
+    // every step, in order.
+    let (td, chd) = (tenant(s).await.id, new_id("ch"));
+    let many: Vec<JournalRecord> = (0..347)
+        .map(|i| step(&td, &chd, &format!("msg_many_{i:04}"), "accepted", t0 + i))
+        .collect();
+    s.insert_journal(&many).await.expect("a large batch");
+    let got = s.journal_for_channel(&chd, None, 1000).await.expect("all");
+    let ids: Vec<String> = got.iter().rev().map(|e| e.message_id.clone()).collect();
+    let want: Vec<String> = many.iter().map(|e| e.message_id.clone()).collect();
+    assert_eq!(ids, want, "every step of the batch, newest first");
 }

@@ -5,12 +5,10 @@
 use switchyard_core::error::BackendResult;
 use switchyard_core::model::JournalRecord;
 
-use crate::journal_rows::{StoredRow, newest_first, pack, row_below, unpack};
+use crate::journal_rows::{StoredRow, insert_chunks, newest_first, pack, row_below, unpack};
 use crate::{Exec, Handles, SqlRow, all, get, stmt};
 
 const COLS: &str = "id, tenant_id, channel_id, message_id, pod_id, steps";
-/// Rows per statement: 7 binds each stays under SQLite's and Postgres' bind limits.
-const ROWS_PER_INSERT: usize = 500;
 
 fn lim(limit: u32) -> i64 {
     i64::from(limit.clamp(1, 1000))
@@ -33,7 +31,8 @@ pub async fn insert_journal(s: &impl Handles, entries: &[JournalRecord]) -> Back
     }
     let rows = pack(entries);
     let mut w = s.write().await?;
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
+    // At most 256 rows of 7 binds a statement, under SQLite's and Postgres' bind limits.
+    for chunk in insert_chunks(&rows) {
         let mut sql = String::from(
             "INSERT INTO journal_rows (tenant_id, channel_id, message_id, pod_id, at, n, steps) VALUES ",
         );
