@@ -24,40 +24,61 @@ pub struct Packed<'a> {
 /// Groups a batch by message (and tenant, channel, pod), in order of first appearance, at
 /// most [`PER_ROW`] steps a row. Steps end in `\n`; control characters in a step or detail
 /// are dropped so they cannot split it.
+///
+/// It runs for every step a pod records, so it keeps to one seeded hash of the message id, no
+/// allocation per step (a row's text is sized once) and a plain copy of text that holds no
+/// control character (what `Journal::record` hands over: it already strips them).
 pub fn pack(entries: &[JournalRecord]) -> Vec<Packed<'_>> {
-    let mut rows: Vec<Packed<'_>> = Vec::new();
-    let mut open: HashMap<(&str, &str, &str, &str), usize> = HashMap::new();
+    let mut rows: Vec<Packed<'_>> = Vec::with_capacity(entries.len());
+    // The message's open row; a step of the same message id from another tenant, channel or
+    // pod (only a client reusing ids across them) starts a row of its own.
+    let mut open: HashMap<&str, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(entries.len(), Default::default());
+    let mut digits = itoa::Buffer::new();
     for e in entries {
-        let key = (
-            e.message_id.as_str(),
-            e.tenant_id.as_str(),
-            e.channel_id.as_str(),
-            e.pod_id.as_str(),
-        );
-        let i = match open.get(&key) {
-            Some(&i) if rows[i].n < PER_ROW => i,
+        let same = |r: &Packed<'_>| {
+            r.n < PER_ROW
+                && r.first.tenant_id == e.tenant_id
+                && r.first.channel_id == e.channel_id
+                && r.first.pod_id == e.pod_id
+        };
+        let i = match open.get(e.message_id.as_str()) {
+            Some(&i) if same(&rows[i]) => i,
             _ => {
                 rows.push(Packed {
                     first: e,
                     at: e.at,
                     n: 0,
-                    steps: String::new(),
+                    steps: String::with_capacity(ROW_TEXT),
                 });
-                open.insert(key, rows.len() - 1);
+                open.insert(e.message_id.as_str(), rows.len() - 1);
                 rows.len() - 1
             }
         };
         let r = &mut rows[i];
         r.at = r.at.min(e.at);
         r.n += 1;
-        r.steps.push_str(&e.at.to_string());
+        r.steps.push_str(digits.format(e.at));
         r.steps.push('\t');
-        r.steps.extend(e.step.chars().filter(|c| !c.is_control()));
+        push_clean(&mut r.steps, &e.step);
         r.steps.push('\t');
-        r.steps.extend(e.detail.chars().filter(|c| !c.is_control()));
+        push_clean(&mut r.steps, &e.detail);
         r.steps.push('\n');
     }
     rows
+}
+
+/// A row's text is sized for a message's usual steps (five or six lines of about 40 bytes).
+const ROW_TEXT: usize = 256;
+
+/// Appends `s` without its control characters: a copy when it has none (checked on bytes:
+/// printable ASCII is never one), else char by char.
+fn push_clean(out: &mut String, s: &str) {
+    if s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        out.push_str(s);
+    } else {
+        out.extend(s.chars().filter(|c| !c.is_control()));
+    }
 }
 
 /// The statement sizes (rows per multi-row insert) a batch is cut into, largest first. A
@@ -172,6 +193,46 @@ mod tests {
             [("m1", PER_ROW, 4), ("m2", 1, 3), ("m1", 1, 4 + PER_ROW - 1)]
         );
         assert!(rows[0].steps.starts_with("5\taccepted\tabc\n4\tattempt\t"));
+    }
+
+    #[test]
+    fn control_characters_go_and_other_text_stays_whatever_its_script() {
+        let mut r = rec("m1", "acked", 1);
+        r.detail = "rejected: d\u{e9}j\u{e0} vu\u{85}\u{7f}\r\n\u{4e2d}".into();
+        let rows = pack(std::slice::from_ref(&r));
+        assert_eq!(
+            rows[0].steps,
+            "1\tacked\trejected: d\u{e9}j\u{e0} vu\u{4e2d}\n"
+        );
+        let mut out = String::new();
+        push_clean(&mut out, "plain ascii ~ 0-9");
+        assert_eq!(out, "plain ascii ~ 0-9");
+    }
+
+    #[test]
+    fn a_message_id_reused_by_another_channel_or_pod_gets_its_own_row() {
+        let mut other_channel = rec("m1", "stored", 2);
+        other_channel.channel_id = "c2".into();
+        let mut other_pod = rec("m1", "sent", 3);
+        other_pod.pod_id = "p2".into();
+        let batch = [
+            rec("m1", "accepted", 1),
+            other_channel,
+            other_pod,
+            rec("m1", "acked", 4),
+        ];
+        let rows = pack(&batch);
+        let shape: Vec<(&str, &str, i64)> = rows
+            .iter()
+            .map(|r| (r.first.channel_id.as_str(), r.first.pod_id.as_str(), r.n))
+            .collect();
+        // The first row is no longer the open one once another took the id: a later step of
+        // it starts a fourth row, still with its own channel and pod.
+        assert_eq!(
+            shape,
+            [("c", "p", 1), ("c2", "p", 1), ("c", "p2", 1), ("c", "p", 1)]
+        );
+        assert!(rows.iter().all(|r| r.first.message_id == "m1"));
     }
 
     #[test]
