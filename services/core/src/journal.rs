@@ -312,8 +312,11 @@ const QUIET: Duration = Duration::from_millis(250);
 /// Longest a step waits for the writer: a message that keeps going (retries, a slow ack) is
 /// stored in parts.
 const MAX_HOLD: Duration = Duration::from_secs(2);
-/// How often the writer looks for messages to store.
+/// How often the writer takes what was queued (the queue stays short).
 const TICK: Duration = Duration::from_millis(100);
+/// Least time between two inserts, unless a batch is full: each commit rewrites the pages it
+/// touches (the tails of the indexes), so fewer, larger commits write less.
+const COMMIT_EVERY: Duration = Duration::from_millis(500);
 
 /// One message's steps waiting for the writer.
 struct Held {
@@ -402,6 +405,7 @@ async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<JournalRecord>
     use tokio::sync::mpsc::error::TryRecvError;
     let mut held = Holding::default();
     let mut buf = Vec::with_capacity(batch);
+    let mut last_commit = tokio::time::Instant::now();
     loop {
         if held.steps == 0 {
             if rx.recv_many(&mut buf, batch).await == 0 {
@@ -422,12 +426,15 @@ async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<JournalRecord>
             }
         };
         // More than a batch held: the oldest messages go too, down to half a batch.
-        let keep = if held.steps >= batch {
-            batch / 2
-        } else {
-            usize::MAX
-        };
+        let full = held.steps >= batch;
+        if !closed && !full && now.duration_since(last_commit) < COMMIT_EVERY {
+            continue;
+        }
+        let keep = if full { batch / 2 } else { usize::MAX };
         let due = held.take(now, closed, keep);
+        if !due.is_empty() {
+            last_commit = now;
+        }
         for chunk in due.chunks(batch) {
             store_steps(store.as_ref(), chunk).await;
         }
