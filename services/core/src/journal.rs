@@ -18,7 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::ids::now_ms;
 use crate::model::JournalRecord;
@@ -147,6 +147,8 @@ impl Default for Journal {
 
 struct Inner {
     tx: mpsc::Sender<JournalRecord>,
+    /// Asks the writer to store everything it holds now ([`Journal::flush`]).
+    flush: mpsc::Sender<oneshot::Sender<()>>,
     pod_id: String,
 }
 
@@ -175,10 +177,12 @@ impl Journal {
             };
         }
         let (tx, rx) = mpsc::channel(cfg.queue.max(1));
-        tokio::spawn(write_loop(store, rx, cfg.batch.max(1)));
+        let (flush, flushes) = mpsc::channel(4);
+        tokio::spawn(write_loop(store, rx, flushes, cfg.batch.max(1)));
         Self {
             inner: Some(Arc::new(Inner {
                 tx,
+                flush,
                 pod_id: pod_id.to_owned(),
             })),
             ttl: cfg.ttl,
@@ -193,6 +197,18 @@ impl Journal {
 
     pub fn is_enabled(&self) -> bool {
         self.inner.is_some()
+    }
+
+    /// Stores every step recorded so far, without waiting for their messages to go quiet,
+    /// and returns once they are stored (a draining pod, before it exits).
+    pub async fn flush(&self) {
+        let Some(inner) = &self.inner else {
+            return;
+        };
+        let (done, stored) = oneshot::channel();
+        if inner.flush.send(done).await.is_ok() {
+            let _ = stored.await;
+        }
     }
 
     /// Records one step now. `detail` is a code or a reason; it is cut to [`MAX_DETAIL`]
@@ -400,23 +416,39 @@ impl Holding {
 
 /// Sleeps until a step comes, then every [`TICK`] takes what was queued and stores the
 /// messages that are due, until nothing is held. Steps are not waited for one by one: a
-/// step queued while the writer sleeps wakes nothing.
-async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<JournalRecord>, batch: usize) {
+/// step queued while the writer sleeps wakes nothing. A flush request stores everything.
+async fn write_loop(
+    store: Arc<dyn Store>,
+    mut rx: mpsc::Receiver<JournalRecord>,
+    mut flushes: mpsc::Receiver<oneshot::Sender<()>>,
+    batch: usize,
+) {
     use tokio::sync::mpsc::error::TryRecvError;
     let mut held = Holding::default();
     let mut buf = Vec::with_capacity(batch);
     let mut last_commit = tokio::time::Instant::now();
     loop {
+        let mut flush = None;
         if held.steps == 0 {
-            if rx.recv_many(&mut buf, batch).await == 0 {
-                return;
-            }
-            let now = tokio::time::Instant::now();
-            for rec in buf.drain(..) {
-                held.add(rec, now);
+            tokio::select! {
+                n = rx.recv_many(&mut buf, batch) => {
+                    if n == 0 {
+                        return;
+                    }
+                    let now = tokio::time::Instant::now();
+                    for rec in buf.drain(..) {
+                        held.add(rec, now);
+                    }
+                }
+                Some(done) = flushes.recv() => flush = Some(done),
             }
         }
-        tokio::time::sleep(TICK).await;
+        if flush.is_none() {
+            tokio::select! {
+                () = tokio::time::sleep(TICK) => {}
+                Some(done) = flushes.recv() => flush = Some(done),
+            }
+        }
         let now = tokio::time::Instant::now();
         let closed = loop {
             match rx.try_recv() {
@@ -425,18 +457,22 @@ async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<JournalRecord>
                 Err(TryRecvError::Disconnected) => break true,
             }
         };
+        let all = closed || flush.is_some();
         // More than a batch held: the oldest messages go too, down to half a batch.
         let full = held.steps >= batch;
-        if !closed && !full && now.duration_since(last_commit) < COMMIT_EVERY {
+        if !all && !full && now.duration_since(last_commit) < COMMIT_EVERY {
             continue;
         }
         let keep = if full { batch / 2 } else { usize::MAX };
-        let due = held.take(now, closed, keep);
+        let due = held.take(now, all, keep);
         if !due.is_empty() {
             last_commit = now;
         }
         for chunk in due.chunks(batch) {
             store_steps(store.as_ref(), chunk).await;
+        }
+        if let Some(done) = flush {
+            let _ = done.send(());
         }
         if closed {
             return;
@@ -571,6 +607,24 @@ mod tests {
         assert_eq!(kept.len(), 1, "{kept:?}");
         assert_eq!(kept[0].pod_id, "pod-a");
         assert_eq!(kept[0].message_id, "m0");
+    }
+
+    #[tokio::test]
+    async fn a_flush_stores_what_is_held_at_once() {
+        let store: Arc<dyn Store> = Arc::new(crate::memstore::MemoryStore::new());
+        let j = Journal::start(store.clone(), "pod-a", &JournalConfig::default());
+        j.record("t", "ch", "m1", JournalStep::Stored, "");
+        j.record("t", "ch", "m1", JournalStep::Sent, "sock-1");
+        tokio::time::timeout(Duration::from_secs(1), j.flush())
+            .await
+            .expect("a flush answers well before MAX_HOLD");
+        let got = store.journal_for_message("m1", 10).await.unwrap();
+        assert_eq!(got.len(), 2, "stored before flush returned: {got:?}");
+        // The writer goes on after a flush.
+        j.record("t", "ch", "m2", JournalStep::Stored, "");
+        j.flush().await;
+        assert_eq!(store.journal_for_message("m2", 10).await.unwrap().len(), 1);
+        Journal::disabled().flush().await;
     }
 
     #[tokio::test]

@@ -533,6 +533,8 @@ impl App {
         providers_stop.cancel();
         background.wait().await;
         janitor.resign().await;
+        // The journal's writer holds a message's steps until it goes quiet: store them now.
+        let _ = tokio::time::timeout(Duration::from_secs(5), hub.journal().flush()).await;
         hub.depart().await;
         if let Some(e) = self.exporter {
             let _ = tokio::time::timeout(Duration::from_secs(10), e).await;
