@@ -56,6 +56,13 @@ pub enum Doorbell {
         channel_id: String,
         socket_id: String,
     },
+    /// Another socket reopened these channels together (a reconnecting backend's batch);
+    /// every other socket drops its routes. Pods before this kind drop the notice and find
+    /// the moved routes by their route sweep.
+    ChannelsTaken {
+        channel_ids: Vec<String>,
+        socket_id: String,
+    },
     /// The connector_id was deregistered; close its sockets.
     ConnectorGone,
 }
@@ -205,6 +212,19 @@ mod tests {
             Doorbell::decode(br#"{"kind":"later","channel_id":"c"}"#),
             None
         );
+    }
+
+    #[test]
+    fn a_batch_of_taken_channels_round_trips() {
+        let bell = Doorbell::ChannelsTaken {
+            channel_ids: vec!["cch_1".into(), "cch_2".into()],
+            socket_id: "sock_b".into(),
+        };
+        let bytes = bell.encode();
+        assert_eq!(Doorbell::decode(&bytes), Some(bell));
+        // A pod that knows only `channel_taken` drops it (its route sweep finds the moves).
+        let old: Result<OldDoorbell, _> = serde_json::from_slice(&bytes);
+        assert!(old.is_err());
     }
 
     #[test]

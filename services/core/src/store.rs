@@ -127,6 +127,19 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     }
     /// Clears the route only if it still points at `socket`.
     async fn clear_channel_route_if(&self, id: &str, socket: &str, now: i64) -> BackendResult<()>;
+    /// [`Store::clear_channel_route_if`] for many channels: one write for the routes of a
+    /// closing socket (ids the store does not have are skipped).
+    async fn clear_channel_routes_if(
+        &self,
+        ids: &[String],
+        socket: &str,
+        now: i64,
+    ) -> BackendResult<()> {
+        for id in ids {
+            self.clear_channel_route_if(id, socket, now).await?;
+        }
+        Ok(())
+    }
     /// Replaces binding, status and view in one step.
     async fn set_channel_binding(
         &self,

@@ -323,6 +323,61 @@ async fn the_sweep_finds_lost_doorbells_and_routes_taken_elsewhere() {
     assert!(!flow.is_routed(&ch.id));
 }
 
+/// A socket with many routes asks the store about a slice of them per sweep (256, or a sixth
+/// of the table if that is more), and about every route within a few sweeps: a lost doorbell
+/// and a route taken elsewhere are still found. Lost doorbells make the next sweep whole.
+#[tokio::test]
+async fn a_large_route_table_is_swept_in_slices_that_cover_it() {
+    let k = kit().await;
+    let (ident, first) = k.channel("sock_a", "xagent.im.v2").await;
+    let mut flow = k.flow(&first);
+    let mut chans = vec![first];
+    for _ in 1..600 {
+        let (ch, _) = k.conn.open_channel(&ident, None).await.unwrap();
+        flow.open(&ch);
+        chans.push(ch);
+    }
+    assert!(flow.flush().await.is_empty());
+    // A message whose doorbell is lost, and a channel taken by another socket unnoticed.
+    let lost = chans[417].id.clone();
+    let taken = chans[123].id.clone();
+    k.put(&lost, &["m1"]).await;
+    let other = SessionIdent {
+        socket_id: "sock_b".into(),
+        ..ident.clone()
+    };
+    k.conn.open_channel(&other, Some(&taken)).await.unwrap();
+    let mut sent = Vec::new();
+    let mut looked_up = 0;
+    // 600 routes: three slices of 256 cover them.
+    for _ in 0..3 {
+        let before = k.mem.route_lookups();
+        flow.sweep().await;
+        let asked = k.mem.route_lookups() - before;
+        assert_eq!(asked, 256, "one slice per sweep");
+        looked_up += asked;
+        sent.extend(ids(&flow.flush().await));
+    }
+    assert!(looked_up >= 600);
+    assert_eq!(sent, ["m1"], "the lost doorbell's message went out once");
+    assert!(!flow.is_routed(&taken), "the route taken elsewhere went");
+    assert!(
+        chans
+            .iter()
+            .filter(|c| c.id != taken)
+            .all(|c| flow.is_routed(&c.id)),
+        "no other route went"
+    );
+    // The bus lost doorbells: every route is read, and the next sweep asks about all.
+    flow.wake_all();
+    let before = k.mem.route_lookups();
+    flow.sweep().await;
+    assert_eq!(k.mem.route_lookups() - before, 599);
+    let before = k.mem.route_lookups();
+    flow.sweep().await;
+    assert_eq!(k.mem.route_lookups() - before, 256, "then slices again");
+}
+
 #[tokio::test]
 async fn message_push_is_delivered_once_the_transport_wrote_it() {
     let k = kit().await;

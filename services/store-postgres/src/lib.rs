@@ -622,6 +622,27 @@ impl StoreDialect for PostgresStore {
         Ok(())
     }
 
+    async fn clear_channel_routes_if(
+        &self,
+        ids: &[String],
+        socket: &str,
+        now: i64,
+    ) -> BackendResult<()> {
+        for chunk in ids.chunks(5000) {
+            sqlx::query(
+                "UPDATE channels SET route_socket = NULL, updated_at = $3 \
+                 WHERE id = ANY($1) AND route_socket = $2",
+            )
+            .bind(chunk)
+            .bind(socket)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(db("clear channel routes"))?;
+        }
+        Ok(())
+    }
+
     fn pool_stats(&self) -> Option<(u32, u32)> {
         let idle = u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX);
         Some((self.pool.size(), idle))

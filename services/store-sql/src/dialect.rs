@@ -33,6 +33,12 @@ pub trait StoreDialect: Handles {
         profiles: &[String],
         now: i64,
     ) -> BackendResult<()>;
+    async fn clear_channel_routes_if(
+        &self,
+        ids: &[String],
+        socket: &str,
+        now: i64,
+    ) -> BackendResult<()>;
     async fn acquire_lease(
         &self,
         name: &str,

@@ -396,6 +396,16 @@ macro_rules! impl_store {
                     .await
                 }
 
+                async fn clear_channel_routes_if(
+                    &self,
+                    ids: &[String],
+                    socket: &str,
+                    now: i64,
+                ) -> BackendResult<()> {
+                    <$ty as $crate::StoreDialect>::clear_channel_routes_if(self, ids, socket, now)
+                        .await
+                }
+
                 async fn fail_outbox(
                     &self,
                     channel_id: &str,

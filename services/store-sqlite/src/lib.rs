@@ -602,6 +602,32 @@ impl StoreDialect for SqliteStore {
         Ok(())
     }
 
+    async fn clear_channel_routes_if(
+        &self,
+        ids: &[String],
+        socket: &str,
+        now: i64,
+    ) -> BackendResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write().await?;
+        for chunk in ids.chunks(1000) {
+            sqlx::query(
+                "UPDATE channels SET route_socket = NULL, updated_at = $3 \
+                 WHERE id IN (SELECT value FROM json_each($1)) AND route_socket = $2",
+            )
+            .bind(json_text(&chunk)?)
+            .bind(socket)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("clear channel routes"))?;
+        }
+        tx.commit().await.map_err(db("commit"))?;
+        Ok(())
+    }
+
     fn pool_stats(&self) -> Option<(u32, u32)> {
         let idle = u32::try_from(self.reader.num_idle()).unwrap_or(u32::MAX);
         Some((self.reader.size(), idle))

@@ -2657,6 +2657,33 @@ pub async fn channel_batches(s: &dyn Store) {
     s.set_channel_routes(&[], "sock_new", &profiles, now)
         .await
         .expect("an empty batch writes nothing");
+
+    // A closing socket clears its routes together: only those still pointing at it.
+    s.set_channel_route(&b.id, Some("sock_other"), &profiles, now + 2)
+        .await
+        .expect("b moves");
+    s.clear_channel_routes_if(
+        &[a.id.clone(), b.id.clone(), "cch_missing".into()],
+        "sock_new",
+        now + 3,
+    )
+    .await
+    .expect("clear routes");
+    let a_now = s.get_channel(&a.id).await.expect("get").expect("exists");
+    assert_eq!(
+        (a_now.route_socket, a_now.updated_at),
+        (None, now + 3),
+        "cleared"
+    );
+    let b_now = s.get_channel(&b.id).await.expect("get").expect("exists");
+    assert_eq!(
+        (b_now.route_socket.as_deref(), b_now.updated_at),
+        (Some("sock_other"), now + 2),
+        "routed elsewhere: untouched"
+    );
+    s.clear_channel_routes_if(&[], "sock_new", now)
+        .await
+        .expect("an empty batch writes nothing");
 }
 
 // -- operator console pages ----------------------------------------------------------------------

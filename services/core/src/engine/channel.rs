@@ -13,6 +13,9 @@ use crate::error::ErrorKind;
 use crate::ids::{new_id, now_ms};
 use crate::model::{ChannelRecord, ConnectorRecord, SocketRecord};
 
+/// Channels one `ChannelsTaken` notice names at most (a notice stays near 10 KB).
+const TAKEN_PER_BELL: usize = 256;
+
 /// Who is speaking on a data plane after hello.
 #[derive(Debug, Clone)]
 pub struct SessionIdent {
@@ -154,15 +157,14 @@ impl MountedCard {
     /// The socket closed: its routes go, and the connector's offline time may start.
     pub async fn goodbye(&self, ident: &SessionIdent, routed: &[String]) {
         let now = now_ms();
-        for ch in routed {
-            if let Err(e) = self
-                .hub
-                .store
-                .clear_channel_route_if(ch, &ident.socket_id, now)
-                .await
-            {
-                tracing::warn!(error = %e, "clearing channel route failed");
-            }
+        if let Err(e) = self
+            .hub
+            .store
+            .clear_channel_routes_if(routed, &ident.socket_id, now)
+            .await
+        {
+            // Left as a killed pod leaves them: the next socket to open a channel takes it.
+            tracing::warn!(error = %e, channels = routed.len(), "clearing channel routes failed");
         }
         if let Err(e) = self
             .hub
@@ -283,27 +285,39 @@ impl MountedCard {
     async fn routed_here(
         &self,
         ident: &SessionIdent,
-        mut ch: ChannelRecord,
+        ch: ChannelRecord,
         profiles: Vec<String>,
     ) -> (ChannelRecord, Descriptor) {
-        let taken_from_another = ch
-            .route_socket
-            .as_deref()
-            .is_some_and(|s| s != ident.socket_id);
-        ch.route_socket = Some(ident.socket_id.clone());
-        ch.profiles = profiles;
-        if taken_from_another {
+        let (opened, taken) = self.routed(ident, ch, profiles);
+        if taken {
             self.ring(
                 &ident.connector_id,
                 Doorbell::ChannelTaken {
-                    channel_id: ch.id.clone(),
+                    channel_id: opened.0.id.clone(),
                     socket_id: ident.socket_id.clone(),
                 },
             )
             .await;
         }
+        opened
+    }
+
+    /// `ch` as routed to `ident`'s socket with `profiles`, its Descriptor, and whether its
+    /// old route pointed at another socket (which must be told to stop).
+    fn routed(
+        &self,
+        ident: &SessionIdent,
+        mut ch: ChannelRecord,
+        profiles: Vec<String>,
+    ) -> ((ChannelRecord, Descriptor), bool) {
+        let taken = ch
+            .route_socket
+            .as_deref()
+            .is_some_and(|s| s != ident.socket_id);
+        ch.route_socket = Some(ident.socket_id.clone());
+        ch.profiles = profiles;
         let d = self.descriptor(&ch);
-        (ch, d)
+        ((ch, d), taken)
     }
 
     /// `channel.open` for a batch of requests (one per id asked for, `None` for a new
@@ -383,8 +397,24 @@ impl MountedCard {
                                 .map(|s| s.channel_id),
                         );
                     }
+                    let mut taken = Vec::new();
                     for (i, ch) in reopen {
-                        results[i] = Some(Ok(self.routed_here(ident, ch, profiles.clone()).await));
+                        let (opened, was_elsewhere) = self.routed(ident, ch, profiles.clone());
+                        if was_elsewhere {
+                            taken.push(opened.0.id.clone());
+                        }
+                        results[i] = Some(Ok(opened));
+                    }
+                    // The sockets that had them are told in a few notices, not one a channel.
+                    for ids in taken.chunks(TAKEN_PER_BELL) {
+                        self.ring(
+                            &ident.connector_id,
+                            Doorbell::ChannelsTaken {
+                                channel_ids: ids.to_vec(),
+                                socket_id: ident.socket_id.clone(),
+                            },
+                        )
+                        .await;
                     }
                 }
             }

@@ -52,6 +52,11 @@ impl MemoryStore {
         self.with(|t| Ok(t.pending_reads)).unwrap_or_default()
     }
 
+    /// How many channel ids `route_states` was asked about: what the route sweeps looked up.
+    pub fn route_lookups(&self) -> u64 {
+        self.with(|t| Ok(t.route_lookups)).unwrap_or_default()
+    }
+
     /// Every channel's queue counts as full (`true`) or as it is (`false`): a new message
     /// is refused `Full` while a repeated one is still a duplicate, as when the cap is
     /// reached. Tests use it to fill every queue at once.
@@ -167,6 +172,8 @@ struct Tables {
     last_journal_id: i64,
     /// `pending_outbox` calls answered (tests count the delivery path's store reads).
     pending_reads: u64,
+    /// Channel ids `route_states` was asked about (tests bound the route sweep's lookups).
+    route_lookups: u64,
     /// Set by [`MemoryStore::set_queues_full`]: every channel's queue is at its cap.
     queues_full: bool,
 }

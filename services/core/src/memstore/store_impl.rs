@@ -338,7 +338,10 @@ impl Store for MemoryStore {
     }
 
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
-        self.with(|t| Ok(t.route_states(ids, now)))
+        self.with(|t| {
+            t.route_lookups += ids.len() as u64;
+            Ok(t.route_states(ids, now))
+        })
     }
 
     async fn fail_outbox(

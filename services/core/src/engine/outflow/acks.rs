@@ -163,7 +163,9 @@ impl Outflow {
             }
             AckVerdict::Retry(code) => {
                 // The whole window restarts from the oldest pending once the pause is over.
-                route.inflight[idx].due = Instant::now() + self.limits.retry_pause;
+                let due = Instant::now() + self.limits.retry_pause;
+                route.inflight[idx].due = due;
+                Self::due_at(&mut self.earliest_due, due);
                 self.conn
                     .retry_later(channel_id, &p.message_id, &code)
                     .await;
@@ -207,10 +209,24 @@ impl Outflow {
             }
             self.wake(&id);
         }
+        self.earliest_due = self.exact_next_due();
     }
 
-    /// When the next in-flight message times out, if any.
+    /// When the next in-flight message may time out, if any: never later than the earliest
+    /// deadline, but possibly earlier (a message acked since), so a tick then may find
+    /// nothing overdue. It costs nothing however many routes the socket holds; the session
+    /// asks after every event, and the exact deadline is found again at each tick.
     pub fn next_due(&self) -> Option<Instant> {
+        self.earliest_due
+    }
+
+    /// A message in flight is now due at `due`.
+    pub(super) fn due_at(earliest: &mut Option<Instant>, due: Instant) {
+        *earliest = Some(earliest.map_or(due, |e| e.min(due)));
+    }
+
+    /// The earliest deadline of the messages in flight, counted over every route.
+    fn exact_next_due(&self) -> Option<Instant> {
         self.routes
             .values()
             .filter_map(|r| r.inflight.iter().map(|i| i.due).min())

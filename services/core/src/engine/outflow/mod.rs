@@ -128,7 +128,19 @@ pub struct Outflow {
     due: Vec<String>,
     due_set: HashSet<String>,
     draining: bool,
+    /// The last route id the previous sweep checked; the next slice starts after it.
+    sweep_after: Option<String>,
+    /// Whether the next sweep checks every route (doorbells may have been lost).
+    sweep_whole: bool,
+    /// No in-flight message is due before this ([`Outflow::next_due`]); None when nothing
+    /// went out since the last tick found nothing in flight.
+    earliest_due: Option<Instant>,
 }
+
+/// Routes a sweep checks at least (all of them when there are fewer).
+pub(super) const SWEEP_SLICE: usize = 256;
+/// Sweeps within which every route is checked, however many a socket holds.
+pub(super) const SWEEP_ROUNDS: usize = 6;
 
 impl Outflow {
     pub fn new(conn: MountedCard, socket_id: &str, limits: OutflowLimits) -> Self {
@@ -144,6 +156,9 @@ impl Outflow {
             due: Vec::new(),
             due_set: HashSet::new(),
             draining: false,
+            sweep_after: None,
+            sweep_whole: false,
+            earliest_due: None,
         }
     }
 
@@ -347,8 +362,11 @@ impl Outflow {
         self.schedule(channel_id);
     }
 
-    /// Every route may have news (a lagged or lost doorbell stream).
+    /// Every route may have news (a lagged or lost doorbell stream): each is read at the
+    /// next flush, and the next sweep checks every route, not a slice (a lost
+    /// `ChannelTaken`).
     pub fn wake_all(&mut self) {
+        self.sweep_whole = true;
         let ids: Vec<String> = self.routes.keys().cloned().collect();
         for id in ids {
             self.wake(&id);

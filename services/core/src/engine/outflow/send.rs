@@ -8,21 +8,21 @@ use std::time::Instant;
 use switchyard_protocol::Envelope;
 use switchyard_protocol::outbound::Correlation;
 
-use super::{Handed, Inflight, Outflow};
+use super::{Handed, Inflight, Outflow, SWEEP_ROUNDS, SWEEP_SLICE};
 use crate::engine::{Delivery, DeliveryKind};
 use crate::ids::{new_id, now_ms};
 use crate::journal::JournalStep;
 use crate::trace;
 
 impl Outflow {
-    /// The safety sweep for lost doorbells, one store query for the whole route table:
-    /// routes now owned by another socket (or deleted) go; channels with pending messages
-    /// beyond their cursor are read at the next flush.
+    /// The safety sweep for lost doorbells, one store query for a slice of the route table
+    /// ([`Outflow::sweep_slice`]): routes now owned by another socket (or deleted) go;
+    /// channels with pending messages beyond their cursor are read at the next flush.
     pub async fn sweep(&mut self) {
-        if self.routes.is_empty() {
+        let ids = self.sweep_slice();
+        if ids.is_empty() {
             return;
         }
-        let ids: Vec<String> = self.routes.keys().cloned().collect();
         let states = match self.conn.hub.store.route_states(&ids, now_ms()).await {
             Ok(s) => s,
             Err(e) => {
@@ -49,9 +49,42 @@ impl Outflow {
                 self.wake(&s.channel_id);
             }
         }
-        let before = self.routes.len();
-        self.routes.retain(|id, _| seen.contains(id));
-        metrics::gauge!("switchyard_channels").decrement((before - self.routes.len()) as f64);
+        // A swept channel the store no longer has was deleted.
+        for id in ids.iter().filter(|id| !seen.contains(*id)) {
+            self.unroute(id);
+        }
+    }
+
+    /// The routes the next sweep checks: the whole table when it is small (up to
+    /// [`SWEEP_SLICE`]), otherwise the next slice in id order after the last one checked,
+    /// of [`SWEEP_SLICE`] routes or a [`SWEEP_ROUNDS`]th of the table if that is more. So a
+    /// socket's sweeps ask the store about at most that many channels per interval, however
+    /// many it holds (the store's load of an idle cluster grew with its channels), while
+    /// every route is still checked within [`SWEEP_ROUNDS`] sweeps. Lost doorbells
+    /// ([`Outflow::wake_all`]) make the next sweep whole.
+    fn sweep_slice(&mut self) -> Vec<String> {
+        let n = self.routes.len();
+        let take = n.min(SWEEP_SLICE.max(n.div_ceil(SWEEP_ROUNDS)));
+        let whole = std::mem::take(&mut self.sweep_whole);
+        if take == n || whole {
+            self.sweep_after = None;
+            return self.routes.keys().cloned().collect();
+        }
+        let mut keys: Vec<&String> = self.routes.keys().collect();
+        keys.sort_unstable();
+        let start = self
+            .sweep_after
+            .as_deref()
+            .map_or(0, |after| keys.partition_point(|k| k.as_str() <= after));
+        let ids: Vec<String> = keys
+            .iter()
+            .cycle()
+            .skip(start)
+            .take(take)
+            .map(|k| (*k).clone())
+            .collect();
+        self.sweep_after = ids.last().cloned();
+        ids
     }
 
     /// Writes the round's acks in one batch, then reads every due channel up to its window.
@@ -188,14 +221,18 @@ impl Outflow {
                 .into_envelope(packet_id.clone(), now_ms(), Correlation::push(channel_id));
         out.push(env);
         match route.kind {
-            DeliveryKind::ChatMessage => route.inflight.push_back(Inflight {
-                seq: d.seq,
-                message_id: d.message_id,
-                packet_id,
-                due: Instant::now() + self.limits.ack_timeout,
-                accepted_at: d.accepted_at,
-                sent,
-            }),
+            DeliveryKind::ChatMessage => {
+                let due = Instant::now() + self.limits.ack_timeout;
+                Self::due_at(&mut self.earliest_due, due);
+                route.inflight.push_back(Inflight {
+                    seq: d.seq,
+                    message_id: d.message_id,
+                    packet_id,
+                    due,
+                    accepted_at: d.accepted_at,
+                    sent,
+                });
+            }
             // message.push has no business ack: the socket's write is the delivery,
             // reported back through `taken`.
             _ => {

@@ -401,6 +401,20 @@ impl Session {
                     tracing::info!(channel = %channel_id, "channel opened on another socket; route moved");
                 }
             }
+            Doorbell::ChannelsTaken {
+                channel_ids,
+                socket_id,
+            } => {
+                if socket_id != self.socket_id {
+                    let moved = channel_ids.iter().filter(|c| self.flow.close(c)).count();
+                    if moved > 0 {
+                        tracing::info!(
+                            channels = moved,
+                            "channels reopened on another socket; routes moved"
+                        );
+                    }
+                }
+            }
             Doorbell::ConnectorGone => step.end = Some(SessionEnd::ConnectorGone),
         }
     }
