@@ -111,19 +111,21 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
         Ok(out)
     }
     /// [`Store::set_channel_route`] for many channels at once, to the same socket and
-    /// profiles: one write for a batch of reopens.
+    /// profiles: one write for a batch of reopens. Answers the routed channels' states as
+    /// [`Store::route_states`] at `now` would right after (read by the same statement where
+    /// the store can).
     async fn set_channel_routes(
         &self,
         ids: &[String],
         socket: &str,
         profiles: &[String],
         now: i64,
-    ) -> BackendResult<()> {
+    ) -> BackendResult<Vec<RouteState>> {
         for id in ids {
             self.set_channel_route(id, Some(socket), profiles, now)
                 .await?;
         }
-        Ok(())
+        self.route_states(ids, now).await
     }
     /// Clears the route only if it still points at `socket`.
     async fn clear_channel_route_if(&self, id: &str, socket: &str, now: i64) -> BackendResult<()>;

@@ -604,22 +604,35 @@ impl StoreDialect for PostgresStore {
         socket: &str,
         profiles: &[String],
         now: i64,
-    ) -> BackendResult<()> {
+    ) -> BackendResult<Vec<RouteState>> {
         let profiles = json_text(&profiles)?;
+        let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(5000) {
-            sqlx::query(
-                "UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 \
-                 WHERE id = ANY($1)",
+            // The states come back from the update itself: no second lookup of the ids.
+            let rows = sqlx::query(
+                "UPDATE channels c SET route_socket = $2, profiles = $3, updated_at = $4 \
+                 WHERE c.id = ANY($1) \
+                 RETURNING c.id, c.route_socket, \
+                        (SELECT MAX(o.seq) FROM outbox o \
+                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $4 \
+                            AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS max_seq",
             )
             .bind(chunk)
             .bind(socket)
             .bind(&profiles)
             .bind(now)
-            .execute(&self.pool)
+            .fetch_all(&self.pool)
             .await
             .map_err(db("set channel routes"))?;
+            for r in &rows {
+                out.push(RouteState {
+                    channel_id: get(r, "id")?,
+                    route_socket: get(r, "route_socket")?,
+                    max_pending_seq: get(r, "max_seq")?,
+                });
+            }
         }
-        Ok(())
+        Ok(out)
     }
 
     async fn clear_channel_routes_if(

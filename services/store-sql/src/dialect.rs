@@ -32,7 +32,7 @@ pub trait StoreDialect: Handles {
         socket: &str,
         profiles: &[String],
         now: i64,
-    ) -> BackendResult<()>;
+    ) -> BackendResult<Vec<RouteState>>;
     async fn clear_channel_routes_if(
         &self,
         ids: &[String],

@@ -389,7 +389,7 @@ macro_rules! impl_store {
                     socket: &str,
                     profiles: &[String],
                     now: i64,
-                ) -> BackendResult<()> {
+                ) -> BackendResult<Vec<RouteState>> {
                     <$ty as $crate::StoreDialect>::set_channel_routes(
                         self, ids, socket, profiles, now,
                     )

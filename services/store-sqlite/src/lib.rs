@@ -532,29 +532,8 @@ impl StoreDialect for SqliteStore {
     }
 
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(1000) {
-            let rows = sqlx::query(
-                "SELECT c.id, c.route_socket, \
-                        (SELECT MAX(o.seq) FROM outbox o \
-                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2 \
-                            AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS max_seq \
-                   FROM channels c WHERE c.id IN (SELECT value FROM json_each($1))",
-            )
-            .bind(json_text(&chunk)?)
-            .bind(now)
-            .fetch_all(&self.reader)
-            .await
-            .map_err(db("route states"))?;
-            for r in &rows {
-                out.push(RouteState {
-                    channel_id: get(r, "id")?,
-                    route_socket: get(r, "route_socket")?,
-                    max_pending_seq: get(r, "max_seq")?,
-                });
-            }
-        }
-        Ok(out)
+        let mut conn = self.reader.acquire().await.map_err(db("route states"))?;
+        route_states_on(&mut conn, ids, now).await
     }
 
     async fn get_channels(&self, ids: &[String]) -> BackendResult<Vec<ChannelRecord>> {
@@ -582,7 +561,7 @@ impl StoreDialect for SqliteStore {
         socket: &str,
         profiles: &[String],
         now: i64,
-    ) -> BackendResult<()> {
+    ) -> BackendResult<Vec<RouteState>> {
         let profiles = json_text(&profiles)?;
         let mut tx = self.write().await?;
         for chunk in ids.chunks(1000) {
@@ -598,8 +577,10 @@ impl StoreDialect for SqliteStore {
             .await
             .map_err(db("set channel routes"))?;
         }
+        // Read in the same transaction: the states answer for exactly these writes.
+        let states = route_states_on(&mut tx, ids, now).await?;
         tx.commit().await.map_err(db("commit"))?;
-        Ok(())
+        Ok(states)
     }
 
     async fn clear_channel_routes_if(
@@ -693,6 +674,38 @@ impl StoreDialect for SqliteStore {
 switchyard_store_sql::impl_store!(SqliteStore);
 
 /// The highest applied migration, 0 when the schema was never migrated.
+/// The route states of `ids` as `conn` sees them (a reader, or the writer inside the
+/// transaction that just routed them).
+async fn route_states_on(
+    conn: &mut SqliteConnection,
+    ids: &[String],
+    now: i64,
+) -> BackendResult<Vec<RouteState>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(1000) {
+        let rows = sqlx::query(
+            "SELECT c.id, c.route_socket, \
+                    (SELECT MAX(o.seq) FROM outbox o \
+                      WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2 \
+                        AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS max_seq \
+               FROM channels c WHERE c.id IN (SELECT value FROM json_each($1))",
+        )
+        .bind(json_text(&chunk)?)
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("route states"))?;
+        for r in &rows {
+            out.push(RouteState {
+                channel_id: get(r, "id")?,
+                route_socket: get(r, "route_socket")?,
+                max_pending_seq: get(r, "max_seq")?,
+            });
+        }
+    }
+    Ok(out)
+}
+
 async fn applied_version(conn: &mut sqlx::SqliteConnection) -> BackendResult<i64> {
     let exists: Option<i64> = sqlx::query_scalar(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'",

@@ -2634,14 +2634,43 @@ pub async fn channel_batches(s: &dyn Store) {
     assert!(s.get_channels(&[]).await.expect("empty").is_empty());
 
     let profiles = vec!["xagent.im.v2".to_owned()];
-    s.set_channel_routes(
-        &[a.id.clone(), b.id.clone()],
-        "sock_new",
-        &profiles,
-        now + 1,
-    )
-    .await
-    .expect("set routes");
+    // b has a pending message; a has none.
+    let (m, _) = enqueue(s, &b.id, 100).await;
+    let stored = s
+        .pending_outbox(&b.id, 0, now, 100)
+        .await
+        .expect("pending")
+        .into_iter()
+        .find(|r| r.message_id == m.message_id)
+        .expect("stored")
+        .seq;
+    let mut states = s
+        .set_channel_routes(
+            &[a.id.clone(), b.id.clone(), "cch_missing".into()],
+            "sock_new",
+            &profiles,
+            now + 1,
+        )
+        .await
+        .expect("set routes");
+    states.sort_by(|x, y| x.channel_id.cmp(&y.channel_id));
+    let mut want_states = vec![
+        RouteState {
+            channel_id: a.id.clone(),
+            route_socket: Some("sock_new".into()),
+            max_pending_seq: None,
+        },
+        RouteState {
+            channel_id: b.id.clone(),
+            route_socket: Some("sock_new".into()),
+            max_pending_seq: Some(stored),
+        },
+    ];
+    want_states.sort_by(|x, y| x.channel_id.cmp(&y.channel_id));
+    assert_eq!(
+        states, want_states,
+        "the routed channels' states, as route_states"
+    );
     for id in [&a.id, &b.id] {
         let ch = s.get_channel(id).await.expect("get").expect("exists");
         assert_eq!(ch.route_socket.as_deref(), Some("sock_new"));
@@ -2654,9 +2683,12 @@ pub async fn channel_batches(s: &dyn Store) {
         .expect("get")
         .expect("exists");
     assert_eq!(untouched.route_socket.as_deref(), Some("sock_old"));
-    s.set_channel_routes(&[], "sock_new", &profiles, now)
-        .await
-        .expect("an empty batch writes nothing");
+    assert!(
+        s.set_channel_routes(&[], "sock_new", &profiles, now)
+            .await
+            .expect("an empty batch writes nothing")
+            .is_empty()
+    );
 
     // A closing socket clears its routes together: only those still pointing at it.
     s.set_channel_route(&b.id, Some("sock_other"), &profiles, now + 2)

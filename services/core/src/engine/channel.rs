@@ -386,17 +386,15 @@ impl MountedCard {
                         results[*i] = Some(Err(f.clone()));
                     }
                 }
-                Ok(()) => {
-                    // Asked after the routes moved here: a message stored later rings this
+                Ok(states) => {
+                    // Read with the routes moved here: a message stored later rings this
                     // socket (the session keeps such doorbells while the batch runs).
-                    if let Ok(states) = self.hub.store.route_states(&ids, now_ms()).await {
-                        idle.extend(
-                            states
-                                .into_iter()
-                                .filter(|s| s.max_pending_seq.is_none())
-                                .map(|s| s.channel_id),
-                        );
-                    }
+                    idle.extend(
+                        states
+                            .into_iter()
+                            .filter(|s| s.max_pending_seq.is_none())
+                            .map(|s| s.channel_id),
+                    );
                     let mut taken = Vec::new();
                     for (i, ch) in reopen {
                         let (opened, was_elsewhere) = self.routed(ident, ch, profiles.clone());
