@@ -298,16 +298,14 @@ async fn readyz_reflects_draining_while_livez_stays_up() {
     // While the call runs: unready, alive; the other pod stays ready.
     let mut probes = 0;
     while !call.is_finished() {
-        assert_eq!(
-            cluster.livez(&a).await,
-            Some(200),
-            "livez stays 200 while draining"
-        );
-        assert_eq!(
-            cluster.readyz(&a).await,
-            Some(503),
-            "readyz stays 503 while draining"
-        );
+        let (live, ready) = (cluster.livez(&a).await, cluster.readyz(&a).await);
+        if live.is_none() || ready.is_none() {
+            // The pod answered the call, closed and exited between the check above and
+            // these probes; the call's answer (asserted below) shows it did not go early.
+            break;
+        }
+        assert_eq!(live, Some(200), "livez stays 200 while draining");
+        assert_eq!(ready, Some(503), "readyz stays 503 while draining");
         probes += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
