@@ -569,11 +569,7 @@ impl StoreDialect for PostgresStore {
             .await
             .map_err(db("route states"))?;
             for r in &rows {
-                out.push(RouteState {
-                    channel_id: get(r, "id")?,
-                    route_socket: get(r, "route_socket")?,
-                    max_pending_seq: get(r, "max_seq")?,
-                });
+                out.push(switchyard_store_sql::records::route_state(r)?);
             }
         }
         Ok(out)
@@ -625,11 +621,7 @@ impl StoreDialect for PostgresStore {
             .await
             .map_err(db("set channel routes"))?;
             for r in &rows {
-                out.push(RouteState {
-                    channel_id: get(r, "id")?,
-                    route_socket: get(r, "route_socket")?,
-                    max_pending_seq: get(r, "max_seq")?,
-                });
+                out.push(switchyard_store_sql::records::route_state(r)?);
             }
         }
         Ok(out)

@@ -124,6 +124,15 @@ pub fn channel(row: &impl SqlRow) -> BackendResult<ChannelRecord> {
     })
 }
 
+/// A row of `id`, `route_socket` and `max_seq` (the highest pending seq beyond the cursor).
+pub fn route_state(row: &impl SqlRow) -> BackendResult<RouteState> {
+    Ok(RouteState {
+        channel_id: get(row, "id")?,
+        route_socket: get(row, "route_socket")?,
+        max_pending_seq: get(row, "max_seq")?,
+    })
+}
+
 pub fn auth_session(row: &impl SqlRow) -> BackendResult<AuthSessionRecord> {
     let status: String = get(row, "status")?;
     Ok(AuthSessionRecord {

@@ -696,11 +696,7 @@ async fn route_states_on(
         .await
         .map_err(db("route states"))?;
         for r in &rows {
-            out.push(RouteState {
-                channel_id: get(r, "id")?,
-                route_socket: get(r, "route_socket")?,
-                max_pending_seq: get(r, "max_seq")?,
-            });
+            out.push(switchyard_store_sql::records::route_state(r)?);
         }
     }
     Ok(out)
