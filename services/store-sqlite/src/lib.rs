@@ -673,7 +673,6 @@ impl StoreDialect for SqliteStore {
 
 switchyard_store_sql::impl_store!(SqliteStore);
 
-/// The highest applied migration, 0 when the schema was never migrated.
 /// The route states of `ids` as `conn` sees them (a reader, or the writer inside the
 /// transaction that just routed them).
 async fn route_states_on(
@@ -702,6 +701,7 @@ async fn route_states_on(
     Ok(out)
 }
 
+/// The highest applied migration, 0 when the schema was never migrated.
 async fn applied_version(conn: &mut sqlx::SqliteConnection) -> BackendResult<i64> {
     let exists: Option<i64> = sqlx::query_scalar(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'",
