@@ -7,7 +7,7 @@ use crate::error::BackendResult;
 use crate::model::*;
 
 /// Schema version this build understands; `serve` refuses any other.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 #[async_trait]
 pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {

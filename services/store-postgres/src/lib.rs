@@ -59,6 +59,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         8,
         include_str!("../../../migrations/postgres/0008_journal_rows.sql"),
     ),
+    (
+        9,
+        include_str!("../../../migrations/postgres/0009_channel_routes.sql"),
+    ),
 ];
 
 /// How long a caller waits for a pooled connection (or for a new one while Postgres is down)
@@ -73,6 +77,36 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
+    /// Applies the migrations up to `last` (a test's older schema); `migrate` applies all.
+    #[doc(hidden)]
+    pub async fn migrate_to(&self, last: i64) -> BackendResult<()> {
+        let mut tx = self.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("lock migrations"))?;
+        let current = applied_version(&mut tx).await?;
+        for &(version, sql) in MIGRATIONS {
+            if version <= current || version > last {
+                continue;
+            }
+            // Through the Executor method (a boxed future): the generic `RawSql::execute` future
+            // trips the compiler's Send check inside async_trait.
+            (&mut *tx)
+                .execute(sqlx::raw_sql(sql))
+                .await
+                .map_err(db("apply migration"))?;
+            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+                .bind(version)
+                .bind(switchyard_core::ids::now_ms())
+                .execute(&mut *tx)
+                .await
+                .map_err(db("record migration"))?;
+        }
+        tx.commit().await.map_err(db("commit migration"))
+    }
+
     /// Connects a pool of at most `max_connections`. With `schema`, every table lives in that
     /// schema (created when missing): each pooled connection starts with it as `search_path`.
     /// Does not migrate.
@@ -255,31 +289,8 @@ impl Handles for PostgresStore {
 #[async_trait]
 impl StoreDialect for PostgresStore {
     async fn migrate(&self) -> BackendResult<()> {
-        let mut tx = self.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(MIGRATION_LOCK)
-            .execute(&mut *tx)
+        self.migrate_to(switchyard_core::store::SCHEMA_VERSION)
             .await
-            .map_err(db("lock migrations"))?;
-        let current = applied_version(&mut tx).await?;
-        for &(version, sql) in MIGRATIONS {
-            if version <= current {
-                continue;
-            }
-            // Through the Executor method (a boxed future): the generic `RawSql::execute` future
-            // trips the compiler's Send check inside async_trait.
-            (&mut *tx)
-                .execute(sqlx::raw_sql(sql))
-                .await
-                .map_err(db("apply migration"))?;
-            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
-                .bind(version)
-                .bind(switchyard_core::ids::now_ms())
-                .execute(&mut *tx)
-                .await
-                .map_err(db("record migration"))?;
-        }
-        tx.commit().await.map_err(db("commit migration"))
     }
 
     async fn schema_version(&self) -> BackendResult<i64> {
@@ -556,13 +567,11 @@ impl StoreDialect for PostgresStore {
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(5000) {
-            let rows = sqlx::query(
-                "SELECT c.id, c.route_socket, \
-                        (SELECT MAX(o.seq) FROM outbox o \
-                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2 \
-                            AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS max_seq \
-                   FROM channels c WHERE c.id = ANY($1)",
-            )
+            let rows = sqlx::query(concat!(
+                "SELECT ",
+                switchyard_store_sql::route_state_cols!("$2"),
+                " FROM channel_routes r WHERE r.channel_id = ANY($1)"
+            ))
             .bind(chunk)
             .bind(now)
             .fetch_all(&self.pool)
@@ -579,9 +588,8 @@ impl StoreDialect for PostgresStore {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(5000) {
             let rows = sqlx::query(concat!(
-                "SELECT ",
-                switchyard_store_sql::channel_cols!(),
-                " FROM channels WHERE id = ANY($1)"
+                switchyard_store_sql::channel_select!(),
+                " WHERE c.id = ANY($1)"
             ))
             .bind(chunk)
             .fetch_all(&self.pool)
@@ -604,22 +612,33 @@ impl StoreDialect for PostgresStore {
         let profiles = json_text(&profiles)?;
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(5000) {
-            // The states come back from the update itself: no second lookup of the ids.
-            let rows = sqlx::query(
-                "UPDATE channels c SET route_socket = $2, profiles = $3, updated_at = $4 \
-                 WHERE c.id = ANY($1) \
-                 RETURNING c.id, c.route_socket, \
-                        (SELECT MAX(o.seq) FROM outbox o \
-                          WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $4 \
-                            AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS max_seq",
+            let mut tx = self.begin().await?;
+            // Rare rows (unbound, with an empty old route column): written before the move,
+            // which overwrites what the mirror trigger makes of this write.
+            sqlx::query(
+                "UPDATE channels SET route_socket = $2 \
+                 WHERE id = ANY($1) AND binding IS NULL AND route_socket IS NULL",
             )
+            .bind(chunk)
+            .bind(socket)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("set channel routes"))?;
+            // A narrow row each, updated in place (schema 9). The states come back from the
+            // update itself: no second lookup of the ids.
+            let rows = sqlx::query(concat!(
+                "UPDATE channel_routes r SET socket_id = $2, profiles = $3, moved_at = $4 \
+                 WHERE r.channel_id = ANY($1) RETURNING ",
+                switchyard_store_sql::route_state_cols!("$4")
+            ))
             .bind(chunk)
             .bind(socket)
             .bind(&profiles)
             .bind(now)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(db("set channel routes"))?;
+            tx.commit().await.map_err(db("commit"))?;
             for r in &rows {
                 out.push(switchyard_store_sql::records::route_state(r)?);
             }
@@ -635,8 +654,8 @@ impl StoreDialect for PostgresStore {
     ) -> BackendResult<()> {
         for chunk in ids.chunks(5000) {
             sqlx::query(
-                "UPDATE channels SET route_socket = NULL, updated_at = $3 \
-                 WHERE id = ANY($1) AND route_socket = $2",
+                "UPDATE channel_routes SET socket_id = NULL, moved_at = $3 \
+                 WHERE channel_id = ANY($1) AND socket_id = $2",
             )
             .bind(chunk)
             .bind(socket)

@@ -106,3 +106,49 @@ async fn pool_recovers_when_its_connections_die() {
         .expect("the pool replaces dead connections");
     store.close().await;
 }
+
+/// Routes written by pods of build 8 (schema 8's columns) are read by this build, through
+/// migration 9's mirror trigger; see the case for the steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_across_schema_8() {
+    let url = url();
+    let schema = format!("t_{}", random_secret(8));
+    let store = PostgresStore::connect(&url, Some(&schema), 4)
+        .await
+        .expect("connect postgres");
+    store.migrate_to(8).await.expect("migrate to 8");
+    // The old build's connection, on the same schema.
+    let old_pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(
+            url.parse::<sqlx::postgres::PgConnectOptions>()
+                .expect("url")
+                .options([("search_path", schema.as_str())]),
+        )
+        .await
+        .expect("connect the old build");
+    let old = move |sql: String| {
+        let pool = old_pool.clone();
+        Box::pin(async move {
+            use sqlx::Row;
+            let row = sqlx::query(&sql)
+                .fetch_optional(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            row.and_then(|r| r.try_get::<Option<String>, _>(0).expect("text"))
+        }) as std::pin::Pin<Box<dyn Future<Output = Option<String>> + Send>>
+    };
+    let store = Arc::new(store);
+    let case = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            switchyard_core::conformance::store::routes_across_schema_8(&*store, &old).await
+        })
+    };
+    let outcome = case.await;
+    store.close().await;
+    drop_schema(&url, &schema).await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}

@@ -39,11 +39,40 @@ macro_rules! connector_cols {
         "id, tenant_id, card_id, created_at, offline_since"
     };
 }
+/// The columns of the `channels` table itself, as written by an insert. Reads go through
+/// [`channel_select!`]: since schema 9 a channel's route lives in `channel_routes`.
 #[macro_export]
 macro_rules! channel_cols {
     () => {
         "id, tenant_id, connector_id, card_id, route_socket, profiles, status, view, binding, binding_key, \
          created_at, updated_at"
+    };
+}
+/// `SELECT` of a channel record with its route: `channels c` joined to its `channel_routes r`
+/// row. The route and its profiles come from `r` (the mirror trigger of migration 9 fills it
+/// for every channel); `updated_at` is the later of the channel's change and its route's move.
+/// Conditions after it name `c.` columns.
+#[macro_export]
+macro_rules! channel_select {
+    () => {
+        "SELECT c.id, c.tenant_id, c.connector_id, c.card_id, r.socket_id AS route_socket, \
+         COALESCE(r.profiles, c.profiles) AS profiles, c.status, c.view, c.binding, c.binding_key, c.created_at, \
+         CASE WHEN r.moved_at > c.updated_at THEN r.moved_at ELSE c.updated_at END AS updated_at \
+         FROM channels c LEFT JOIN channel_routes r ON r.channel_id = c.id"
+    };
+}
+/// The columns of a [`route_state`] row from `channel_routes r`: `$now` is the placeholder of
+/// the current time (pending messages past their expiry do not count).
+#[macro_export]
+macro_rules! route_state_cols {
+    ($now:literal) => {
+        concat!(
+            "r.channel_id AS id, r.socket_id AS route_socket, \
+             (SELECT MAX(o.seq) FROM outbox o \
+               WHERE o.channel_id = r.channel_id AND o.state = 'pending' AND o.expires_at > ",
+            $now,
+            " AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = r.channel_id), 0)) AS max_seq"
+        )
     };
 }
 #[macro_export]

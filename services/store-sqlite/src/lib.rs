@@ -60,6 +60,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         8,
         include_str!("../../../migrations/sqlite/0008_journal_rows.sql"),
     ),
+    (
+        9,
+        include_str!("../../../migrations/sqlite/0009_channel_routes.sql"),
+    ),
 ];
 
 /// Creates a missing database file readable by this user only (0600); SQLite gives its WAL
@@ -99,6 +103,31 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// Applies the migrations up to `last` (a test's older schema); `migrate` applies all.
+    #[doc(hidden)]
+    pub async fn migrate_to(&self, last: i64) -> BackendResult<()> {
+        let mut tx = self.write().await?;
+        let current = applied_version(&mut tx).await?;
+        for &(version, sql) in MIGRATIONS {
+            if version <= current || version > last {
+                continue;
+            }
+            // Through the Executor method (a boxed future): the generic `RawSql::execute` future
+            // trips the compiler's Send check inside async_trait.
+            (&mut *tx)
+                .execute(sqlx::raw_sql(sql))
+                .await
+                .map_err(db("apply migration"))?;
+            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+                .bind(version)
+                .bind(switchyard_core::ids::now_ms())
+                .execute(&mut *tx)
+                .await
+                .map_err(db("record migration"))?;
+        }
+        tx.commit().await.map_err(db("commit migration"))
+    }
+
     /// Opens (creating if missing) `sqlite://path` or `sqlite::memory:`. Does not migrate.
     pub async fn open(url: &str) -> BackendResult<Self> {
         let base = SqliteConnectOptions::from_str(url)
@@ -302,26 +331,8 @@ impl Handles for SqliteStore {
 #[async_trait]
 impl StoreDialect for SqliteStore {
     async fn migrate(&self) -> BackendResult<()> {
-        let mut tx = self.write().await?;
-        let current = applied_version(&mut tx).await?;
-        for &(version, sql) in MIGRATIONS {
-            if version <= current {
-                continue;
-            }
-            // Through the Executor method (a boxed future): the generic `RawSql::execute` future
-            // trips the compiler's Send check inside async_trait.
-            (&mut *tx)
-                .execute(sqlx::raw_sql(sql))
-                .await
-                .map_err(db("apply migration"))?;
-            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
-                .bind(version)
-                .bind(switchyard_core::ids::now_ms())
-                .execute(&mut *tx)
-                .await
-                .map_err(db("record migration"))?;
-        }
-        tx.commit().await.map_err(db("commit migration"))
+        self.migrate_to(switchyard_core::store::SCHEMA_VERSION)
+            .await
     }
 
     async fn schema_version(&self) -> BackendResult<i64> {
@@ -540,9 +551,8 @@ impl StoreDialect for SqliteStore {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(1000) {
             let rows = sqlx::query(concat!(
-                "SELECT ",
-                switchyard_store_sql::channel_cols!(),
-                " FROM channels WHERE id IN (SELECT value FROM json_each($1))"
+                switchyard_store_sql::channel_select!(),
+                " WHERE c.id IN (SELECT value FROM json_each($1))"
             ))
             .bind(json_text(&chunk)?)
             .fetch_all(&self.reader)
@@ -565,11 +575,23 @@ impl StoreDialect for SqliteStore {
         let profiles = json_text(&profiles)?;
         let mut tx = self.write().await?;
         for chunk in ids.chunks(1000) {
+            let chunk = json_text(&chunk)?;
+            // Rare rows (unbound, with an empty old route column): written before the move,
+            // which overwrites what the mirror trigger makes of this write.
             sqlx::query(
-                "UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 \
-                 WHERE id IN (SELECT value FROM json_each($1))",
+                "UPDATE channels SET route_socket = $2 \
+                 WHERE id IN (SELECT value FROM json_each($1)) AND binding IS NULL AND route_socket IS NULL",
             )
-            .bind(json_text(&chunk)?)
+            .bind(&chunk)
+            .bind(socket)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("set channel routes"))?;
+            sqlx::query(
+                "UPDATE channel_routes SET socket_id = $2, profiles = $3, moved_at = $4 \
+                 WHERE channel_id IN (SELECT value FROM json_each($1))",
+            )
+            .bind(&chunk)
             .bind(socket)
             .bind(&profiles)
             .bind(now)
@@ -595,8 +617,8 @@ impl StoreDialect for SqliteStore {
         let mut tx = self.write().await?;
         for chunk in ids.chunks(1000) {
             sqlx::query(
-                "UPDATE channels SET route_socket = NULL, updated_at = $3 \
-                 WHERE id IN (SELECT value FROM json_each($1)) AND route_socket = $2",
+                "UPDATE channel_routes SET socket_id = NULL, moved_at = $3 \
+                 WHERE channel_id IN (SELECT value FROM json_each($1)) AND socket_id = $2",
             )
             .bind(json_text(&chunk)?)
             .bind(socket)
@@ -682,13 +704,11 @@ async fn route_states_on(
 ) -> BackendResult<Vec<RouteState>> {
     let mut out = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(1000) {
-        let rows = sqlx::query(
-            "SELECT c.id, c.route_socket, \
-                    (SELECT MAX(o.seq) FROM outbox o \
-                      WHERE o.channel_id = c.id AND o.state = 'pending' AND o.expires_at > $2 \
-                        AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS max_seq \
-               FROM channels c WHERE c.id IN (SELECT value FROM json_each($1))",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            switchyard_store_sql::route_state_cols!("$2"),
+            " FROM channel_routes r WHERE r.channel_id IN (SELECT value FROM json_each($1))"
+        ))
         .bind(json_text(&chunk)?)
         .bind(now)
         .fetch_all(&mut *conn)

@@ -122,3 +122,29 @@ async fn two_stores_on_one_file_wait_for_each_other() {
         .expect("lease");
     assert_eq!(lease.generation, 1, "one holder won and kept it");
 }
+
+/// Routes written by build 8 (schema 8's columns, after a rollback) are read by this build,
+/// through migration 9's mirror triggers; see the case for the steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_across_schema_8() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("switchyard.db").display());
+    let store = SqliteStore::open(&url).await.expect("open sqlite");
+    store.migrate_to(8).await.expect("migrate to 8");
+    // The old build's connection to the same file.
+    let old_pool = sqlx::SqlitePool::connect(&url)
+        .await
+        .expect("open for the old build");
+    let old = move |sql: String| {
+        let pool = old_pool.clone();
+        Box::pin(async move {
+            use sqlx::Row;
+            let row = sqlx::query(&sql)
+                .fetch_optional(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            row.and_then(|r| r.try_get::<Option<String>, _>(0).expect("text"))
+        }) as std::pin::Pin<Box<dyn Future<Output = Option<String>> + Send>>
+    };
+    switchyard_core::conformance::store::routes_across_schema_8(&store, &old).await;
+}

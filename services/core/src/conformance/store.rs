@@ -2718,6 +2718,148 @@ pub async fn channel_batches(s: &dyn Store) {
         .expect("an empty batch writes nothing");
 }
 
+/// One SQL statement run as a pod of the previous build would run it: the first column of the
+/// first row it returns, as text (`None` for none, or for a statement that returns no rows).
+pub type OldBuild = dyn Fn(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send>>
+    + Send
+    + Sync;
+
+/// Schema 9 keeps a channel's route in `channel_routes`, and build 8 writes it to the old
+/// columns of `channels` (a rolling upgrade, a rollback). For the SQL stores: `s` comes
+/// migrated to version 8 only (the case migrates it on), `old` runs SQL as a pod of build 8.
+pub async fn routes_across_schema_8(s: &dyn Store, old: &OldBuild) {
+    let t = AGES_AGO;
+    let c = connector(s).await;
+    let a = new_id("sock");
+    let routed = ChannelRecord {
+        route_socket: Some(a.clone()),
+        ..channel_rec(&c, t)
+    };
+    let moving = channel_rec(&c, t);
+    for ch in [&routed, &moving] {
+        s.insert_channel(ch).await.expect("insert at schema 8");
+    }
+    s.migrate().await.expect("migrate to 9");
+    for ch in [&routed, &moving] {
+        assert_eq!(
+            s.get_channel(&ch.id).await.expect("get"),
+            Some(ch.clone()),
+            "the upgrade keeps a route"
+        );
+    }
+    let get = |id: String| async move { s.get_channel(&id).await.expect("get").expect("exists") };
+
+    // Build 8 moves a route: build 9 reads it.
+    let b = new_id("sock");
+    old(format!(
+        "UPDATE channels SET route_socket = '{b}', profiles = '[\"xagent.im.v1\"]', updated_at = {} WHERE id = '{}'",
+        t + 1,
+        moving.id
+    ))
+    .await;
+    let got = get(moving.id.clone()).await;
+    assert_eq!(
+        (got.route_socket.as_deref(), got.profiles, got.updated_at),
+        (Some(b.as_str()), vec!["xagent.im.v1".to_owned()], t + 1)
+    );
+
+    // Build 9 moves it on. Build 8 clears the route of its closing socket b, which it still
+    // sees: the move stays.
+    let n = new_id("sock");
+    let v2 = vec!["xagent.im.v2".to_owned()];
+    let states = s
+        .set_channel_routes(std::slice::from_ref(&moving.id), &n, &v2, t + 2)
+        .await
+        .expect("move");
+    assert_eq!(states.len(), 1);
+    assert_eq!(states[0].route_socket.as_deref(), Some(n.as_str()));
+    old(format!(
+        "UPDATE channels SET route_socket = NULL, updated_at = {} WHERE id = '{}' AND route_socket = '{b}'",
+        t + 3,
+        moving.id
+    ))
+    .await;
+    let got = get(moving.id.clone()).await;
+    assert_eq!(
+        (got.route_socket.as_deref(), &got.profiles),
+        (Some(n.as_str()), &v2),
+        "build 8 cannot undo a move it does not see"
+    );
+
+    // A route build 8 set and clears itself is cleared.
+    let x = new_id("sock");
+    old(format!(
+        "UPDATE channels SET route_socket = '{x}', profiles = '[\"xagent.im.v2\"]', updated_at = {} WHERE id = '{}'",
+        t + 4,
+        moving.id
+    ))
+    .await;
+    old(format!(
+        "UPDATE channels SET route_socket = NULL, updated_at = {} WHERE id = '{}' AND route_socket = '{x}'",
+        t + 5,
+        moving.id
+    ))
+    .await;
+    let got = get(moving.id.clone()).await;
+    assert_eq!((got.route_socket, got.updated_at), (None, t + 5));
+
+    // Its old column is now empty and it is unbound: a janitor of build 8 would take it for
+    // stale once routed only in channel_routes. Routing it fills the old column too, and the
+    // route keeps what build 9 wrote.
+    let m = new_id("sock");
+    s.set_channel_routes(std::slice::from_ref(&moving.id), &m, &v2, t + 6)
+        .await
+        .expect("route");
+    assert_eq!(
+        old(format!(
+            "SELECT route_socket FROM channels WHERE id = '{}'",
+            moving.id
+        ))
+        .await
+        .as_deref(),
+        Some(m.as_str())
+    );
+    let got = get(moving.id.clone()).await;
+    assert_eq!(
+        (got.route_socket.as_deref(), &got.profiles, got.updated_at),
+        (Some(m.as_str()), &v2, t + 6)
+    );
+    let stale = s.stale_unbound_channels(t + 100).await.expect("stale");
+    assert!(!stale.iter().any(|f| f.id == moving.id), "routed");
+    // Build 9 clears the route in channel_routes only; the janitor goes by that.
+    s.clear_channel_routes_if(std::slice::from_ref(&moving.id), &m, t + 7)
+        .await
+        .expect("clear");
+    let stale = s.stale_unbound_channels(t + 100).await.expect("stale");
+    assert!(
+        stale.iter().any(|f| f.id == moving.id),
+        "unrouted and stale"
+    );
+    assert!(
+        !stale.iter().any(|f| f.id == routed.id),
+        "routed at schema 8"
+    );
+
+    // A channel build 8 inserts has its route.
+    let id = new_id("cch");
+    let y = new_id("sock");
+    old(format!(
+        "INSERT INTO channels (id, tenant_id, connector_id, card_id, route_socket, profiles, status, view, \
+         binding, binding_key, created_at, updated_at) VALUES ('{id}', '{}', '{}', '{}', '{y}', \
+         '[\"xagent.im.v2\"]', '{}', '{{}}', NULL, NULL, {t}, {t})",
+        c.tenant_id,
+        c.id,
+        c.card_id,
+        ConnectionStatus::Created.as_str()
+    ))
+    .await;
+    let got = get(id.clone()).await;
+    assert_eq!(got.route_socket.as_deref(), Some(y.as_str()));
+    let states = s.route_states(&[id], now_ms()).await.expect("states");
+    assert_eq!(states.len(), 1);
+    assert_eq!(states[0].route_socket.as_deref(), Some(y.as_str()));
+}
+
 // -- operator console pages ----------------------------------------------------------------------
 
 /// Keyset pages walk rows after the cursor in id order; rows of other behaviours share the

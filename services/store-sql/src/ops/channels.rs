@@ -13,6 +13,8 @@ pub async fn insert_channel(s: &impl Handles, c: &ChannelRecord) -> BackendResul
     w.commit().await
 }
 
+/// The channel's route row (`channel_routes`) is written by migration 9's trigger in the same
+/// statement, from the `route_socket` and `profiles` written here.
 pub(crate) async fn insert_channel_row<E: Exec>(w: &mut E, c: &ChannelRecord) -> BackendResult<()> {
     stmt(concat!(
         "INSERT INTO channels (",
@@ -37,14 +39,10 @@ pub(crate) async fn insert_channel_row<E: Exec>(w: &mut E, c: &ChannelRecord) ->
 }
 
 pub async fn get_channel(s: &impl Handles, id: &str) -> BackendResult<Option<ChannelRecord>> {
-    let row = stmt(concat!(
-        "SELECT ",
-        crate::channel_cols!(),
-        " FROM channels WHERE id = $1"
-    ))
-    .bind(id)
-    .fetch_optional(&mut s.read(), "get channel")
-    .await?;
+    let row = stmt(concat!(crate::channel_select!(), " WHERE c.id = $1"))
+        .bind(id)
+        .fetch_optional(&mut s.read(), "get channel")
+        .await?;
     one(row, channel)
 }
 
@@ -53,15 +51,20 @@ pub async fn list_channels(
     connector_id: &str,
 ) -> BackendResult<Vec<ChannelRecord>> {
     let rows = stmt(concat!(
-        "SELECT ",
-        crate::channel_cols!(),
-        " FROM channels WHERE connector_id = $1 ORDER BY created_at, id"
+        crate::channel_select!(),
+        " WHERE c.connector_id = $1 ORDER BY c.created_at, c.id"
     ))
     .bind(connector_id)
     .fetch_all(&mut s.read(), "list channels")
     .await?;
     all(rows, channel)
 }
+
+/// Before a route moves to socket `$2`: a channel whose old route column is empty and that is
+/// not bound gets `$2` there too (`$1` its id), once. A janitor of build 8 (a rolling upgrade)
+/// reaps unbound channels by that column, and would otherwise take a routed one for stale.
+/// Written before the move, since migration 9's trigger mirrors this write into the route.
+const ADOPT_UNROUTED: &str = "UPDATE channels SET route_socket = $2 WHERE id = $1 AND binding IS NULL AND route_socket IS NULL";
 
 pub async fn set_channel_route(
     s: &impl Handles,
@@ -70,15 +73,22 @@ pub async fn set_channel_route(
     profiles: &[String],
     now: i64,
 ) -> BackendResult<()> {
-    let mut w = s.write().await?;
-    stmt("UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 WHERE id = $1")
+    let mut tx = s.begin().await?;
+    if let Some(socket) = socket {
+        stmt(ADOPT_UNROUTED)
+            .bind(id)
+            .bind(socket)
+            .execute(&mut tx, "set channel route")
+            .await?;
+    }
+    stmt("UPDATE channel_routes SET socket_id = $2, profiles = $3, moved_at = $4 WHERE channel_id = $1")
         .bind(id)
         .bind(socket)
         .bind(json_text(&profiles)?)
         .bind(now)
-        .execute(&mut w, "set channel route")
+        .execute(&mut tx, "set channel route")
         .await?;
-    w.commit().await
+    tx.commit().await
 }
 
 pub async fn clear_channel_route_if(
@@ -88,7 +98,7 @@ pub async fn clear_channel_route_if(
     now: i64,
 ) -> BackendResult<()> {
     let mut w = s.write().await?;
-    stmt("UPDATE channels SET route_socket = NULL, updated_at = $3 WHERE id = $1 AND route_socket = $2")
+    stmt("UPDATE channel_routes SET socket_id = NULL, moved_at = $3 WHERE channel_id = $1 AND socket_id = $2")
         .bind(id)
         .bind(socket)
         .bind(now)
@@ -146,10 +156,9 @@ pub async fn find_channel_by_binding_key(
     key: &str,
 ) -> BackendResult<Option<ChannelRecord>> {
     let row = stmt(concat!(
-        "SELECT ",
-        crate::channel_cols!(),
-        " FROM channels WHERE tenant_id = $1 AND card_id = $2 AND binding_key = $3 AND binding IS NOT NULL \
-         ORDER BY created_at, id LIMIT 1"
+        crate::channel_select!(),
+        " WHERE c.tenant_id = $1 AND c.card_id = $2 AND c.binding_key = $3 AND c.binding IS NOT NULL \
+         ORDER BY c.created_at, c.id LIMIT 1"
     ))
     .bind(tenant_id)
     .bind(card_id)
@@ -161,9 +170,8 @@ pub async fn find_channel_by_binding_key(
 
 pub async fn bound_channels(s: &impl Handles, card_id: &str) -> BackendResult<Vec<ChannelRecord>> {
     let rows = stmt(concat!(
-        "SELECT ",
-        crate::channel_cols!(),
-        " FROM channels WHERE card_id = $1 AND binding IS NOT NULL ORDER BY created_at, id"
+        crate::channel_select!(),
+        " WHERE c.card_id = $1 AND c.binding IS NOT NULL ORDER BY c.created_at, c.id"
     ))
     .bind(card_id)
     .fetch_all(&mut s.read(), "bound channels")
@@ -175,11 +183,12 @@ pub async fn stale_unbound_channels(
     s: &impl Handles,
     before: i64,
 ) -> BackendResult<Vec<ChannelRecord>> {
+    // Walks `channels_unbound_at`; the route decides, so a channel a build-8 pod left with a
+    // stale `route_socket` is still found.
     let rows = stmt(concat!(
-        "SELECT ",
-        crate::channel_cols!(),
-        " FROM channels WHERE binding IS NULL AND route_socket IS NULL AND updated_at < $1 \
-         ORDER BY updated_at, id"
+        crate::channel_select!(),
+        " WHERE c.binding IS NULL AND c.updated_at < $1 AND r.socket_id IS NULL \
+         AND COALESCE(r.moved_at, 0) < $1 ORDER BY updated_at, c.id"
     ))
     .bind(before)
     .fetch_all(&mut s.read(), "stale unbound channels")
@@ -313,6 +322,15 @@ pub(crate) async fn delete_channels(
     .bind(key)
     .execute(tx, "lock channels")
     .await?;
+    // Read with their routes before they go: the rows a DELETE returns would carry only the
+    // channels table's own (since schema 9, stale) route column.
+    let channels = stmt(&format!(
+        "{} WHERE {channels_where}",
+        crate::channel_select!()
+    ))
+    .bind(key)
+    .fetch_all(tx, "read channels")
+    .await?;
     let of_channels = format!("channel_id IN (SELECT id FROM channels WHERE {channels_where})");
     let files = stmt(&format!(
         "DELETE FROM files WHERE {of_channels} RETURNING {}",
@@ -327,19 +345,17 @@ pub(crate) async fn delete_channels(
         "outbox_cursors",
         "inbound_seen",
         "claims",
+        "channel_routes",
     ] {
         stmt(&format!("DELETE FROM {table} WHERE {of_channels}"))
             .bind(key)
             .execute(tx, "delete channel children")
             .await?;
     }
-    let channels = stmt(&format!(
-        "DELETE FROM channels WHERE {channels_where} RETURNING {}",
-        crate::channel_cols!()
-    ))
-    .bind(key)
-    .fetch_all(tx, "delete channels")
-    .await?;
+    stmt(&format!("DELETE FROM channels WHERE {channels_where}"))
+        .bind(key)
+        .execute(tx, "delete channels")
+        .await?;
     let mut out = Cascade {
         channels: all(channels, channel)?,
         files: all(files, file)?,

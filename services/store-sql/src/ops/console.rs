@@ -156,14 +156,15 @@ impl<'a> Where<'a> {
 // Each count walks one channel's slice of outbox_delivery (channel_id, state, seq).
 const CHANNEL_SELECT: &str = "SELECT c.id, c.tenant_id, c.connector_id, c.card_id, c.status, c.view, \
          CAST(CASE WHEN c.binding IS NULL THEN 0 ELSE 1 END AS BIGINT) AS bound, \
-         CAST(CASE WHEN c.route_socket IS NULL THEN 0 ELSE 1 END AS BIGINT) AS routed, c.created_at, c.updated_at, \
+         CAST(CASE WHEN r.socket_id IS NULL THEN 0 ELSE 1 END AS BIGINT) AS routed, c.created_at, \
+         CASE WHEN r.moved_at > c.updated_at THEN r.moved_at ELSE c.updated_at END AS updated_at, \
          (SELECT COUNT(*) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'pending' \
            AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0)) AS pending, \
          (SELECT o.created_at FROM outbox o WHERE o.channel_id = c.id AND o.state = 'pending' \
            AND o.seq > COALESCE((SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = c.id), 0) \
           ORDER BY o.seq LIMIT 1) AS oldest_pending_at, \
          (SELECT COUNT(*) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'failed') AS failed \
-         FROM channels c ";
+         FROM channels c LEFT JOIN channel_routes r ON r.channel_id = c.id ";
 
 pub async fn page_channels(
     s: &impl Handles,
