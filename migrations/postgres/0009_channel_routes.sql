@@ -40,7 +40,8 @@ END
 $$;
 
 -- Fires on a channel's insert (either build) and on an update that names the route columns,
--- which only build 8 does (build 9 once, see Store::set_channel_routes, before its own write).
+-- which only build 8 does (and build 9 once for an unbound channel it routes whose old column
+-- is empty, writing the same values as to the route: see Store::set_channel_routes).
 CREATE TRIGGER channel_routes_mirror AFTER INSERT OR UPDATE OF route_socket, profiles ON channels
 FOR EACH ROW EXECUTE FUNCTION channel_routes_mirror();
 

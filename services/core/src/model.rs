@@ -199,6 +199,34 @@ pub struct RouteState {
     pub max_pending_seq: Option<i64>,
 }
 
+/// Whose channels a socket may reopen ([`crate::store::Store::reopen_channels`]): a channel
+/// is routed only when its tenant, card and connector_id all match.
+#[derive(Debug, Clone, Copy)]
+pub struct ChannelOwner<'a> {
+    pub tenant_id: &'a str,
+    pub card_id: &'a str,
+    pub connector_id: &'a str,
+}
+
+impl ChannelOwner<'_> {
+    pub fn owns(&self, ch: &ChannelRecord) -> bool {
+        ch.tenant_id == self.tenant_id
+            && ch.card_id == self.card_id
+            && ch.connector_id == self.connector_id
+    }
+}
+
+/// A channel read by [`crate::store::Store::reopen_channels`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reopened {
+    /// As stored before the call: its route is the one it had (another socket to tell).
+    pub channel: ChannelRecord,
+    /// Routed to the socket by the call; false for a channel of another owner, untouched.
+    pub moved: bool,
+    /// For a moved channel, [`RouteState::max_pending_seq`] right after the move.
+    pub max_pending_seq: Option<i64>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClaimState {
     InProgress,

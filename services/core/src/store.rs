@@ -127,6 +127,45 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
         }
         self.route_states(ids, now).await
     }
+    /// A reconnecting socket's batch of reopens: the existing channels of `ids` as they were
+    /// (any order), and those of `owner` routed to `socket` with `profiles` as by
+    /// [`Store::set_channel_routes`]. One statement where the store can; by default
+    /// [`Store::get_channels`], then [`Store::set_channel_routes`] for the owned ones.
+    async fn reopen_channels(
+        &self,
+        ids: &[String],
+        owner: &ChannelOwner<'_>,
+        socket: &str,
+        profiles: &[String],
+        now: i64,
+    ) -> BackendResult<Vec<Reopened>> {
+        let found = self.get_channels(ids).await?;
+        let mine: Vec<String> = found
+            .iter()
+            .filter(|c| owner.owns(c))
+            .map(|c| c.id.clone())
+            .collect();
+        let mut states: std::collections::HashMap<String, Option<i64>> = if mine.is_empty() {
+            Default::default()
+        } else {
+            self.set_channel_routes(&mine, socket, profiles, now)
+                .await?
+                .into_iter()
+                .map(|s| (s.channel_id, s.max_pending_seq))
+                .collect()
+        };
+        Ok(found
+            .into_iter()
+            .map(|channel| {
+                let state = states.remove(&channel.id);
+                Reopened {
+                    moved: state.is_some(),
+                    max_pending_seq: state.flatten(),
+                    channel,
+                }
+            })
+            .collect())
+    }
     /// Clears the route only if it still points at `socket`.
     async fn clear_channel_route_if(&self, id: &str, socket: &str, now: i64) -> BackendResult<()>;
     /// [`Store::clear_channel_route_if`] for many channels: one write for the routes of a

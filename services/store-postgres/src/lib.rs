@@ -612,22 +612,15 @@ impl StoreDialect for PostgresStore {
         let profiles = json_text(&profiles)?;
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(5000) {
-            let mut tx = self.begin().await?;
-            // Rare rows (unbound, with an empty old route column): written before the move,
-            // which overwrites what the mirror trigger makes of this write.
-            sqlx::query(
-                "UPDATE channels SET route_socket = $2 \
-                 WHERE id = ANY($1) AND binding IS NULL AND route_socket IS NULL",
-            )
-            .bind(chunk)
-            .bind(socket)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("set channel routes"))?;
-            // A narrow row each, updated in place (schema 9). The states come back from the
-            // update itself: no second lookup of the ids.
+            // One statement a chunk. A narrow row each, updated in place (schema 9); the
+            // states come back from the update itself. `adopted`: the rare unbound channel
+            // whose old route column is empty gets the same route there (docs/ops.md,
+            // Upgrades); the mirror trigger, which fires at the statement's end, writes the
+            // same values again.
             let rows = sqlx::query(concat!(
-                "UPDATE channel_routes r SET socket_id = $2, profiles = $3, moved_at = $4 \
+                "WITH adopted AS (UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 \
+                   WHERE id = ANY($1) AND binding IS NULL AND route_socket IS NULL) \
+                 UPDATE channel_routes r SET socket_id = $2, profiles = $3, moved_at = $4 \
                  WHERE r.channel_id = ANY($1) RETURNING ",
                 switchyard_store_sql::route_state_cols!("$4")
             ))
@@ -635,12 +628,62 @@ impl StoreDialect for PostgresStore {
             .bind(socket)
             .bind(&profiles)
             .bind(now)
-            .fetch_all(&mut *tx)
+            .fetch_all(&self.pool)
             .await
             .map_err(db("set channel routes"))?;
-            tx.commit().await.map_err(db("commit"))?;
             for r in &rows {
                 out.push(switchyard_store_sql::records::route_state(r)?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn reopen_channels(
+        &self,
+        ids: &[String],
+        owner: &ChannelOwner<'_>,
+        socket: &str,
+        profiles: &[String],
+        now: i64,
+    ) -> BackendResult<Vec<Reopened>> {
+        let profiles = json_text(&profiles)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(5000) {
+            // One statement a chunk: read, route the owned ones, answer their states.
+            // - `t`: the channels and their routes as they were, the routes locked so the old
+            //   socket read is the one replaced;
+            // - `adopted`: as in set_channel_routes (docs/ops.md, Upgrades);
+            // - `moved`: the owned routes, in place (schema 9), with their pending states.
+            // The final read sees the rows as before the statement.
+            let rows = sqlx::query(concat!(
+                "WITH t AS (SELECT c.id, r.socket_id AS old_socket, r.profiles AS old_profiles, \
+                        r.moved_at AS old_moved, \
+                        (c.tenant_id = $5 AND c.card_id = $6 AND c.connector_id = $7) AS owned \
+                   FROM channels c JOIN channel_routes r ON r.channel_id = c.id \
+                  WHERE c.id = ANY($1) FOR NO KEY UPDATE OF r), \
+                 adopted AS (UPDATE channels a SET route_socket = $2, profiles = $3, updated_at = $4 \
+                   FROM t WHERE a.id = t.id AND t.owned AND a.binding IS NULL AND a.route_socket IS NULL), \
+                 moved AS (UPDATE channel_routes r SET socket_id = $2, profiles = $3, moved_at = $4 \
+                   FROM t WHERE r.channel_id = t.id AND t.owned RETURNING ",
+                switchyard_store_sql::route_state_cols!("$4"),
+                ") SELECT c.id, c.tenant_id, c.connector_id, c.card_id, t.old_socket AS route_socket, \
+                        t.old_profiles AS profiles, c.status, c.view, c.binding, c.binding_key, c.created_at, \
+                        CASE WHEN t.old_moved > c.updated_at THEN t.old_moved ELSE c.updated_at END AS updated_at, \
+                        CAST(CASE WHEN m.id IS NULL THEN 0 ELSE 1 END AS BIGINT) AS moved, m.max_seq \
+                   FROM t JOIN channels c ON c.id = t.id LEFT JOIN moved m ON m.id = t.id"
+            ))
+            .bind(chunk)
+            .bind(socket)
+            .bind(&profiles)
+            .bind(now)
+            .bind(owner.tenant_id)
+            .bind(owner.card_id)
+            .bind(owner.connector_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db("reopen channels"))?;
+            for r in &rows {
+                out.push(switchyard_store_sql::records::reopened(r)?);
             }
         }
         Ok(out)

@@ -33,6 +33,14 @@ pub trait StoreDialect: Handles {
         profiles: &[String],
         now: i64,
     ) -> BackendResult<Vec<RouteState>>;
+    async fn reopen_channels(
+        &self,
+        ids: &[String],
+        owner: &ChannelOwner<'_>,
+        socket: &str,
+        profiles: &[String],
+        now: i64,
+    ) -> BackendResult<Vec<Reopened>>;
     async fn clear_channel_routes_if(
         &self,
         ids: &[String],

@@ -396,6 +396,20 @@ macro_rules! impl_store {
                     .await
                 }
 
+                async fn reopen_channels(
+                    &self,
+                    ids: &[String],
+                    owner: &ChannelOwner<'_>,
+                    socket: &str,
+                    profiles: &[String],
+                    now: i64,
+                ) -> BackendResult<Vec<Reopened>> {
+                    <$ty as $crate::StoreDialect>::reopen_channels(
+                        self, ids, owner, socket, profiles, now,
+                    )
+                    .await
+                }
+
                 async fn clear_channel_routes_if(
                     &self,
                     ids: &[String],

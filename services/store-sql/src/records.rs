@@ -162,6 +162,15 @@ pub fn route_state(row: &impl SqlRow) -> BackendResult<RouteState> {
     })
 }
 
+/// A channel row as [`channel`] with `moved` (0 or 1) and `max_seq`.
+pub fn reopened(row: &impl SqlRow) -> BackendResult<Reopened> {
+    Ok(Reopened {
+        channel: channel(row)?,
+        moved: get::<i64>(row, "moved")? != 0,
+        max_pending_seq: get(row, "max_seq")?,
+    })
+}
+
 pub fn auth_session(row: &impl SqlRow) -> BackendResult<AuthSessionRecord> {
     let status: String = get(row, "status")?;
     Ok(AuthSessionRecord {

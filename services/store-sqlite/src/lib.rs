@@ -548,21 +548,8 @@ impl StoreDialect for SqliteStore {
     }
 
     async fn get_channels(&self, ids: &[String]) -> BackendResult<Vec<ChannelRecord>> {
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(1000) {
-            let rows = sqlx::query(concat!(
-                switchyard_store_sql::channel_select!(),
-                " WHERE c.id IN (SELECT value FROM json_each($1))"
-            ))
-            .bind(json_text(&chunk)?)
-            .fetch_all(&self.reader)
-            .await
-            .map_err(db("get channels"))?;
-            for r in &rows {
-                out.push(switchyard_store_sql::records::channel(r)?);
-            }
-        }
-        Ok(out)
+        let mut conn = self.reader.acquire().await.map_err(db("get channels"))?;
+        channels_on(&mut conn, ids).await
     }
 
     async fn set_channel_routes(
@@ -572,37 +559,45 @@ impl StoreDialect for SqliteStore {
         profiles: &[String],
         now: i64,
     ) -> BackendResult<Vec<RouteState>> {
-        let profiles = json_text(&profiles)?;
         let mut tx = self.write().await?;
-        for chunk in ids.chunks(1000) {
-            let chunk = json_text(&chunk)?;
-            // Rare rows (unbound, with an empty old route column): written before the move,
-            // which overwrites what the mirror trigger makes of this write.
-            sqlx::query(
-                "UPDATE channels SET route_socket = $2 \
-                 WHERE id IN (SELECT value FROM json_each($1)) AND binding IS NULL AND route_socket IS NULL",
-            )
-            .bind(&chunk)
-            .bind(socket)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("set channel routes"))?;
-            sqlx::query(
-                "UPDATE channel_routes SET socket_id = $2, profiles = $3, moved_at = $4 \
-                 WHERE channel_id IN (SELECT value FROM json_each($1))",
-            )
-            .bind(&chunk)
-            .bind(socket)
-            .bind(&profiles)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("set channel routes"))?;
-        }
-        // Read in the same transaction: the states answer for exactly these writes.
-        let states = route_states_on(&mut tx, ids, now).await?;
+        let states = move_routes_on(&mut tx, ids, socket, profiles, now).await?;
         tx.commit().await.map_err(db("commit"))?;
         Ok(states)
+    }
+
+    async fn reopen_channels(
+        &self,
+        ids: &[String],
+        owner: &ChannelOwner<'_>,
+        socket: &str,
+        profiles: &[String],
+        now: i64,
+    ) -> BackendResult<Vec<Reopened>> {
+        // One transaction: the channels as read are the ones moved.
+        let mut tx = self.write().await?;
+        let found = channels_on(&mut tx, ids).await?;
+        let mine: Vec<String> = found
+            .iter()
+            .filter(|c| owner.owns(c))
+            .map(|c| c.id.clone())
+            .collect();
+        let states = move_routes_on(&mut tx, &mine, socket, profiles, now).await?;
+        tx.commit().await.map_err(db("commit"))?;
+        let mut states: std::collections::HashMap<String, Option<i64>> = states
+            .into_iter()
+            .map(|s| (s.channel_id, s.max_pending_seq))
+            .collect();
+        Ok(found
+            .into_iter()
+            .map(|channel| {
+                let state = states.remove(&channel.id);
+                Reopened {
+                    moved: state.is_some(),
+                    max_pending_seq: state.flatten(),
+                    channel,
+                }
+            })
+            .collect())
     }
 
     async fn clear_channel_routes_if(
@@ -694,6 +689,71 @@ impl StoreDialect for SqliteStore {
 }
 
 switchyard_store_sql::impl_store!(SqliteStore);
+
+/// The existing channels of `ids` as `conn` sees them.
+async fn channels_on(
+    conn: &mut SqliteConnection,
+    ids: &[String],
+) -> BackendResult<Vec<ChannelRecord>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(1000) {
+        let rows = sqlx::query(concat!(
+            switchyard_store_sql::channel_select!(),
+            " WHERE c.id IN (SELECT value FROM json_each($1))"
+        ))
+        .bind(json_text(&chunk)?)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("get channels"))?;
+        for r in &rows {
+            out.push(switchyard_store_sql::records::channel(r)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Routes `ids` to `socket` inside the writer's transaction `conn`, and answers their
+/// states read in it (exactly these writes).
+async fn move_routes_on(
+    conn: &mut SqliteConnection,
+    ids: &[String],
+    socket: &str,
+    profiles: &[String],
+    now: i64,
+) -> BackendResult<Vec<RouteState>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let profiles = json_text(&profiles)?;
+    for chunk in ids.chunks(1000) {
+        let chunk = json_text(&chunk)?;
+        // The rare unbound channel whose old route column is empty gets the same route
+        // there (docs/ops.md, Upgrades); the mirror trigger writes the same values.
+        sqlx::query(
+            "UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 \
+             WHERE id IN (SELECT value FROM json_each($1)) AND binding IS NULL AND route_socket IS NULL",
+        )
+        .bind(&chunk)
+        .bind(socket)
+        .bind(&profiles)
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .map_err(db("set channel routes"))?;
+        sqlx::query(
+            "UPDATE channel_routes SET socket_id = $2, profiles = $3, moved_at = $4 \
+             WHERE channel_id IN (SELECT value FROM json_each($1))",
+        )
+        .bind(&chunk)
+        .bind(socket)
+        .bind(&profiles)
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .map_err(db("set channel routes"))?;
+    }
+    route_states_on(conn, ids, now).await
+}
 
 /// The route states of `ids` as `conn` sees them (a reader, or the writer inside the
 /// transaction that just routed them).

@@ -2718,6 +2718,115 @@ pub async fn channel_batches(s: &dyn Store) {
         .expect("an empty batch writes nothing");
 }
 
+/// A reconnecting socket's batch: the caller's channels are read as they were and routed to
+/// it with their states; another owner's channel is read and left alone; unknown ids are
+/// skipped.
+pub async fn reopen_channels(s: &dyn Store) {
+    let c = connector(s).await;
+    let idle = channel_of(s, &c).await;
+    let busy = channel_of(s, &c).await;
+    let other_conn = connector_with(s, &c.tenant_id, None).await;
+    let foreign = channel_of(s, &other_conn).await;
+    let now = now_ms();
+    s.set_channel_route(&busy.id, Some("sock_old"), &[], now)
+        .await
+        .expect("route");
+    s.set_channel_route(&foreign.id, Some("sock_theirs"), &[], now)
+        .await
+        .expect("route");
+    let (m, _) = enqueue(s, &busy.id, 100).await;
+    let stored = s
+        .pending_outbox(&busy.id, 0, now, 100)
+        .await
+        .expect("pending")
+        .into_iter()
+        .find(|r| r.message_id == m.message_id)
+        .expect("stored")
+        .seq;
+    let before_busy = s.get_channel(&busy.id).await.expect("get").expect("busy");
+    let before_foreign = s
+        .get_channel(&foreign.id)
+        .await
+        .expect("get")
+        .expect("foreign");
+    let owner = ChannelOwner {
+        tenant_id: &c.tenant_id,
+        card_id: &c.card_id,
+        connector_id: &c.id,
+    };
+    let profiles = vec!["xagent.im.v1".to_owned()];
+    let mut got = s
+        .reopen_channels(
+            &[
+                idle.id.clone(),
+                "cch_missing".into(),
+                busy.id.clone(),
+                foreign.id.clone(),
+            ],
+            &owner,
+            "sock_new",
+            &profiles,
+            now + 1,
+        )
+        .await
+        .expect("reopen");
+    got.sort_by(|x, y| x.channel.id.cmp(&y.channel.id));
+    let mut want = vec![
+        Reopened {
+            channel: idle.clone(),
+            moved: true,
+            max_pending_seq: None,
+        },
+        Reopened {
+            channel: before_busy,
+            moved: true,
+            max_pending_seq: Some(stored),
+        },
+        Reopened {
+            channel: before_foreign.clone(),
+            moved: false,
+            max_pending_seq: None,
+        },
+    ];
+    want.sort_by(|x, y| x.channel.id.cmp(&y.channel.id));
+    assert_eq!(got, want, "as they were, and whether moved");
+    for id in [&idle.id, &busy.id] {
+        let ch = s.get_channel(id).await.expect("get").expect("exists");
+        assert_eq!(
+            (ch.route_socket.as_deref(), &ch.profiles, ch.updated_at),
+            (Some("sock_new"), &profiles, now + 1),
+            "routed here"
+        );
+    }
+    assert_eq!(
+        s.get_channel(&foreign.id).await.expect("get"),
+        Some(before_foreign),
+        "another owner's channel is untouched"
+    );
+    let wrong_card = ChannelOwner {
+        card_id: "card_other",
+        ..owner
+    };
+    let got = s
+        .reopen_channels(
+            std::slice::from_ref(&idle.id),
+            &wrong_card,
+            "sock_x",
+            &profiles,
+            now + 2,
+        )
+        .await
+        .expect("reopen");
+    assert_eq!(got.len(), 1);
+    assert!(!got[0].moved, "the card must match too");
+    assert!(
+        s.reopen_channels(&[], &owner, "sock_new", &profiles, now)
+            .await
+            .expect("an empty batch")
+            .is_empty()
+    );
+}
+
 /// One SQL statement run as a pod of the previous build would run it: the first column of the
 /// first row it returns, as text (`None` for none, or for a statement that returns no rows).
 pub type OldBuild = dyn Fn(String) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<String>> + Send>>

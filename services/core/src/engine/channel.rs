@@ -11,7 +11,7 @@ use super::{Fault, MountedCard};
 use crate::bus::Doorbell;
 use crate::error::ErrorKind;
 use crate::ids::{new_id, now_ms};
-use crate::model::{ChannelRecord, ConnectorRecord, SocketRecord};
+use crate::model::{ChannelOwner, ChannelRecord, ConnectorRecord, Reopened, SocketRecord};
 
 /// Channels one `ChannelsTaken` notice names at most (a notice stays near 10 KB).
 const TAKEN_PER_BELL: usize = 256;
@@ -322,10 +322,11 @@ impl MountedCard {
 
     /// `channel.open` for a batch of requests (one per id asked for, `None` for a new
     /// channel), answered in order. A reconnecting backend reopens its channels by id: those
-    /// are read with one query and routed to this socket with one write, so a failover
-    /// costs two statements per batch, not two per channel. New channels and ids this server
-    /// does not know take [`MountedCard::open_channel`]'s path, `concurrency` at a time. One
-    /// more query tells which reopened channels have nothing pending ([`OpenedBatch::idle`]).
+    /// of this caller are read and routed to this socket by one store call
+    /// ([`Store::reopen_channels`](crate::store::Store::reopen_channels), one statement on
+    /// Postgres), which also tells which have nothing pending ([`OpenedBatch::idle`]); a
+    /// failover costs one statement per batch, not two per channel. New channels and ids this
+    /// server does not know take [`MountedCard::open_channel`]'s path, `concurrency` at a time.
     pub async fn open_channels(
         &self,
         ident: &SessionIdent,
@@ -339,10 +340,23 @@ impl MountedCard {
             .filter(|id| !id.is_empty())
             .cloned()
             .collect();
-        let mut known: HashMap<String, ChannelRecord> = HashMap::new();
+        let profiles = self.negotiated(ident);
+        let owner = ChannelOwner {
+            tenant_id: &ident.tenant_id,
+            card_id: self.card_id(),
+            connector_id: &ident.connector_id,
+        };
+        let mut known: HashMap<String, Reopened> = HashMap::new();
         if !ids.is_empty() {
-            match self.hub.store.get_channels(&ids).await {
-                Ok(found) => known.extend(found.into_iter().map(|c| (c.id.clone(), c))),
+            // Read and routed here together: a message stored later rings this socket (the
+            // session keeps such doorbells while the batch runs).
+            match self
+                .hub
+                .store
+                .reopen_channels(&ids, &owner, &ident.socket_id, &profiles, now_ms())
+                .await
+            {
+                Ok(found) => known.extend(found.into_iter().map(|r| (r.channel.id.clone(), r))),
                 Err(e) => {
                     let f = Fault::from(e);
                     return OpenedBatch {
@@ -352,70 +366,48 @@ impl MountedCard {
                 }
             }
         }
-        // Known channels: refused or reopened together; the rest one by one.
+        // Known channels: reopened together, or refused; the rest one by one.
         let mut results: Vec<Option<Opened>> = Vec::with_capacity(requested.len());
-        let mut reopen: Vec<(usize, ChannelRecord)> = Vec::new();
         let mut idle = HashSet::new();
         let mut single: Vec<usize> = Vec::new();
+        let mut taken = Vec::new();
         for (i, r) in requested.iter().enumerate() {
             results.push(None);
-            match r
+            let Some(found) = r
                 .as_deref()
                 .filter(|id| !id.is_empty())
                 .and_then(|id| known.remove(id))
-            {
-                Some(ch) => match self.check_owner(ident, &ch) {
-                    Ok(()) => reopen.push((i, ch)),
-                    Err(f) => results[i] = Some(Err(f)),
-                },
-                None => single.push(i),
+            else {
+                single.push(i);
+                continue;
+            };
+            if !found.moved {
+                // Not this caller's: the store left it as it was.
+                results[i] = Some(Err(self
+                    .check_owner(ident, &found.channel)
+                    .err()
+                    .unwrap_or_else(|| Fault::new(ErrorCode::Internal, "internal error"))));
+                continue;
             }
+            if found.max_pending_seq.is_none() {
+                idle.insert(found.channel.id.clone());
+            }
+            let (opened, was_elsewhere) = self.routed(ident, found.channel, profiles.clone());
+            if was_elsewhere {
+                taken.push(opened.0.id.clone());
+            }
+            results[i] = Some(Ok(opened));
         }
-        if !reopen.is_empty() {
-            let profiles = self.negotiated(ident);
-            let ids: Vec<String> = reopen.iter().map(|(_, ch)| ch.id.clone()).collect();
-            match self
-                .hub
-                .store
-                .set_channel_routes(&ids, &ident.socket_id, &profiles, now_ms())
-                .await
-            {
-                Err(e) => {
-                    let f = Fault::from(e);
-                    for (i, _) in &reopen {
-                        results[*i] = Some(Err(f.clone()));
-                    }
-                }
-                Ok(states) => {
-                    // Read with the routes moved here: a message stored later rings this
-                    // socket (the session keeps such doorbells while the batch runs).
-                    idle.extend(
-                        states
-                            .into_iter()
-                            .filter(|s| s.max_pending_seq.is_none())
-                            .map(|s| s.channel_id),
-                    );
-                    let mut taken = Vec::new();
-                    for (i, ch) in reopen {
-                        let (opened, was_elsewhere) = self.routed(ident, ch, profiles.clone());
-                        if was_elsewhere {
-                            taken.push(opened.0.id.clone());
-                        }
-                        results[i] = Some(Ok(opened));
-                    }
-                    // The sockets that had them are told in a few notices, not one a channel.
-                    for ids in taken.chunks(TAKEN_PER_BELL) {
-                        self.ring(
-                            &ident.connector_id,
-                            Doorbell::ChannelsTaken {
-                                channel_ids: ids.to_vec(),
-                                socket_id: ident.socket_id.clone(),
-                            },
-                        )
-                        .await;
-                    }
-                }
-            }
+        // The sockets that had them are told in a few notices, not one a channel.
+        for ids in taken.chunks(TAKEN_PER_BELL) {
+            self.ring(
+                &ident.connector_id,
+                Doorbell::ChannelsTaken {
+                    channel_ids: ids.to_vec(),
+                    socket_id: ident.socket_id.clone(),
+                },
+            )
+            .await;
         }
         let opened: Vec<(usize, Opened)> = futures::stream::iter(single)
             .map(|i| async move { (i, self.open_channel(ident, requested[i].as_deref()).await) })

@@ -60,11 +60,12 @@ pub async fn list_channels(
     all(rows, channel)
 }
 
-/// Before a route moves to socket `$2`: a channel whose old route column is empty and that is
-/// not bound gets `$2` there too (`$1` its id), once. A janitor of build 8 (a rolling upgrade)
-/// reaps unbound channels by that column, and would otherwise take a routed one for stale.
-/// Written before the move, since migration 9's trigger mirrors this write into the route.
-const ADOPT_UNROUTED: &str = "UPDATE channels SET route_socket = $2 WHERE id = $1 AND binding IS NULL AND route_socket IS NULL";
+/// The rare unbound channel whose old route column is empty gets the route there too (`$1`
+/// its id; `$2`, `$3`, `$4` the route's socket, profiles and time): a janitor of build 8 (a
+/// rolling upgrade) reaps unbound channels by that column, and would otherwise take a routed
+/// one for stale. Migration 9's trigger mirrors this write into the route with the same values.
+const ADOPT_UNROUTED: &str = "UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 \
+     WHERE id = $1 AND binding IS NULL AND route_socket IS NULL";
 
 pub async fn set_channel_route(
     s: &impl Handles,
@@ -73,18 +74,21 @@ pub async fn set_channel_route(
     profiles: &[String],
     now: i64,
 ) -> BackendResult<()> {
+    let profiles = json_text(&profiles)?;
     let mut tx = s.begin().await?;
     if let Some(socket) = socket {
         stmt(ADOPT_UNROUTED)
             .bind(id)
             .bind(socket)
+            .bind(&profiles)
+            .bind(now)
             .execute(&mut tx, "set channel route")
             .await?;
     }
     stmt("UPDATE channel_routes SET socket_id = $2, profiles = $3, moved_at = $4 WHERE channel_id = $1")
         .bind(id)
         .bind(socket)
-        .bind(json_text(&profiles)?)
+        .bind(&profiles)
         .bind(now)
         .execute(&mut tx, "set channel route")
         .await?;
