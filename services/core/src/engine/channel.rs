@@ -249,14 +249,21 @@ impl MountedCard {
             },
         };
         let ch = match existing {
-            Some(ch) => ch,
+            Some(ch) => {
+                self.hub
+                    .store
+                    .set_channel_route(&ch.id, Some(&ident.socket_id), &profiles, now)
+                    .await?;
+                ch
+            }
             None => {
+                // Stored already routed here: one write.
                 let ch = ChannelRecord {
                     id: new_id("cch"),
                     tenant_id: ident.tenant_id.clone(),
                     connector_id: ident.connector_id.clone(),
                     card_id: self.card_id().to_owned(),
-                    route_socket: None,
+                    route_socket: Some(ident.socket_id.clone()),
                     profiles: profiles.clone(),
                     status: ConnectionStatus::Created,
                     view: serde_json::json!({}),
@@ -271,10 +278,6 @@ impl MountedCard {
                 ch
             }
         };
-        self.hub
-            .store
-            .set_channel_route(&ch.id, Some(&ident.socket_id), &profiles, now)
-            .await?;
         Ok(self.routed_here(ident, ch, profiles).await)
     }
 
