@@ -214,6 +214,15 @@ impl ChannelOwner<'_> {
             && ch.card_id == self.card_id
             && ch.connector_id == self.connector_id
     }
+
+    /// The ids of those of `channels` this owner owns.
+    pub fn owned_ids(&self, channels: &[ChannelRecord]) -> Vec<String> {
+        channels
+            .iter()
+            .filter(|c| self.owns(c))
+            .map(|c| c.id.clone())
+            .collect()
+    }
 }
 
 /// A channel read by [`crate::store::Store::reopen_channels`].

@@ -9,6 +9,26 @@ use crate::model::*;
 /// Schema version this build understands; `serve` refuses any other.
 pub const SCHEMA_VERSION: i64 = 9;
 
+/// The answer of [`Store::reopen_channels`]: each of `found` (as read before the move) with
+/// its state among `states` (those of the moved channels).
+pub fn reopened(found: Vec<ChannelRecord>, states: Vec<RouteState>) -> Vec<Reopened> {
+    let mut states: std::collections::HashMap<String, Option<i64>> = states
+        .into_iter()
+        .map(|s| (s.channel_id, s.max_pending_seq))
+        .collect();
+    found
+        .into_iter()
+        .map(|channel| {
+            let state = states.remove(&channel.id);
+            Reopened {
+                moved: state.is_some(),
+                max_pending_seq: state.flatten(),
+                channel,
+            }
+        })
+        .collect()
+}
+
 #[async_trait]
 pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
     // -- schema --
@@ -140,31 +160,14 @@ pub trait Store: crate::hoststore::HostStore + Send + Sync + 'static {
         now: i64,
     ) -> BackendResult<Vec<Reopened>> {
         let found = self.get_channels(ids).await?;
-        let mine: Vec<String> = found
-            .iter()
-            .filter(|c| owner.owns(c))
-            .map(|c| c.id.clone())
-            .collect();
-        let mut states: std::collections::HashMap<String, Option<i64>> = if mine.is_empty() {
-            Default::default()
+        let mine = owner.owned_ids(&found);
+        let states = if mine.is_empty() {
+            Vec::new()
         } else {
             self.set_channel_routes(&mine, socket, profiles, now)
                 .await?
-                .into_iter()
-                .map(|s| (s.channel_id, s.max_pending_seq))
-                .collect()
         };
-        Ok(found
-            .into_iter()
-            .map(|channel| {
-                let state = states.remove(&channel.id);
-                Reopened {
-                    moved: state.is_some(),
-                    max_pending_seq: state.flatten(),
-                    channel,
-                }
-            })
-            .collect())
+        Ok(reopened(found, states))
     }
     /// Clears the route only if it still points at `socket`.
     async fn clear_channel_route_if(&self, id: &str, socket: &str, now: i64) -> BackendResult<()>;

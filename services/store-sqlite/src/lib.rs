@@ -29,6 +29,7 @@ use switchyard_store_sql::{
 mod hosts;
 mod journal;
 mod lane;
+mod routes;
 
 use lane::{Class, Turn, WriteLane};
 
@@ -544,12 +545,12 @@ impl StoreDialect for SqliteStore {
 
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
         let mut conn = self.reader.acquire().await.map_err(db("route states"))?;
-        route_states_on(&mut conn, ids, now).await
+        routes::route_states_on(&mut conn, ids, now).await
     }
 
     async fn get_channels(&self, ids: &[String]) -> BackendResult<Vec<ChannelRecord>> {
         let mut conn = self.reader.acquire().await.map_err(db("get channels"))?;
-        channels_on(&mut conn, ids).await
+        routes::channels_on(&mut conn, ids).await
     }
 
     async fn set_channel_routes(
@@ -560,7 +561,7 @@ impl StoreDialect for SqliteStore {
         now: i64,
     ) -> BackendResult<Vec<RouteState>> {
         let mut tx = self.write().await?;
-        let states = move_routes_on(&mut tx, ids, socket, profiles, now).await?;
+        let states = routes::move_routes_on(&mut tx, ids, socket, profiles, now).await?;
         tx.commit().await.map_err(db("commit"))?;
         Ok(states)
     }
@@ -575,29 +576,9 @@ impl StoreDialect for SqliteStore {
     ) -> BackendResult<Vec<Reopened>> {
         // One transaction: the channels as read are the ones moved.
         let mut tx = self.write().await?;
-        let found = channels_on(&mut tx, ids).await?;
-        let mine: Vec<String> = found
-            .iter()
-            .filter(|c| owner.owns(c))
-            .map(|c| c.id.clone())
-            .collect();
-        let states = move_routes_on(&mut tx, &mine, socket, profiles, now).await?;
+        let out = routes::reopen_on(&mut tx, ids, owner, socket, profiles, now).await?;
         tx.commit().await.map_err(db("commit"))?;
-        let mut states: std::collections::HashMap<String, Option<i64>> = states
-            .into_iter()
-            .map(|s| (s.channel_id, s.max_pending_seq))
-            .collect();
-        Ok(found
-            .into_iter()
-            .map(|channel| {
-                let state = states.remove(&channel.id);
-                Reopened {
-                    moved: state.is_some(),
-                    max_pending_seq: state.flatten(),
-                    channel,
-                }
-            })
-            .collect())
+        Ok(out)
     }
 
     async fn clear_channel_routes_if(
@@ -689,97 +670,6 @@ impl StoreDialect for SqliteStore {
 }
 
 switchyard_store_sql::impl_store!(SqliteStore);
-
-/// The existing channels of `ids` as `conn` sees them.
-async fn channels_on(
-    conn: &mut SqliteConnection,
-    ids: &[String],
-) -> BackendResult<Vec<ChannelRecord>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(1000) {
-        let rows = sqlx::query(concat!(
-            switchyard_store_sql::channel_select!(),
-            " WHERE c.id IN (SELECT value FROM json_each($1))"
-        ))
-        .bind(json_text(&chunk)?)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db("get channels"))?;
-        for r in &rows {
-            out.push(switchyard_store_sql::records::channel(r)?);
-        }
-    }
-    Ok(out)
-}
-
-/// Routes `ids` to `socket` inside the writer's transaction `conn`, and answers their
-/// states read in it (exactly these writes).
-async fn move_routes_on(
-    conn: &mut SqliteConnection,
-    ids: &[String],
-    socket: &str,
-    profiles: &[String],
-    now: i64,
-) -> BackendResult<Vec<RouteState>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let profiles = json_text(&profiles)?;
-    for chunk in ids.chunks(1000) {
-        let chunk = json_text(&chunk)?;
-        // The rare unbound channel whose old route column is empty gets the same route
-        // there (docs/ops.md, Upgrades); the mirror trigger writes the same values.
-        sqlx::query(
-            "UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 \
-             WHERE id IN (SELECT value FROM json_each($1)) AND binding IS NULL AND route_socket IS NULL",
-        )
-        .bind(&chunk)
-        .bind(socket)
-        .bind(&profiles)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .map_err(db("set channel routes"))?;
-        sqlx::query(
-            "UPDATE channel_routes SET socket_id = $2, profiles = $3, moved_at = $4 \
-             WHERE channel_id IN (SELECT value FROM json_each($1))",
-        )
-        .bind(&chunk)
-        .bind(socket)
-        .bind(&profiles)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .map_err(db("set channel routes"))?;
-    }
-    route_states_on(conn, ids, now).await
-}
-
-/// The route states of `ids` as `conn` sees them (a reader, or the writer inside the
-/// transaction that just routed them).
-async fn route_states_on(
-    conn: &mut SqliteConnection,
-    ids: &[String],
-    now: i64,
-) -> BackendResult<Vec<RouteState>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(1000) {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            switchyard_store_sql::route_state_cols!("$2"),
-            " FROM channel_routes r WHERE r.channel_id IN (SELECT value FROM json_each($1))"
-        ))
-        .bind(json_text(&chunk)?)
-        .bind(now)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db("route states"))?;
-        for r in &rows {
-            out.push(switchyard_store_sql::records::route_state(r)?);
-        }
-    }
-    Ok(out)
-}
 
 /// The highest applied migration, 0 when the schema was never migrated.
 async fn applied_version(conn: &mut sqlx::SqliteConnection) -> BackendResult<i64> {
