@@ -365,7 +365,9 @@ async fn seed_channels(pod: &Pod, n: usize) -> (String, Vec<String>) {
         tenant_id: pod.tenant.id.clone(),
         card_id: "im.webhook".into(),
         created_at: 1,
-        offline_since: Some(1),
+        // Offline since now, inside the grace: offline since long ago, it is the pod's
+        // janitor's to deregister, maybe before the channels below reference it.
+        offline_since: Some(switchyard_core::ids::now_ms()),
     };
     store.insert_connector(&conn).await.unwrap();
     let url = format!(
