@@ -17,13 +17,11 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Executor, Postgres, Transaction};
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
-use switchyard_core::store::{BatchFacts, place_batch, plan_enqueue_batch};
 use switchyard_store_sql::records::lease;
-use switchyard_store_sql::{
-    Conn, Handles, Lock, StoreDialect, Tx, get, json_text, lease_cols, one,
-};
+use switchyard_store_sql::{Conn, Handles, Lock, StoreDialect, Tx, json_text, lease_cols, one};
 
 mod hosts;
+mod outbox;
 
 /// Ordered migrations; the last version is `switchyard_core::store::SCHEMA_VERSION`.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -383,140 +381,7 @@ impl StoreDialect for PostgresStore {
     }
 
     async fn enqueue_outbox_batch(&self, items: &[Enqueue]) -> BackendResult<Vec<EnqueueOutcome>> {
-        if items.is_empty() {
-            return Ok(Vec::new());
-        }
-        let now = items
-            .iter()
-            .map(|i| i.record.created_at)
-            .min()
-            .unwrap_or_default();
-        let channels: Vec<String> = items.iter().map(|i| i.record.channel_id.clone()).collect();
-        let messages: Vec<String> = items.iter().map(|i| i.record.message_id.clone()).collect();
-        let mut tx = self.begin().await?;
-        let mut facts = BatchFacts::default();
-        // Channel rows are locked in id order (so concurrent batches cannot deadlock): that
-        // makes the dedupe check, the cap check and the seq assignment one step per channel.
-        let rows =
-            sqlx::query("SELECT id FROM channels WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
-                .bind(&channels)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db("lock channels"))?;
-        for r in &rows {
-            facts.channels.insert(get(r, "id")?);
-        }
-        // A message still in the outbox is a duplicate even when its seen-record expired
-        // earlier (a dedupe window shorter than the message's lifetime).
-        let rows = sqlx::query(
-            "SELECT s.channel_id, s.message_id FROM unnest($1::text[], $2::text[]) AS i(channel_id, message_id) \
-               JOIN inbound_seen s ON s.channel_id = i.channel_id AND s.message_id = i.message_id \
-              WHERE s.expires_at > $3 \
-             UNION \
-             SELECT o.channel_id, o.message_id FROM unnest($1::text[], $2::text[]) AS i(channel_id, message_id) \
-               JOIN outbox o ON o.channel_id = i.channel_id AND o.message_id = i.message_id",
-        )
-        .bind(&channels)
-        .bind(&messages)
-        .bind(now)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db("check seen"))?;
-        for r in &rows {
-            facts
-                .seen
-                .insert((get(r, "channel_id")?, get(r, "message_id")?));
-        }
-        // Expired messages awaiting the purge do not hold the channel's capacity. The
-        // channel's highest seq places the new messages after it (their doorbells' `prev`).
-        let rows = sqlx::query(
-            "SELECT o.channel_id, \
-                    COUNT(*) FILTER (WHERE o.state = 'pending' AND o.expires_at > $2 \
-                                       AND o.seq > COALESCE(k.acked_seq, 0)) AS n, \
-                    MAX(o.seq) AS last \
-               FROM outbox o LEFT JOIN outbox_cursors k ON k.channel_id = o.channel_id \
-              WHERE o.channel_id = ANY($1) GROUP BY o.channel_id",
-        )
-        .bind(&channels)
-        .bind(now)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db("count pending"))?;
-        for r in &rows {
-            let ch: String = get(r, "channel_id")?;
-            facts.last.insert(ch.clone(), get(r, "last")?);
-            facts.pending.insert(ch, get(r, "n")?);
-        }
-        let mut outcomes = plan_enqueue_batch(items, &facts);
-        let stored: Vec<&Enqueue> = items
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, o)| o.is_stored())
-            .map(|(i, _)| i)
-            .collect();
-        if !stored.is_empty() {
-            let mut ch = Vec::with_capacity(stored.len());
-            let mut msg = Vec::with_capacity(stored.len());
-            let mut payload = Vec::with_capacity(stored.len());
-            let mut created = Vec::with_capacity(stored.len());
-            let mut expires = Vec::with_capacity(stored.len());
-            let mut seen_until = Vec::with_capacity(stored.len());
-            for it in &stored {
-                ch.push(it.record.channel_id.clone());
-                msg.push(it.record.message_id.clone());
-                payload.push(json_text(&it.record.payload)?);
-                created.push(it.record.created_at);
-                expires.push(it.record.expires_at);
-                seen_until.push(it.dedupe_until);
-            }
-            // Rows are inserted in input order, so seq follows arrival within a channel.
-            let rows = sqlx::query(
-                "INSERT INTO outbox (channel_id, message_id, payload, created_at, expires_at, attempts, state) \
-                 SELECT channel_id, message_id, payload, created_at, expires_at, 0, 'pending' \
-                   FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[]) \
-                        WITH ORDINALITY AS i(channel_id, message_id, payload, created_at, expires_at, n) \
-                  ORDER BY n \
-                 RETURNING channel_id, message_id, seq",
-            )
-            .bind(&ch)
-            .bind(&msg)
-            .bind(&payload)
-            .bind(&created)
-            .bind(&expires)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db("insert outbox"))?;
-            // RETURNING promises no order: each row is matched to its item by key.
-            let mut at = std::collections::HashMap::with_capacity(rows.len());
-            for r in &rows {
-                let key: (String, String) = (get(r, "channel_id")?, get(r, "message_id")?);
-                let seq: i64 = get(r, "seq")?;
-                at.insert(key, seq);
-            }
-            let seqs = ch
-                .iter()
-                .zip(&msg)
-                .map(|(c, m)| {
-                    at.get(&(c.clone(), m.clone()))
-                        .copied()
-                        .ok_or_else(|| BackendError::internal("outbox insert lost a row"))
-                })
-                .collect::<BackendResult<Vec<i64>>>()?;
-            place_batch(items, &mut outcomes, &facts, &seqs);
-            sqlx::query(
-                "INSERT INTO inbound_seen (channel_id, message_id, expires_at) \
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::int8[]) \
-                 ON CONFLICT (channel_id, message_id) DO UPDATE SET expires_at = excluded.expires_at",
-            )
-            .bind(&ch)
-            .bind(&msg)
-            .bind(&seen_until)
-            .execute(&mut *tx)
-            .await
-            .map_err(db("record seen"))?;
-        }
-        tx.commit().await.map_err(db("commit"))?;
-        Ok(outcomes)
+        outbox::enqueue_batch(self, items).await
     }
 
     async fn ack_outbox_batch(&self, done: &[(String, String)]) -> BackendResult<u64> {

@@ -450,13 +450,22 @@ impl StoreDialect for SqliteStore {
         }
         // Expired messages awaiting the purge do not hold the channel's capacity. The
         // channel's highest seq places the new messages after it (their doorbells' `prev`).
+        // Index ranges of `outbox_delivery` per channel, not the channel's every row (which
+        // includes the acked ones the janitor has not purged yet). Seqs start at 1, so 0 is
+        // "no row" (SQLite's scalar MAX is NULL when any argument is).
         let rows = sqlx::query(
-            "SELECT o.channel_id, \
-                    SUM(CASE WHEN o.state = 'pending' AND o.expires_at > $2 \
-                              AND o.seq > COALESCE(k.acked_seq, 0) THEN 1 ELSE 0 END) AS n, \
-                    MAX(o.seq) AS last \
-               FROM outbox o LEFT JOIN outbox_cursors k ON k.channel_id = o.channel_id \
-              WHERE o.channel_id IN (SELECT value FROM json_each($1)) GROUP BY o.channel_id",
+            "SELECT i.id AS channel_id, \
+                    (SELECT COUNT(*) FROM outbox o \
+                      WHERE o.channel_id = i.id AND o.state = 'pending' \
+                        AND o.seq > COALESCE(k.acked_seq, 0) AND o.expires_at > $2) AS n, \
+                    MAX( \
+                      COALESCE((SELECT MAX(o.seq) FROM outbox o \
+                                 WHERE o.channel_id = i.id AND o.state = 'pending'), 0), \
+                      COALESCE((SELECT MAX(o.seq) FROM outbox o \
+                                 WHERE o.channel_id = i.id AND o.state = 'failed'), 0) \
+                    ) AS last \
+               FROM (SELECT DISTINCT value AS id FROM json_each($1)) i \
+               LEFT JOIN outbox_cursors k ON k.channel_id = i.id",
         )
         .bind(&channels)
         .bind(now)
@@ -464,8 +473,12 @@ impl StoreDialect for SqliteStore {
         .await
         .map_err(db("count pending"))?;
         for r in &rows {
+            let last: i64 = get(r, "last")?;
+            if last == 0 {
+                continue; // no row in any state
+            }
             let ch: String = get(r, "channel_id")?;
-            facts.last.insert(ch.clone(), get(r, "last")?);
+            facts.last.insert(ch.clone(), last);
             facts.pending.insert(ch, get(r, "n")?);
         }
         let mut outcomes = plan_enqueue_batch(items, &facts);

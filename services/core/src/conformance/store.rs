@@ -2418,6 +2418,23 @@ pub async fn enqueue_batch_rules(s: &dyn Store) {
         .expect("enqueue batch");
     assert_eq!(again, [EnqueueOutcome::Duplicate]);
     assert_eq!(s.enqueue_outbox_batch(&[]).await.expect("empty"), []);
+    // The channel's highest seq counts in any state: after a failed message comes the next.
+    let ended = channel(s).await;
+    let (last, last_at) = enqueue(s, &ended.id, 100).await;
+    assert!(
+        s.fail_outbox(&ended.id, &last.message_id, "rejected")
+            .await
+            .expect("fail")
+    );
+    let next = s
+        .enqueue_outbox_batch(&[item(message(&ended.id, now, now + HOUR), 100)])
+        .await
+        .expect("enqueue batch");
+    assert_eq!(
+        place(&next[0]).1,
+        place(&last_at).0,
+        "placed after the failed one"
+    );
 }
 
 /// Concurrent batches on the same channels: each message stored once, the cap holds, and
