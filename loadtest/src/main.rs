@@ -269,11 +269,7 @@ async fn load(
     {
         r.with_context(|| format!("setting up tenant {i}"))?;
     }
-    let channels: Vec<(usize, String)> = backends
-        .iter()
-        .enumerate()
-        .flat_map(|(i, b)| b.channels().iter().map(move |c| (i, c.clone())))
-        .collect();
+    let channels = workload::interleave(backends.iter().map(|b| b.channels()).collect());
     let run_stats = hosts::RunStats::new(&tag);
     let host_stop = CancellationToken::new();
     let sim_hosts = match host_tenant {

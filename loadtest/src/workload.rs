@@ -50,6 +50,24 @@ impl Ctx {
     }
 }
 
+/// Every tenant's channels as one list, taken in turn (tenant 0's first, tenant 1's first,
+/// ..., tenant 0's second, ...), each with its tenant's index. Operation `n` goes to entry
+/// `n % len`, so the operations in flight at any moment are spread evenly over the tenants
+/// (and their channels). Grouped by tenant, 64 in flight fell on one or two tenants at a
+/// time, past a pod's per-tenant share, and the run measured the 429s' retry pauses.
+pub fn interleave(per_tenant: Vec<&[String]>) -> Vec<(usize, String)> {
+    let longest = per_tenant.iter().map(|c| c.len()).max().unwrap_or(0);
+    let mut out = Vec::with_capacity(per_tenant.iter().map(|c| c.len()).sum());
+    for k in 0..longest {
+        for (t, chans) in per_tenant.iter().enumerate() {
+            if let Some(c) = chans.get(k) {
+                out.push((t, c.clone()));
+            }
+        }
+    }
+    out
+}
+
 /// The `message_id` the webhook provider derives from a tool call's idempotency key.
 pub fn tool_message_id(tool_call_id: &str) -> String {
     let digest = hex::encode(Sha256::digest(tool_call_id.as_bytes()));
@@ -387,6 +405,26 @@ pub async fn file(ctx: Arc<Ctx>, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn channels_take_turns_across_tenants() {
+        let a: Vec<String> = ["a0", "a1", "a2"].map(String::from).to_vec();
+        let b: Vec<String> = ["b0"].map(String::from).to_vec();
+        let c: Vec<String> = ["c0", "c1"].map(String::from).to_vec();
+        let got = interleave(vec![&a, &b, &c]);
+        let want: Vec<(usize, String)> = [
+            (0, "a0"),
+            (1, "b0"),
+            (2, "c0"),
+            (0, "a1"),
+            (2, "c1"),
+            (0, "a2"),
+        ]
+        .map(|(t, c)| (t, c.to_owned()))
+        .to_vec();
+        assert_eq!(got, want);
+        assert!(interleave(vec![]).is_empty());
+    }
 
     #[test]
     fn tool_ids_match_the_provider() {
