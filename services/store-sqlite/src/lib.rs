@@ -482,32 +482,60 @@ impl StoreDialect for SqliteStore {
             facts.pending.insert(ch, get(r, "n")?);
         }
         let mut outcomes = plan_enqueue_batch(items, &facts);
-        let mut seqs = Vec::new();
-        for (it, outcome) in items.iter().zip(&outcomes) {
-            if !outcome.is_stored() {
-                continue;
-            }
-            let rec = &it.record;
-            let inserted = sqlx::query(
+        // The stored messages in two statements, not two per message: each statement is a
+        // round trip to the connection's worker thread. Rows go in in input order (`key`),
+        // so seq follows arrival within a channel.
+        let stored: Vec<(&str, &str, String, i64, i64, i64)> = items
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| o.is_stored())
+            .map(|(it, _)| {
+                let r = &it.record;
+                Ok((
+                    r.channel_id.as_str(),
+                    r.message_id.as_str(),
+                    json_text(&r.payload)?,
+                    r.created_at,
+                    r.expires_at,
+                    it.dedupe_until,
+                ))
+            })
+            .collect::<BackendResult<_>>()?;
+        let mut seqs = Vec::with_capacity(stored.len());
+        if !stored.is_empty() {
+            let rows_json = json_text(&stored)?;
+            let rows = sqlx::query(
                 "INSERT INTO outbox (channel_id, message_id, payload, created_at, expires_at, attempts, state) \
-                 VALUES ($1, $2, $3, $4, $5, 0, 'pending')",
+                 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), \
+                        json_extract(value, '$[3]'), json_extract(value, '$[4]'), 0, 'pending' \
+                   FROM json_each($1) ORDER BY key \
+                 RETURNING seq, channel_id, message_id",
             )
-            .bind(&rec.channel_id)
-            .bind(&rec.message_id)
-            .bind(json_text(&rec.payload)?)
-            .bind(rec.created_at)
-            .bind(rec.expires_at)
-            .execute(&mut *tx)
+            .bind(&rows_json)
+            .fetch_all(&mut *tx)
             .await
             .map_err(db("insert outbox"))?;
-            seqs.push(inserted.last_insert_rowid());
+            // RETURNING promises no order: each row is matched to its item by key.
+            let mut at = std::collections::HashMap::with_capacity(rows.len());
+            for r in &rows {
+                let key: (String, String) = (get(r, "channel_id")?, get(r, "message_id")?);
+                at.insert(key, get::<i64>(r, "seq")?);
+            }
+            for (c, m, ..) in &stored {
+                let seq = at
+                    .get(&((*c).to_owned(), (*m).to_owned()))
+                    .copied()
+                    .ok_or_else(|| BackendError::internal("outbox insert lost a row"))?;
+                seqs.push(seq);
+            }
+            // `WHERE true`: SQLite's parser needs it between a SELECT and ON CONFLICT.
             sqlx::query(
-                "INSERT INTO inbound_seen (channel_id, message_id, expires_at) VALUES ($1, $2, $3) \
+                "INSERT INTO inbound_seen (channel_id, message_id, expires_at) \
+                 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[5]') \
+                   FROM json_each($1) WHERE true \
                  ON CONFLICT (channel_id, message_id) DO UPDATE SET expires_at = excluded.expires_at",
             )
-            .bind(&rec.channel_id)
-            .bind(&rec.message_id)
-            .bind(it.dedupe_until)
+            .bind(&rows_json)
             .execute(&mut *tx)
             .await
             .map_err(db("record seen"))?;

@@ -4,6 +4,9 @@
 //! once durably stored" holds unchanged; what changes is that a thousand concurrent requests
 //! cost a handful of commits instead of a thousand.
 //!
+//! Acked positions are written the same way ([`AckCommitter`]): many sockets' acks, one
+//! transaction.
+//!
 //! The queue is the pod's backlog bound: when it is full, ingress is refused retryably at
 //! once (HTTP 503 with `Retry-After`) instead of letting latency grow without limit.
 
@@ -72,23 +75,7 @@ impl OutboxCommitter {
             let queued = queued.clone();
             let max_batch = limits.max_batch.max(1);
             tokio::spawn(async move {
-                loop {
-                    let mut jobs = Vec::new();
-                    {
-                        // One committer collects a batch at a time; the others commit
-                        // theirs meanwhile, so commits overlap on backends that allow it.
-                        let mut rx = rx.lock().await;
-                        match rx.recv().await {
-                            Some(j) => jobs.push(j),
-                            None => return,
-                        }
-                        while jobs.len() < max_batch {
-                            match rx.try_recv() {
-                                Ok(j) => jobs.push(j),
-                                Err(_) => break,
-                            }
-                        }
-                    }
+                while let Some(jobs) = next_batch(&rx, max_batch).await {
                     queued.fetch_sub(jobs.len(), Ordering::Relaxed);
                     metrics::gauge!("switchyard_commit_queue_depth")
                         .set(queued.load(Ordering::Relaxed) as f64);
@@ -122,6 +109,90 @@ impl OutboxCommitter {
     /// Messages waiting for a commit now.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+}
+
+/// Waits for one job, then takes what else is queued, up to `max`; `None` once every sender
+/// is gone. One task collects a batch at a time; the others commit theirs meanwhile, so
+/// commits overlap on backends that allow it.
+async fn next_batch<J>(rx: &Mutex<mpsc::Receiver<J>>, max: usize) -> Option<Vec<J>> {
+    let mut rx = rx.lock().await;
+    let mut jobs = vec![rx.recv().await?];
+    while jobs.len() < max {
+        match rx.try_recv() {
+            Ok(j) => jobs.push(j),
+            Err(_) => break,
+        }
+    }
+    Some(jobs)
+}
+
+struct AckJob {
+    cursors: Vec<(String, i64)>,
+    reply: oneshot::Sender<BackendResult<()>>,
+}
+
+/// The pod's acked positions, written together: each socket's flush hands its channels'
+/// new positions here, and a few tasks write what all sockets handed in meanwhile as one
+/// `advance_outbox` (one transaction). On SQLite, whose one writer takes every transaction
+/// in turn, that is one commit for the pod's sockets instead of one per socket.
+pub struct AckCommitter {
+    tx: mpsc::Sender<AckJob>,
+}
+
+impl std::fmt::Debug for AckCommitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckCommitter").finish_non_exhaustive()
+    }
+}
+
+impl AckCommitter {
+    /// Most socket flushes merged into one write.
+    const MAX_JOBS: usize = 256;
+
+    /// Starts `tasks` writers on the current runtime. They end when the handle drops.
+    pub fn start(store: Arc<dyn Store>, tasks: usize) -> Self {
+        let (tx, rx) = mpsc::channel::<AckJob>(4096);
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..tasks.max(1) {
+            let rx = rx.clone();
+            let store = store.clone();
+            tokio::spawn(async move {
+                while let Some(jobs) = next_batch(&rx, Self::MAX_JOBS).await {
+                    // A channel's position only moves up: the highest handed in wins.
+                    let mut merged: std::collections::HashMap<String, i64> =
+                        std::collections::HashMap::new();
+                    for (c, seq) in jobs.iter().flat_map(|j| j.cursors.iter()) {
+                        let at = merged.entry(c.clone()).or_insert(*seq);
+                        *at = (*at).max(*seq);
+                    }
+                    let mut cursors: Vec<(String, i64)> = merged.into_iter().collect();
+                    cursors.sort_unstable();
+                    let started = std::time::Instant::now();
+                    let written = store.advance_outbox(&cursors).await;
+                    metrics::histogram!("switchyard_store_operation_duration_seconds", "op" => "ack_batch")
+                        .record(started.elapsed().as_secs_f64());
+                    for job in jobs {
+                        let _ = job.reply.send(match &written {
+                            Ok(()) => Ok(()),
+                            Err(e) => Err(BackendError::new(e.kind, e.context.clone())),
+                        });
+                    }
+                }
+            });
+        }
+        Self { tx }
+    }
+
+    /// Records the positions with the next write; answers once it committed.
+    pub async fn advance(&self, cursors: Vec<(String, i64)>) -> BackendResult<()> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(AckJob { cursors, reply })
+            .await
+            .map_err(|_| BackendError::unavailable("ack committer stopped"))?;
+        rx.await
+            .unwrap_or_else(|_| Err(BackendError::unavailable("ack committer stopped")))
     }
 }
 

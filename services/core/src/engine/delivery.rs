@@ -328,17 +328,14 @@ impl MountedCard {
         Ok(())
     }
 
-    /// Acks as a cursor: each channel's acked position moves up (one statement) and `n`
-    /// deliveries count as done; the janitor removes the rows later, in bulk.
+    /// Acks as a cursor: each channel's acked position moves up (written with the other
+    /// sockets' in one statement, [`super::AckCommitter`]) and `n` deliveries count as done;
+    /// the janitor removes the rows later, in bulk.
     pub async fn delivered_through(&self, cursors: &[(String, i64)], n: u64) -> Result<(), Fault> {
         if cursors.is_empty() {
             return Ok(());
         }
-        let started = std::time::Instant::now();
-        let moved = self.hub.store.advance_outbox(cursors).await;
-        metrics::histogram!("switchyard_store_operation_duration_seconds", "op" => "ack_batch")
-            .record(started.elapsed().as_secs_f64());
-        moved?;
+        self.hub.acks.advance(cursors.to_vec()).await?;
         metrics::counter!("switchyard_deliveries_total", "card" => self.card_id().to_owned(), "outcome" => "delivered").increment(n);
         Ok(())
     }

@@ -33,7 +33,7 @@ use crate::provider::Provider;
 use crate::store::Store;
 
 pub use channel::{HelloOk, Opened, OpenedBatch, SessionIdent};
-pub use commit::{CommitLimits, OutboxCommitter, Overloaded};
+pub use commit::{AckCommitter, CommitLimits, OutboxCommitter, Overloaded};
 pub use delivery::{Delivery, DeliveryKind};
 pub use files::{DownloadAuth, DownloadCheck, UploadedFile, clean_filename, file_type_of};
 pub use janitor::{Janitor, JanitorReport};
@@ -111,6 +111,8 @@ pub struct Hub {
     pub(crate) public_base_url: String,
     /// Group commit of inbound messages into the outbox.
     pub(crate) committer: OutboxCommitter,
+    /// Group commit of acked positions.
+    pub(crate) acks: AckCommitter,
     /// Per-tenant quotas (defaults from configuration, overrides from the store).
     pub(crate) quotas: crate::quota::Quotas,
     /// The delivery journal (each message's steps); recording never blocks.
@@ -152,9 +154,10 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    /// Builds the hub and starts its writers (the outbox's group commit, the journal) on the
-    /// current runtime.
+    /// Builds the hub and starts its writers (the outbox's and the acks' group commits, the
+    /// journal) on the current runtime.
     pub fn new(parts: HubParts) -> Self {
+        let acks = AckCommitter::start(parts.store.clone(), parts.commit.committers);
         let committer = OutboxCommitter::start(parts.store.clone(), parts.commit);
         let journal = if parts.journal.enabled {
             crate::journal::Journal::start(parts.store.clone(), &parts.pod_id, &parts.journal)
@@ -172,6 +175,7 @@ impl Hub {
             pod_id: parts.pod_id,
             public_base_url: parts.public_base_url,
             committer,
+            acks,
             quotas: crate::quota::Quotas::new(parts.quotas),
             journal,
             tracer: parts.tracer,
