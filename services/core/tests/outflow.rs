@@ -675,6 +675,47 @@ async fn acks_move_a_cursor_and_the_janitor_removes_the_rows_in_bulk() {
     assert_eq!(k.rows().await, 0);
 }
 
+/// Acked positions handed in at once (by many sockets' flushes) are written together: each
+/// caller is answered, and a channel's position is the highest any of them handed in,
+/// whatever the order.
+#[tokio::test]
+async fn acked_positions_of_many_sockets_are_written_together_and_only_move_up() {
+    let k = kit_with(CommitLimits {
+        committers: 1,
+        ..CommitLimits::default()
+    })
+    .await;
+    let (ident, a) = k.channel("sock_a", "xagent.im.v2").await;
+    let (b, _) = k.conn.open_channel(&ident, None).await.unwrap();
+    let sa: Vec<i64> = k
+        .put_carried(&a.id, &["a1", "a2", "a3", "a4"])
+        .await
+        .iter()
+        .map(|c| c.seq)
+        .collect();
+    let sb: Vec<i64> = k
+        .put_carried(&b.id, &["b1", "b2"])
+        .await
+        .iter()
+        .map(|c| c.seq)
+        .collect();
+    let acks = k.hub.acks();
+    let calls = vec![
+        acks.advance(vec![(a.id.clone(), sa[2])]),
+        acks.advance(vec![(a.id.clone(), sa[0]), (b.id.clone(), sb[0])]),
+        acks.advance(vec![(b.id.clone(), sb[1]), ("cch_missing".into(), 7)]),
+        acks.advance(vec![(a.id.clone(), sa[1])]),
+    ];
+    for r in futures::future::join_all(calls).await {
+        r.expect("every caller is answered once its write committed");
+    }
+    assert_eq!(k.pending(&a.id).await, ["a4"], "the highest position wins");
+    assert!(k.pending(&b.id).await.is_empty());
+    // Lower positions later move nothing back.
+    acks.advance(vec![(a.id.clone(), sa[0])]).await.unwrap();
+    assert_eq!(k.pending(&a.id).await, ["a4"]);
+}
+
 /// An ack out of order removes its message by itself; the position moves once the older
 /// one is acked, and a timeout then redelivers only what is unfinished.
 #[tokio::test]

@@ -233,6 +233,11 @@ impl Hub {
         &self.committer
     }
 
+    /// The group commit of acked positions.
+    pub fn acks(&self) -> &AckCommitter {
+        &self.acks
+    }
+
     /// Per-tenant quotas.
     pub fn quotas(&self) -> &crate::quota::Quotas {
         &self.quotas
