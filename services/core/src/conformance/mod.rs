@@ -38,7 +38,7 @@ macro_rules! store_conformance_tests {
                 pending_outbox_order_and_filters, outbox_backlog, ack_fail_and_attempts,
                 purge_outbox, claims, expired_claims_are_replaced, purge_claims, files,
                 expired_files, leases, lease_release, kv, enqueue_batch_rules, ack_batch,
-                ack_cursor, route_states, channel_batches, reopen_channels, console_pages, console_channels_and_failures, console_search,
+                ack_cursor, purge_in_windows, route_states, channel_batches, reopen_channels, console_pages, console_channels_and_failures, console_search,
                 journal,
             ], concurrent: [
                 lease_is_atomic, last_socket_race, enqueue_is_atomic, enqueue_batch_is_atomic,

@@ -2579,6 +2579,48 @@ pub async fn ack_cursor(s: &dyn Store) {
         .expect("a deleted channel is skipped");
 }
 
+/// The purge of acked rows walks the outbox in windows (2000 seqs on the SQL stores): every
+/// covered row goes, however many windows they span, and nothing else does.
+pub async fn purge_in_windows(s: &dyn Store) {
+    let a = channel(s).await;
+    let b = channel(s).await;
+    let now = now_ms();
+    let items: Vec<Enqueue> = (0..4500)
+        .map(|i| {
+            item(
+                message(if i % 3 == 0 { &b.id } else { &a.id }, now, now + HOUR),
+                10_000,
+            )
+        })
+        .collect();
+    let out = s.enqueue_outbox_batch(&items).await.expect("enqueue");
+    let seqs: Vec<i64> = out
+        .iter()
+        .map(|o| match *o {
+            EnqueueOutcome::Stored { seq, .. } => seq,
+            other => panic!("not stored: {other:?}"),
+        })
+        .collect();
+    // a: the first 2000 of its 3000 acked, one of them failed; b: none acked.
+    let a_items: Vec<(usize, &Enqueue)> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| it.record.channel_id == a.id)
+        .collect();
+    let (at, _) = a_items[1999];
+    let failed = &a_items[10].1.record.message_id;
+    assert!(s.fail_outbox(&a.id, failed, "no").await.expect("fail"));
+    s.advance_outbox(&[(a.id.clone(), seqs[at])])
+        .await
+        .expect("advance");
+    assert_eq!(s.purge_acked_outbox().await.expect("purge"), 1999);
+    assert_eq!(s.purge_acked_outbox().await.expect("purge"), 0);
+    assert_eq!(s.count_pending(&a.id).await.expect("count"), 1000);
+    assert_eq!(s.count_pending(&b.id).await.expect("count"), 1500);
+    let o = s.overview(1_000_000).await.expect("overview");
+    assert_eq!((o.outbox, o.outbox_failed), (2501, 1));
+}
+
 pub async fn route_states(s: &dyn Store) {
     let c = connector(s).await;
     let idle = channel_of(s, &c).await;

@@ -144,16 +144,50 @@ pub async fn fail_outbox(
 }
 
 /// Removes the pending rows their channel's acked position covers: one statement, by range.
+/// Rows of the outbox one purge transaction looks at.
+const PURGE_WINDOW: i64 = 2000;
+
+/// Removes the rows behind their channel's acked position, walking the outbox in windows of
+/// seqs, each its own transaction: SQLite's one writer is held for a window at a time, so the
+/// inbound batches and the acks wait for a window, not for the whole purge (in one
+/// transaction, the sweep every 5 s put a 100-250 ms step into the embedded p99). The walk
+/// stops at the highest seq when it began; what comes after is the next sweep's.
 pub async fn purge_acked_outbox(s: &impl Handles) -> BackendResult<u64> {
-    let mut w = s.write().await?;
-    let done = stmt(
-        "DELETE FROM outbox WHERE state = 'pending' AND seq <= \
-         (SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = outbox.channel_id)",
-    )
-    .execute(&mut w, "purge acked outbox")
-    .await?;
-    w.commit().await?;
-    Ok(done)
+    let end: Option<i64> = stmt("SELECT MAX(seq) FROM outbox")
+        .scalar(&mut s.read(), "outbox end")
+        .await?;
+    let Some(end) = end else {
+        return Ok(0);
+    };
+    let mut after = 0i64;
+    let mut gone = 0u64;
+    while after < end {
+        let mut w = s.write().await?;
+        let upto: Option<i64> = stmt(
+            "SELECT MAX(seq) FROM (SELECT seq FROM outbox WHERE seq > $1 AND seq <= $2 \
+             ORDER BY seq LIMIT $3) w",
+        )
+        .bind(after)
+        .bind(end)
+        .bind(PURGE_WINDOW)
+        .scalar(&mut w, "purge window")
+        .await?;
+        let Some(upto) = upto else {
+            w.commit().await?;
+            break;
+        };
+        gone += stmt(
+            "DELETE FROM outbox WHERE seq > $1 AND seq <= $2 AND state = 'pending' AND seq <= \
+             (SELECT k.acked_seq FROM outbox_cursors k WHERE k.channel_id = outbox.channel_id)",
+        )
+        .bind(after)
+        .bind(upto)
+        .execute(&mut w, "purge acked outbox")
+        .await?;
+        w.commit().await?;
+        after = upto;
+    }
+    Ok(gone)
 }
 
 pub async fn purge_outbox(s: &impl Handles, now: i64) -> BackendResult<u64> {
