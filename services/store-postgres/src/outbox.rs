@@ -3,10 +3,10 @@
 //! pending count and highest seq) in one statement, and inserts the stored messages and their
 //! seen-records in another: five round trips with BEGIN and COMMIT (seven before).
 
-use switchyard_core::error::{BackendError, BackendResult};
+use switchyard_core::error::BackendResult;
 use switchyard_core::model::{Enqueue, EnqueueOutcome};
 use switchyard_core::store::{BatchFacts, place_batch, plan_enqueue_batch};
-use switchyard_store_sql::{get, json_text};
+use switchyard_store_sql::{get, json_text, seqs_by_key};
 
 use crate::{PostgresStore, db};
 
@@ -131,22 +131,10 @@ pub(crate) async fn enqueue_batch(
         .fetch_all(&mut *tx)
         .await
         .map_err(db("insert outbox"))?;
-        // RETURNING promises no order: each row is matched to its item by key.
-        let mut at = std::collections::HashMap::with_capacity(rows.len());
-        for r in &rows {
-            let key: (String, String) = (get(r, "channel_id")?, get(r, "message_id")?);
-            let seq: i64 = get(r, "seq")?;
-            at.insert(key, seq);
-        }
-        let seqs = ch
-            .iter()
-            .zip(&msg)
-            .map(|(c, m)| {
-                at.get(&(c.clone(), m.clone()))
-                    .copied()
-                    .ok_or_else(|| BackendError::internal("outbox insert lost a row"))
-            })
-            .collect::<BackendResult<Vec<i64>>>()?;
+        let seqs = seqs_by_key(
+            &rows,
+            ch.iter().zip(&msg).map(|(c, m)| (c.as_str(), m.as_str())),
+        )?;
         place_batch(items, &mut outcomes, &facts, &seqs);
     }
     tx.commit().await.map_err(db("commit"))?;

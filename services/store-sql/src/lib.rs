@@ -22,4 +22,5 @@ pub use dialect::{HostDialect, StoreDialect};
 pub use exec::{Arg, Conn, ErrMap, Exec, Handles, Lock, Stmt, Tx, stmt};
 pub use rows::{
     Cell, Col, SqlRow, all, capped, corrupt, count, first, get, json_col, json_text, one,
+    seqs_by_key,
 };

@@ -130,6 +130,26 @@ pub fn corrupt(what: &str) -> BackendError {
     BackendError::internal(format!("stored {what} is not valid"))
 }
 
+/// The seqs a multi-row outbox insert gave, in the order of `keys` (its items'
+/// `(channel_id, message_id)`): `RETURNING` promises no order, so each returned row (with
+/// columns `channel_id`, `message_id`, `seq`) is matched to its item by key.
+pub fn seqs_by_key<'k>(
+    rows: &[impl SqlRow],
+    keys: impl Iterator<Item = (&'k str, &'k str)>,
+) -> BackendResult<Vec<i64>> {
+    let mut at = std::collections::HashMap::with_capacity(rows.len());
+    for r in rows {
+        let key: (String, String) = (get(r, "channel_id")?, get(r, "message_id")?);
+        at.insert(key, get::<i64>(r, "seq")?);
+    }
+    keys.map(|(c, m)| {
+        at.get(&(c.to_owned(), m.to_owned()))
+            .copied()
+            .ok_or_else(|| BackendError::internal("outbox insert lost a row"))
+    })
+    .collect()
+}
+
 pub fn json_text(v: &impl serde::Serialize) -> BackendResult<String> {
     serde_json::to_string(v)
         .map_err(|e| BackendError::with_source(ErrorKind::Internal, "encode json", e))

@@ -23,7 +23,7 @@ use switchyard_core::model::*;
 use switchyard_core::store::{BatchFacts, place_batch, plan_enqueue_batch};
 use switchyard_store_sql::records::lease;
 use switchyard_store_sql::{
-    Conn, Handles, Lock, StoreDialect, Tx, get, json_text, lease_cols, one,
+    Conn, Handles, Lock, StoreDialect, Tx, get, json_text, lease_cols, one, seqs_by_key,
 };
 
 mod hosts;
@@ -501,7 +501,7 @@ impl StoreDialect for SqliteStore {
                 ))
             })
             .collect::<BackendResult<_>>()?;
-        let mut seqs = Vec::with_capacity(stored.len());
+        let mut seqs = Vec::new();
         if !stored.is_empty() {
             let rows_json = json_text(&stored)?;
             let rows = sqlx::query(
@@ -515,19 +515,7 @@ impl StoreDialect for SqliteStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(db("insert outbox"))?;
-            // RETURNING promises no order: each row is matched to its item by key.
-            let mut at = std::collections::HashMap::with_capacity(rows.len());
-            for r in &rows {
-                let key: (String, String) = (get(r, "channel_id")?, get(r, "message_id")?);
-                at.insert(key, get::<i64>(r, "seq")?);
-            }
-            for (c, m, ..) in &stored {
-                let seq = at
-                    .get(&((*c).to_owned(), (*m).to_owned()))
-                    .copied()
-                    .ok_or_else(|| BackendError::internal("outbox insert lost a row"))?;
-                seqs.push(seq);
-            }
+            seqs = seqs_by_key(&rows, stored.iter().map(|(c, m, ..)| (*c, *m)))?;
             // `WHERE true`: SQLite's parser needs it between a SELECT and ON CONFLICT.
             sqlx::query(
                 "INSERT INTO inbound_seen (channel_id, message_id, expires_at) \
