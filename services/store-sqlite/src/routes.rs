@@ -3,6 +3,7 @@
 //! these writes.
 
 use sqlx::SqliteConnection;
+use sqlx::sqlite::SqliteRow;
 use switchyard_core::error::BackendResult;
 use switchyard_core::model::*;
 use switchyard_store_sql::json_text;
@@ -30,18 +31,40 @@ pub(crate) async fn channels_on(
     conn: &mut SqliteConnection,
     ids: &[String],
 ) -> BackendResult<Vec<ChannelRecord>> {
+    let sql = concat!(
+        switchyard_store_sql::channel_select!(),
+        " WHERE c.id IN (SELECT value FROM json_each($1))"
+    );
+    by_chunks(
+        conn,
+        ids,
+        sql,
+        None,
+        "get channels",
+        switchyard_store_sql::records::channel,
+    )
+    .await
+}
+
+/// The rows `sql` answers for `ids` (its `$1`, a JSON array), a thousand ids a query, each
+/// decoded by `row`; `now` is its `$2` where it has one.
+async fn by_chunks<T>(
+    conn: &mut SqliteConnection,
+    ids: &[String],
+    sql: &str,
+    now: Option<i64>,
+    what: &'static str,
+    row: fn(&SqliteRow) -> BackendResult<T>,
+) -> BackendResult<Vec<T>> {
     let mut out = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(1000) {
-        let rows = sqlx::query(concat!(
-            switchyard_store_sql::channel_select!(),
-            " WHERE c.id IN (SELECT value FROM json_each($1))"
-        ))
-        .bind(json_text(&chunk)?)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db("get channels"))?;
+        let mut q = sqlx::query(sql).bind(json_text(&chunk)?);
+        if let Some(now) = now {
+            q = q.bind(now);
+        }
+        let rows = q.fetch_all(&mut *conn).await.map_err(db(what))?;
         for r in &rows {
-            out.push(switchyard_store_sql::records::channel(r)?);
+            out.push(row(r)?);
         }
     }
     Ok(out)
@@ -63,29 +86,23 @@ pub(crate) async fn move_routes_on(
     for chunk in ids.chunks(1000) {
         let chunk = json_text(&chunk)?;
         // The rare unbound channel whose old route column is empty gets the same route
-        // there (docs/ops.md, Upgrades); the mirror trigger writes the same values.
-        sqlx::query(
+        // there (docs/ops.md, Upgrades); the mirror trigger writes the same values. Then
+        // the routes themselves.
+        for sql in [
             "UPDATE channels SET route_socket = $2, profiles = $3, updated_at = $4 \
              WHERE id IN (SELECT value FROM json_each($1)) AND binding IS NULL AND route_socket IS NULL",
-        )
-        .bind(&chunk)
-        .bind(socket)
-        .bind(&profiles)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .map_err(db("set channel routes"))?;
-        sqlx::query(
             "UPDATE channel_routes SET socket_id = $2, profiles = $3, moved_at = $4 \
              WHERE channel_id IN (SELECT value FROM json_each($1))",
-        )
-        .bind(&chunk)
-        .bind(socket)
-        .bind(&profiles)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .map_err(db("set channel routes"))?;
+        ] {
+            sqlx::query(sql)
+                .bind(&chunk)
+                .bind(socket)
+                .bind(&profiles)
+                .bind(now)
+                .execute(&mut *conn)
+                .await
+                .map_err(db("set channel routes"))?;
+        }
     }
     route_states_on(conn, ids, now).await
 }
@@ -97,21 +114,18 @@ pub(crate) async fn route_states_on(
     ids: &[String],
     now: i64,
 ) -> BackendResult<Vec<RouteState>> {
-    let mut out = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(1000) {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            switchyard_store_sql::route_state_cols!("$2"),
-            " FROM channel_routes r WHERE r.channel_id IN (SELECT value FROM json_each($1))"
-        ))
-        .bind(json_text(&chunk)?)
-        .bind(now)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db("route states"))?;
-        for r in &rows {
-            out.push(switchyard_store_sql::records::route_state(r)?);
-        }
-    }
-    Ok(out)
+    let sql = concat!(
+        "SELECT ",
+        switchyard_store_sql::route_state_cols!("$2"),
+        " FROM channel_routes r WHERE r.channel_id IN (SELECT value FROM json_each($1))"
+    );
+    by_chunks(
+        conn,
+        ids,
+        sql,
+        Some(now),
+        "route states",
+        switchyard_store_sql::records::route_state,
+    )
+    .await
 }
