@@ -93,6 +93,15 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a task waits for a pooled connection before the store reports `Unavailable`.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_CONNECTIONS: u32 = 4;
+/// The writer checkpoints the WAL into the database file once it holds this many pages
+/// (40 MB of 4 KiB pages; SQLite's default is 1000). Each inbound batch dirties about a
+/// hundred index leaves, mostly the same hot ones (a channel's place in three indexes), and
+/// every commit appends them to the WAL again: the default checkpointed about every ninth
+/// batch, writing each hot page into the database file each time and syncing it, on the
+/// writer's turn. Ten times the interval writes a hot page once per ten times the batches.
+/// Embedded saturated inbound, alternating runs: 3518-4299 msg/s (mean 3855) against
+/// 3267-3936 (mean 3613) with the default.
+const WAL_CHECKPOINT_PAGES: u32 = 10_000;
 
 pub struct SqliteStore {
     writer: SqlitePool,
@@ -162,7 +171,11 @@ impl SqliteStore {
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(base.clone().journal_mode(SqliteJournalMode::Wal))
+            .connect_with(
+                base.clone()
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .pragma("wal_autocheckpoint", WAL_CHECKPOINT_PAGES.to_string()),
+            )
             .await
             .map_err(db("open sqlite"))?;
         let journal = journal::JournalDb::open(&base, false).await?;
