@@ -403,7 +403,8 @@ impl StoreDialect for PostgresStore {
 
     async fn advance_outbox(&self, cursors: &[(String, i64)]) -> BackendResult<()> {
         // One row per channel (the highest position), in id order: concurrent batches lock
-        // their cursor rows in the same order.
+        // their cursor rows in the same order. The arrays behind InitPlans keep one generic
+        // plan (`outbox.rs`).
         let mut at = std::collections::BTreeMap::new();
         for (ch, seq) in cursors {
             let e = at.entry(ch.clone()).or_insert(*seq);
@@ -415,7 +416,8 @@ impl StoreDialect for PostgresStore {
         let (ch, seq): (Vec<String>, Vec<i64>) = at.into_iter().unzip();
         sqlx::query(
             "INSERT INTO outbox_cursors (channel_id, acked_seq) \
-             SELECT v.channel_id, v.seq FROM unnest($1::text[], $2::int8[]) AS v(channel_id, seq) \
+             SELECT v.channel_id, v.seq \
+               FROM unnest((SELECT $1::text[]), (SELECT $2::int8[])) AS v(channel_id, seq) \
               WHERE EXISTS (SELECT 1 FROM channels c WHERE c.id = v.channel_id) \
               ORDER BY v.channel_id \
              ON CONFLICT (channel_id) DO UPDATE \

@@ -2,6 +2,16 @@
 //! rows in id order, reads what the plan needs (the channels, the duplicates, each channel's
 //! pending count and highest seq) in one statement, and inserts the stored messages and their
 //! seen-records in another: five round trips with BEGIN and COMMIT (seven before).
+//!
+//! The arrays are bound as `(SELECT $n::text[])`, a one-row InitPlan, not as `$n` itself.
+//! Postgres plans a prepared statement for its parameters' values (a custom plan) five times,
+//! then keeps one generic plan if that costs no more. With `$n` in the plan, a custom plan
+//! knows each array's length and a generic plan assumes ten elements, so with batches of a
+//! few messages the generic plan always looked dearer and every execution was planned again:
+//! 58 % of the facts read's time, 69 % of the lock's, at saturation (`pg_stat_statements`
+//! with `track_planning`). Behind an InitPlan neither plan knows the length, both are the same
+//! per-key index probes, and the generic one is kept. Planner statistics changing (an
+//! autoanalyze) still replans it.
 
 use switchyard_core::error::BackendResult;
 use switchyard_core::model::{Enqueue, EnqueueOutcome};
@@ -30,12 +40,14 @@ pub(crate) async fn enqueue_batch(
     // makes the dedupe check, the cap check and the seq assignment one step per channel.
     // The reads below are separate statements, so they see what the batches this one
     // waited for committed.
-    let rows =
-        sqlx::query("SELECT id FROM channels WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
-            .bind(&channels)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db("lock channels"))?;
+    let rows = sqlx::query(
+        "SELECT id FROM channels WHERE id = ANY((SELECT $1::text[])::text[]) \
+          ORDER BY id FOR NO KEY UPDATE",
+    )
+    .bind(&channels)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db("lock channels"))?;
     for r in &rows {
         facts.channels.insert(get(r, "id")?);
     }
@@ -51,7 +63,7 @@ pub(crate) async fn enqueue_batch(
     // growing with the tables, against 0.2 ms).
     let rows = sqlx::query(
         "SELECT 'seen' AS kind, i.channel_id, i.message_id, 0::int8 AS n, 0::int8 AS last \
-           FROM unnest($1::text[], $2::text[]) AS i(channel_id, message_id) \
+           FROM unnest((SELECT $1::text[]), (SELECT $2::text[])) AS i(channel_id, message_id) \
           WHERE COALESCE((SELECT s.expires_at > $3 FROM inbound_seen s \
                            WHERE s.channel_id = i.channel_id AND s.message_id = i.message_id), false) \
              OR (SELECT true FROM outbox o \
@@ -64,7 +76,7 @@ pub(crate) async fn enqueue_batch(
                 GREATEST( \
                   (SELECT MAX(o.seq) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'pending'), \
                   (SELECT MAX(o.seq) FROM outbox o WHERE o.channel_id = c.id AND o.state = 'failed')) \
-           FROM (SELECT DISTINCT unnest($1::text[]) AS id) c \
+           FROM (SELECT DISTINCT unnest((SELECT $1::text[])) AS id) c \
            LEFT JOIN outbox_cursors k ON k.channel_id = c.id",
     )
     .bind(&channels)
