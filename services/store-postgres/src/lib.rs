@@ -18,7 +18,9 @@ use sqlx::{Executor, Postgres, Transaction};
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
 use switchyard_store_sql::records::lease;
-use switchyard_store_sql::{Conn, Handles, Lock, StoreDialect, Tx, json_text, lease_cols, one};
+use switchyard_store_sql::{
+    Conn, Handles, Lock, StoreDialect, Tx, get, json_text, lease_cols, one,
+};
 
 mod hosts;
 mod outbox;
@@ -144,6 +146,28 @@ impl PostgresStore {
             }
         }
         Ok(Self { pool })
+    }
+
+    /// The prepared statements of a pooled connection, each with how many times Postgres
+    /// planned it generically and for its parameters (`pg_prepared_statements`). For tests:
+    /// with a pool of one connection, that is the connection every statement ran on.
+    #[doc(hidden)]
+    pub async fn prepared_plans(&self) -> BackendResult<Vec<(String, i64, i64)>> {
+        let rows = sqlx::query(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("prepared plans"))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    get(r, "statement")?,
+                    get(r, "generic_plans")?,
+                    get(r, "custom_plans")?,
+                ))
+            })
+            .collect()
     }
 
     /// Closes the pool; in-flight queries finish first.
