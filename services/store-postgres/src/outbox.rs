@@ -11,7 +11,9 @@
 //! 58 % of the facts read's time, 69 % of the lock's, at saturation (`pg_stat_statements`
 //! with `track_planning`). Behind an InitPlan neither plan knows the length, both are the same
 //! per-key index probes, and the generic one is kept. Planner statistics changing (an
-//! autoanalyze) still replans it.
+//! autoanalyze) still replans it. The lock's generic plan is a bitmap scan and a sort, which
+//! runs slower than the custom plans did (94 against 49 µs a call on a busy machine) but
+//! costs less than their planning did (110 µs).
 
 use switchyard_core::error::BackendResult;
 use switchyard_core::model::{Enqueue, EnqueueOutcome};

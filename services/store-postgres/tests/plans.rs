@@ -97,7 +97,7 @@ async fn batch_statements_keep_a_generic_plan() {
         )
         .await
         .expect("connect the admin pool");
-    sqlx::query("ANALYZE")
+    sqlx::query("ANALYZE channels, outbox, inbound_seen, outbox_cursors")
         .execute(&admin)
         .await
         .expect("analyze");
