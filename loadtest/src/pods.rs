@@ -47,6 +47,19 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// Why a pod did not start.
+enum Start {
+    /// Another process took one of its ports first.
+    PortTaken(anyhow::Error),
+    Failed(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Start {
+    fn from(e: E) -> Self {
+        Start::Failed(e.into())
+    }
+}
+
 fn random_hex(bytes: usize) -> String {
     let v: Vec<u8> = (0..bytes).map(|_| rand::random::<u8>()).collect();
     hex::encode(v)
@@ -484,9 +497,26 @@ impl Fleet {
         }
     }
 
-    /// Starts a pod on fresh ports and waits for `/readyz`.
+    /// Starts a pod on fresh ports and waits for `/readyz`. A port found free can be taken
+    /// before the pod binds it (the ports come from the range outgoing connections use, and
+    /// the loadtest and its pods open many), so a pod that could not bind is started again on
+    /// other ports, twice at most.
     pub async fn start_pod(&self) -> anyhow::Result<Arc<Pod>> {
         let index = self.next.fetch_add(1, Ordering::SeqCst);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.start_pod_as(index).await {
+                Err(Start::PortTaken(e)) if tries < 3 => {
+                    eprintln!("{e:#}\nstarting it again on other ports");
+                }
+                Err(Start::PortTaken(e) | Start::Failed(e)) => return Err(e),
+                Ok(pod) => return Ok(pod),
+            }
+        }
+    }
+
+    async fn start_pod_as(&self, index: usize) -> Result<Arc<Pod>, Start> {
         let name = format!("pod-{index}");
         let data_dir = self.data_dir(index);
         std::fs::create_dir_all(&data_dir)?;
@@ -497,6 +527,8 @@ impl Fleet {
             .append(true)
             .open(&log)
             .with_context(|| format!("creating {}", log.display()))?;
+        // Where this start's lines begin (an earlier start of the same pod wrote above).
+        let log_from = file.metadata()?.len();
         let mut cmd = self.command(&data_dir);
         cmd.arg("serve")
             .env("SWITCHYARD_LISTEN", format!("127.0.0.1:{port}"))
@@ -528,12 +560,26 @@ impl Fleet {
             .push(pod.clone());
         if let Err(e) = wait_ready(&pod).await {
             pod.kill().await;
-            bail!(
+            self.pods
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|p| !Arc::ptr_eq(p, &pod));
+            let e = anyhow::anyhow!(
                 "{} did not become ready: {e}\n--- {} ---\n{}",
                 pod.name,
                 pod.log.display(),
                 pod.log_tail(30)
             );
+            let this_start = std::fs::read(&pod.log)
+                .map(|b| {
+                    String::from_utf8_lossy(b.get(log_from as usize..).unwrap_or(&[])).into_owned()
+                })
+                .unwrap_or_default();
+            return Err(if this_start.contains("Address already in use") {
+                Start::PortTaken(e)
+            } else {
+                Start::Failed(e)
+            });
         }
         Ok(pod)
     }
