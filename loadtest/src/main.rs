@@ -784,7 +784,13 @@ fn workload_figures(r: &Report) -> Vec<Figure> {
                 },
                 s.rows_per_s,
                 "rows/s",
-                "goal >= 0.5x",
+                // Issue 26's goals: a cluster at half the INSERT rate, one node at 0.6x of
+                // SQLite's single-row commits.
+                if s.store == "postgres" {
+                    "goal >= 0.5x"
+                } else {
+                    "goal >= 0.6x"
+                },
             ));
         }
     }
