@@ -4,55 +4,14 @@
 //! is planned again on every execution, and at saturation that planning cost more than running
 //! it (`outbox.rs`).
 
-use serde_json::json;
-use switchyard_core::ids::{new_id, now_ms, random_secret};
+use switchyard_core::conformance::store::{channel_of, connector, item, message};
+use switchyard_core::ids::{now_ms, random_secret};
 use switchyard_core::model::*;
 use switchyard_core::store::Store;
-use switchyard_protocol::ConnectionStatus;
 use switchyard_store_postgres::PostgresStore;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 const HOUR: i64 = 3_600_000;
-
-async fn channel(s: &dyn Store, c: &ConnectorRecord) -> String {
-    let now = now_ms();
-    let ch = ChannelRecord {
-        id: new_id("cch"),
-        tenant_id: c.tenant_id.clone(),
-        connector_id: c.id.clone(),
-        card_id: c.card_id.clone(),
-        route_socket: None,
-        profiles: vec!["xagent.im.v2".to_owned()],
-        status: ConnectionStatus::Created,
-        view: json!({"display": "new"}),
-        binding: None,
-        binding_key: None,
-        created_at: now,
-        updated_at: now,
-    };
-    s.insert_channel(&ch).await.expect("insert channel");
-    ch.id
-}
-
-fn item(channel_id: &str) -> Enqueue {
-    let now = now_ms();
-    let message_id = new_id("msg");
-    Enqueue {
-        record: OutboxRecord {
-            seq: 0,
-            channel_id: channel_id.to_owned(),
-            payload: json!({"message_id": message_id, "text": "hello"}),
-            message_id,
-            created_at: now,
-            expires_at: now + HOUR,
-            attempts: 0,
-            state: OutboxState::Pending,
-            last_error: None,
-        },
-        cap: 1000,
-        dedupe_until: now + 2 * HOUR,
-    }
-}
 
 #[tokio::test]
 async fn batch_statements_keep_a_generic_plan() {
@@ -64,29 +23,13 @@ async fn batch_statements_keep_a_generic_plan() {
         .await
         .expect("connect postgres");
     store.migrate().await.expect("migrate");
-    let tenant = Tenant {
-        id: new_id("ten"),
-        name: new_id("name"),
-        created_at: now_ms(),
-    };
-    store.create_tenant(&tenant).await.expect("create tenant");
-    let connector = ConnectorRecord {
-        id: new_id("conn"),
-        tenant_id: tenant.id.clone(),
-        card_id: new_id("card"),
-        created_at: now_ms(),
-        offline_since: None,
-    };
-    store
-        .insert_connector(&connector)
-        .await
-        .expect("insert connector");
+    let connector = connector(&store).await;
     // Enough channels, with statistics, that the plans probe indexes (as a deployment's
     // do): on a table of a few rows every plan is one cheap scan, and a generic plan is kept
     // whatever the statement looks like.
     let mut channels = Vec::new();
     for _ in 0..300 {
-        channels.push(channel(&store, &connector).await);
+        channels.push(channel_of(&store, &connector).await.id);
     }
     let admin = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
@@ -107,7 +50,7 @@ async fn batch_statements_keep_a_generic_plan() {
             .iter()
             .skip(round * 7)
             .take(1 + round % 2)
-            .map(|c| item(c))
+            .map(|c| item(message(c, now_ms(), now_ms() + HOUR), 1000))
             .collect();
         let out = store.enqueue_outbox_batch(&items).await.expect("enqueue");
         let cursors: Vec<(String, i64)> = items

@@ -1,8 +1,9 @@
 //! Conformance suite for [`Store`]: what every durable store (SQLite, Postgres) must do.
 //!
-//! Each `pub async fn` here is one case. A backend's tests run every case as a test of its own
-//! with [`store_conformance_tests!`](crate::store_conformance_tests), each on a fresh, empty
-//! store: [`schema`] checks that it starts at version 0 and migrates it, every other case gets
+//! Each `pub async fn` here is one case, except the fixtures a backend's own tests may share
+//! (`connector`, `channel_of`, `message`, `item`). A backend's tests run every case as a test
+//! of its own with [`store_conformance_tests!`](crate::store_conformance_tests), each on a
+//! fresh, empty store: [`schema`] checks that it starts at version 0 and migrates it, every other case gets
 //! it migrated. Cases use their own random ids all the same, and sweeps (`reap_dead_pods`,
 //! `purge_*`, `expired_*`, `stale_unbound_channels`) put the rows meant to be swept far in the
 //! past ([`AGES_AGO`]), sweep with cutoffs there, assert on their own rows only and count with
@@ -51,7 +52,7 @@ async fn connector_with(
 }
 
 /// A tenant with one connector_id.
-async fn connector(s: &dyn Store) -> ConnectorRecord {
+pub async fn connector(s: &dyn Store) -> ConnectorRecord {
     let t = tenant(s).await;
     connector_with(s, &t.id, None).await
 }
@@ -73,7 +74,8 @@ fn channel_rec(c: &ConnectorRecord, updated_at: i64) -> ChannelRecord {
     }
 }
 
-async fn channel_of(s: &dyn Store, c: &ConnectorRecord) -> ChannelRecord {
+/// A new channel of connector `c`.
+pub async fn channel_of(s: &dyn Store, c: &ConnectorRecord) -> ChannelRecord {
     let ch = channel_rec(c, now_ms());
     s.insert_channel(&ch).await.expect("insert channel");
     ch
@@ -85,7 +87,8 @@ async fn channel(s: &dyn Store) -> ChannelRecord {
     channel_of(s, &c).await
 }
 
-fn message(channel_id: &str, created_at: i64, expires_at: i64) -> OutboxRecord {
+/// A new message of `channel_id` with a fresh id.
+pub fn message(channel_id: &str, created_at: i64, expires_at: i64) -> OutboxRecord {
     let message_id = new_id("msg");
     OutboxRecord {
         seq: 0,
@@ -2340,7 +2343,8 @@ pub async fn claim_is_atomic(store: &Arc<dyn Store>) {
     );
 }
 
-fn item(m: OutboxRecord, cap: u32) -> Enqueue {
+/// `m` for a batch, with a two-hour dedupe window.
+pub fn item(m: OutboxRecord, cap: u32) -> Enqueue {
     let dedupe_until = m.created_at + 2 * HOUR;
     Enqueue {
         record: m,
