@@ -18,6 +18,7 @@ use sqlx::{Executor, Postgres, Transaction};
 use switchyard_core::error::{BackendError, BackendResult, ErrorKind};
 use switchyard_core::model::*;
 use switchyard_store_sql::records::lease;
+use switchyard_store_sql::warm::{Held, Warm};
 use switchyard_store_sql::{
     Conn, Handles, Lock, StoreDialect, Tx, get, json_text, lease_cols, one,
 };
@@ -74,6 +75,9 @@ const MIGRATION_LOCK: i64 = 0x5357_5943_4844_0001;
 
 pub struct PostgresStore {
     pool: PgPool,
+    /// Connections the hot paths keep between uses (`switchyard_store_sql::warm`): a
+    /// statement is one round trip, not three with the pool's tests.
+    warm: Warm<Postgres>,
 }
 
 impl PostgresStore {
@@ -126,7 +130,8 @@ impl PostgresStore {
             options = options.options([("search_path", schema)]);
         }
         // The pool tests a connection before handing it out, so connections broken by a
-        // Postgres restart are replaced rather than failing a query.
+        // Postgres restart are replaced rather than failing a query; the kept ones (`warm`)
+        // are not tested, see `switchyard_store_sql::warm`.
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -145,7 +150,10 @@ impl PostgresStore {
                 Err(e) => return Err(e),
             }
         }
-        Ok(Self { pool })
+        // Half the pool at most, so statements straight on the pool (the migrations, the
+        // agent hosts' bookkeeping) always find one; none with a pool of one.
+        let warm = Warm::new(pool.clone(), (max_connections / 2) as usize);
+        Ok(Self { pool, warm })
     }
 
     /// The prepared statements of a pooled connection, each with how many times Postgres
@@ -170,13 +178,31 @@ impl PostgresStore {
             .collect()
     }
 
+    /// How many connections wait for the hot paths' next statement (`warm`). For tests.
+    #[doc(hidden)]
+    pub fn kept_connections(&self) -> usize {
+        self.warm.kept()
+    }
+
     /// Closes the pool; in-flight queries finish first.
     pub async fn close(&self) {
+        // The pool waits for every connection out of it, kept ones too.
+        self.warm.release();
         self.pool.close().await;
     }
 
     async fn begin(&self) -> BackendResult<Transaction<'static, Postgres>> {
         self.pool.begin().await.map_err(db("begin"))
+    }
+
+    /// A transaction on a kept connection, for the hot paths.
+    async fn begin_warm(&self) -> BackendResult<Held<Postgres>> {
+        self.warm.begin().await.map_err(db("begin"))
+    }
+
+    /// A kept connection for one statement; [`Held::keep`] it after the statement succeeded.
+    async fn held(&self) -> BackendResult<Held<Postgres>> {
+        self.warm.take().await.map_err(db("acquire"))
     }
 }
 
@@ -285,7 +311,7 @@ impl Handles for PostgresStore {
     type Tx = Tx<Postgres>;
 
     fn read(&self) -> Conn<'_, Postgres> {
-        Conn::new(&self.pool, map_err)
+        Conn::warm(&self.warm, map_err)
     }
 
     fn lock(&self, strength: Lock) -> &'static str {
@@ -302,7 +328,7 @@ impl Handles for PostgresStore {
     }
 
     async fn begin(&self) -> BackendResult<Tx<Postgres>> {
-        Ok(Tx::new(PostgresStore::begin(self).await?, map_err))
+        Tx::warm(&self.warm, map_err).await
     }
 }
 
@@ -413,15 +439,17 @@ impl StoreDialect for PostgresStore {
             return Ok(0);
         }
         let (ch, msg): (Vec<String>, Vec<String>) = done.iter().cloned().unzip();
+        let mut conn = self.held().await?;
         let gone = sqlx::query(
             "DELETE FROM outbox o USING unnest($1::text[], $2::text[]) AS d(channel_id, message_id) \
               WHERE o.channel_id = d.channel_id AND o.message_id = d.message_id",
         )
         .bind(&ch)
         .bind(&msg)
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await
         .map_err(db("ack outbox batch"))?;
+        conn.keep();
         Ok(gone.rows_affected())
     }
 
@@ -438,6 +466,7 @@ impl StoreDialect for PostgresStore {
             return Ok(());
         }
         let (ch, seq): (Vec<String>, Vec<i64>) = at.into_iter().unzip();
+        let mut conn = self.held().await?;
         sqlx::query(
             "INSERT INTO outbox_cursors (channel_id, acked_seq) \
              SELECT v.channel_id, v.seq \
@@ -449,14 +478,16 @@ impl StoreDialect for PostgresStore {
         )
         .bind(&ch)
         .bind(&seq)
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await
         .map_err(db("advance outbox"))?;
+        conn.keep();
         Ok(())
     }
 
     async fn route_states(&self, ids: &[String], now: i64) -> BackendResult<Vec<RouteState>> {
         let mut out = Vec::with_capacity(ids.len());
+        let mut conn = self.held().await?;
         for chunk in ids.chunks(5000) {
             let rows = sqlx::query(concat!(
                 "SELECT ",
@@ -465,31 +496,34 @@ impl StoreDialect for PostgresStore {
             ))
             .bind(chunk)
             .bind(now)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .map_err(db("route states"))?;
             for r in &rows {
                 out.push(switchyard_store_sql::records::route_state(r)?);
             }
         }
+        conn.keep();
         Ok(out)
     }
 
     async fn get_channels(&self, ids: &[String]) -> BackendResult<Vec<ChannelRecord>> {
         let mut out = Vec::with_capacity(ids.len());
+        let mut conn = self.held().await?;
         for chunk in ids.chunks(5000) {
             let rows = sqlx::query(concat!(
                 switchyard_store_sql::channel_select!(),
                 " WHERE c.id = ANY($1)"
             ))
             .bind(chunk)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .map_err(db("get channels"))?;
             for r in &rows {
                 out.push(switchyard_store_sql::records::channel(r)?);
             }
         }
+        conn.keep();
         Ok(out)
     }
 
@@ -502,6 +536,7 @@ impl StoreDialect for PostgresStore {
     ) -> BackendResult<Vec<RouteState>> {
         let profiles = json_text(&profiles)?;
         let mut out = Vec::with_capacity(ids.len());
+        let mut conn = self.held().await?;
         for chunk in ids.chunks(5000) {
             // One statement a chunk. A narrow row each, updated in place (schema 9); the
             // states come back from the update itself. `adopted`: the rare unbound channel
@@ -519,13 +554,14 @@ impl StoreDialect for PostgresStore {
             .bind(socket)
             .bind(&profiles)
             .bind(now)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .map_err(db("set channel routes"))?;
             for r in &rows {
                 out.push(switchyard_store_sql::records::route_state(r)?);
             }
         }
+        conn.keep();
         Ok(out)
     }
 
@@ -539,6 +575,7 @@ impl StoreDialect for PostgresStore {
     ) -> BackendResult<Vec<Reopened>> {
         let profiles = json_text(&profiles)?;
         let mut out = Vec::with_capacity(ids.len());
+        let mut conn = self.held().await?;
         for chunk in ids.chunks(5000) {
             // One statement a chunk: read, route the owned ones, answer their states.
             // - `t`: the channels and their routes as they were, the routes locked so the old
@@ -570,13 +607,14 @@ impl StoreDialect for PostgresStore {
             .bind(owner.tenant_id)
             .bind(owner.card_id)
             .bind(owner.connector_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .map_err(db("reopen channels"))?;
             for r in &rows {
                 out.push(switchyard_store_sql::records::reopened(r)?);
             }
         }
+        conn.keep();
         Ok(out)
     }
 
@@ -586,6 +624,7 @@ impl StoreDialect for PostgresStore {
         socket: &str,
         now: i64,
     ) -> BackendResult<()> {
+        let mut conn = self.held().await?;
         for chunk in ids.chunks(5000) {
             sqlx::query(
                 "UPDATE channel_routes SET socket_id = NULL, moved_at = $3 \
@@ -594,15 +633,17 @@ impl StoreDialect for PostgresStore {
             .bind(chunk)
             .bind(socket)
             .bind(now)
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await
             .map_err(db("clear channel routes"))?;
         }
+        conn.keep();
         Ok(())
     }
 
     fn pool_stats(&self) -> Option<(u32, u32)> {
-        let idle = u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX);
+        // Kept connections (`warm`) are out of the pool but idle all the same.
+        let idle = u32::try_from(self.pool.num_idle() + self.warm.kept()).unwrap_or(u32::MAX);
         Some((self.pool.size(), idle))
     }
 
@@ -616,6 +657,7 @@ impl StoreDialect for PostgresStore {
         // One statement: concurrent acquirers of a missing lease meet at the primary key, and
         // the losers then see the winner's row. SET expressions read the row as it was, so the
         // generation compares the old holder.
+        let mut conn = self.held().await?;
         let row = sqlx::query(concat!(
             "INSERT INTO leases (name, holder, generation, expires_at) VALUES ($1, $2, 1, $3) \
              ON CONFLICT (name) DO UPDATE SET \
@@ -630,9 +672,10 @@ impl StoreDialect for PostgresStore {
         .bind(holder)
         .bind(now.saturating_add(ttl_ms))
         .bind(now)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *conn)
         .await
         .map_err(db("acquire lease"))?;
+        conn.keep();
         one(row, lease)
     }
 }

@@ -36,7 +36,7 @@ pub(crate) async fn enqueue_batch(
         .unwrap_or_default();
     let channels: Vec<String> = items.iter().map(|i| i.record.channel_id.clone()).collect();
     let messages: Vec<String> = items.iter().map(|i| i.record.message_id.clone()).collect();
-    let mut tx = store.begin().await?;
+    let mut tx = store.begin_warm().await?;
     let mut facts = BatchFacts::default();
     // Channel rows are locked in id order (so concurrent batches cannot deadlock): that
     // makes the dedupe check, the cap check and the seq assignment one step per channel.

@@ -74,38 +74,7 @@ async fn schema_names_are_checked() {
     assert_eq!(err.kind, switchyard_core::ErrorKind::Internal);
 }
 
-/// A Postgres restart, seen from the pool: its server connections die. Only this test's own
-/// connections (tagged by application name) are killed, so other users of the server are
-/// untouched.
-#[tokio::test]
-async fn pool_recovers_when_its_connections_die() {
-    let tag = format!("t_{}", random_secret(8));
-    let base = url();
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let tagged = format!("{base}{sep}application_name={tag}");
-    let store = PostgresStore::connect(&tagged, None, 2)
-        .await
-        .expect("connect postgres");
-    store.ping().await.expect("ping");
-
-    let mut admin = sqlx::PgConnection::connect(&base)
-        .await
-        .expect("admin connection");
-    let killed: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
-    )
-    .bind(&tag)
-    .fetch_all(&mut admin)
-    .await
-    .expect("terminate backends");
-    assert!(!killed.is_empty(), "the pool had a connection to kill");
-
-    store
-        .ping()
-        .await
-        .expect("the pool replaces dead connections");
-    store.close().await;
-}
+// A Postgres restart, seen from the pool and the connections kept from it: `warm.rs`.
 
 /// Routes written by pods of build 8 (schema 8's columns) are read by this build, through
 /// migration 9's mirror trigger; see the case for the steps.

@@ -9,6 +9,7 @@ use sqlx::{Database, Pool, Postgres, Sqlite, Transaction};
 use switchyard_core::error::{BackendError, BackendResult};
 
 use crate::rows::{Cell, SqlRow, first};
+use crate::warm::{Held, Warm};
 
 /// A backend's mapping of a driver error to the store's error kinds, given the step that failed.
 pub type ErrMap = fn(&'static str, sqlx::Error) -> BackendError;
@@ -175,30 +176,51 @@ pub trait Exec: Send {
         Self: Sized;
 }
 
-/// Statements straight on a pool: each is its own transaction.
+/// Statements straight on a pool, or on the connections [`Warm`] keeps from it: each is its
+/// own transaction.
 pub struct Conn<'a, DB: Database> {
     pool: &'a Pool<DB>,
+    warm: Option<&'a Warm<DB>>,
     err: ErrMap,
 }
 
 impl<'a, DB: Database> Conn<'a, DB> {
     pub fn new(pool: &'a Pool<DB>, err: ErrMap) -> Self {
-        Self { pool, err }
+        Self {
+            pool,
+            warm: None,
+            err,
+        }
+    }
+
+    /// Statements on the connections `warm` keeps.
+    pub fn warm(warm: &'a Warm<DB>, err: ErrMap) -> Self {
+        Self {
+            pool: warm.pool(),
+            warm: Some(warm),
+            err,
+        }
     }
 }
 
 /// Statements in one transaction, rolled back unless committed.
 pub struct Tx<DB: Database> {
-    tx: Transaction<'static, DB>,
+    tx: Open<DB>,
     err: ErrMap,
     /// Held until the transaction ends, after it (a backend's turn at its one writer).
     hold: Option<Box<dyn Send + Sync>>,
 }
 
+/// Where a transaction runs: sqlx's own, or BEGIN on a connection [`Warm`] keeps.
+enum Open<DB: Database> {
+    Pool(Transaction<'static, DB>),
+    Warm(Held<DB>),
+}
+
 impl<DB: Database> Tx<DB> {
     pub fn new(tx: Transaction<'static, DB>, err: ErrMap) -> Self {
         Self {
-            tx,
+            tx: Open::Pool(tx),
             err,
             hold: None,
         }
@@ -207,15 +229,28 @@ impl<DB: Database> Tx<DB> {
     /// The transaction, holding `hold` until it ends.
     pub fn holding(tx: Transaction<'static, DB>, err: ErrMap, hold: Box<dyn Send + Sync>) -> Self {
         Self {
-            tx,
+            tx: Open::Pool(tx),
             err,
             hold: Some(hold),
         }
     }
 
+    /// A transaction on a connection `warm` keeps (see [`Warm::begin`]).
+    pub async fn warm(warm: &Warm<DB>, err: ErrMap) -> BackendResult<Self> {
+        let held = warm.begin().await.map_err(|e| err("begin", e))?;
+        Ok(Self {
+            tx: Open::Warm(held),
+            err,
+            hold: None,
+        })
+    }
+
     /// The connection, for the dialect's own statements in this transaction.
     pub fn conn(&mut self) -> &mut DB::Connection {
-        &mut self.tx
+        match &mut self.tx {
+            Open::Pool(tx) => tx,
+            Open::Warm(held) => held,
+        }
     }
 }
 
@@ -276,6 +311,26 @@ where
     q
 }
 
+/// A statement of [`Conn`]: on the pool, or on a kept connection that is kept again when the
+/// statement succeeded.
+macro_rules! on_conn {
+    ($conn:ident, $what:ident, $q:ident, $op:ident) => {{
+        let err = $conn.err;
+        match $conn.warm {
+            None => query(&$q).$op($conn.pool).await.map_err(|e| err($what, e)),
+            Some(warm) => {
+                let mut held = warm.take().await.map_err(|e| err($what, e))?;
+                let out = query(&$q)
+                    .$op(&mut *held)
+                    .await
+                    .map_err(|e| err($what, e))?;
+                held.keep();
+                Ok(out)
+            }
+        }
+    }};
+}
+
 macro_rules! exec_for {
     ($db:ty) => {
         #[async_trait]
@@ -286,37 +341,20 @@ macro_rules! exec_for {
                 q: Stmt<'_>,
                 what: &'static str,
             ) -> BackendResult<Vec<Self::Row>> {
-                let err = self.err;
-                query(&q)
-                    .fetch_all(self.pool)
-                    .await
-                    .map_err(|e| err(what, e))
+                on_conn!(self, what, q, fetch_all)
             }
             async fn opt(
                 &mut self,
                 q: Stmt<'_>,
                 what: &'static str,
             ) -> BackendResult<Option<Self::Row>> {
-                let err = self.err;
-                query(&q)
-                    .fetch_optional(self.pool)
-                    .await
-                    .map_err(|e| err(what, e))
+                on_conn!(self, what, q, fetch_optional)
             }
             async fn one(&mut self, q: Stmt<'_>, what: &'static str) -> BackendResult<Self::Row> {
-                let err = self.err;
-                query(&q)
-                    .fetch_one(self.pool)
-                    .await
-                    .map_err(|e| err(what, e))
+                on_conn!(self, what, q, fetch_one)
             }
             async fn run(&mut self, q: Stmt<'_>, what: &'static str) -> BackendResult<u64> {
-                let err = self.err;
-                let done = query(&q)
-                    .execute(self.pool)
-                    .await
-                    .map_err(|e| err(what, e))?;
-                Ok(done.rows_affected())
+                Ok(on_conn!(self, what, q, execute)?.rows_affected())
             }
             async fn commit(self) -> BackendResult<()> {
                 Ok(())
@@ -333,7 +371,7 @@ macro_rules! exec_for {
             ) -> BackendResult<Vec<Self::Row>> {
                 let err = self.err;
                 query(&q)
-                    .fetch_all(&mut *self.tx)
+                    .fetch_all(self.conn())
                     .await
                     .map_err(|e| err(what, e))
             }
@@ -344,30 +382,33 @@ macro_rules! exec_for {
             ) -> BackendResult<Option<Self::Row>> {
                 let err = self.err;
                 query(&q)
-                    .fetch_optional(&mut *self.tx)
+                    .fetch_optional(self.conn())
                     .await
                     .map_err(|e| err(what, e))
             }
             async fn one(&mut self, q: Stmt<'_>, what: &'static str) -> BackendResult<Self::Row> {
                 let err = self.err;
                 query(&q)
-                    .fetch_one(&mut *self.tx)
+                    .fetch_one(self.conn())
                     .await
                     .map_err(|e| err(what, e))
             }
             async fn run(&mut self, q: Stmt<'_>, what: &'static str) -> BackendResult<u64> {
                 let err = self.err;
                 let done = query(&q)
-                    .execute(&mut *self.tx)
+                    .execute(self.conn())
                     .await
                     .map_err(|e| err(what, e))?;
                 Ok(done.rows_affected())
             }
             async fn commit(self) -> BackendResult<()> {
                 let Tx { tx, err, hold } = self;
-                let done = tx.commit().await.map_err(|e| err("commit", e));
+                let done = match tx {
+                    Open::Pool(tx) => tx.commit().await,
+                    Open::Warm(held) => held.commit().await,
+                };
                 drop(hold);
-                done
+                done.map_err(|e| err("commit", e))
             }
         }
     };

@@ -10,6 +10,7 @@ mod exec;
 pub mod host_records;
 pub mod records;
 mod rows;
+pub mod warm;
 
 pub mod dialect;
 pub mod host_ops;
