@@ -7,7 +7,7 @@ use crate::error::BackendResult;
 use crate::model::*;
 
 /// Schema version this build understands; `serve` refuses any other.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The answer of [`Store::reopen_channels`]: each of `found` (as read before the move) with
 /// its state among `states` (those of the moved channels).
@@ -519,8 +519,10 @@ pub fn place_batch(
 
 /// The outcome of each item of a batch, in input order, with the rules of
 /// [`Store::enqueue_outbox`]; a repeat within the batch is a duplicate of the first, and
-/// items stored earlier in the batch count toward their channel's cap. Shared by every
-/// backend so the rules exist once.
+/// items stored earlier in the batch count toward their channel's cap. SQLite and the memory
+/// store run it in the pod; Postgres runs the same rules on the server, in one call
+/// (`migrations/postgres/0010_enqueue_batch.sql`), and the store conformance suite
+/// (`enqueue_batch_rules` and the cases after it) holds every backend to them.
 pub fn plan_enqueue_batch(items: &[Enqueue], facts: &BatchFacts) -> Vec<EnqueueOutcome> {
     let mut seen_here = std::collections::HashSet::new();
     let mut pending = facts.pending.clone();

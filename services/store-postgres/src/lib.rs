@@ -64,6 +64,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("../../../migrations/postgres/0009_channel_routes.sql"),
     ),
+    (
+        10,
+        include_str!("../../../migrations/postgres/0010_enqueue_batch.sql"),
+    ),
 ];
 
 /// How long a caller waits for a pooled connection (or for a new one while Postgres is down)
@@ -195,14 +199,14 @@ impl PostgresStore {
         self.pool.begin().await.map_err(db("begin"))
     }
 
-    /// A transaction on a kept connection, for the hot paths.
-    async fn begin_warm(&self) -> BackendResult<Held<Postgres>> {
-        self.warm.begin().await.map_err(db("begin"))
-    }
-
     /// A kept connection for one statement; [`Held::keep`] it after the statement succeeded.
     async fn held(&self) -> BackendResult<Held<Postgres>> {
         self.warm.take().await.map_err(db("acquire"))
+    }
+
+    /// A connection the pool tested, to keep like [`PostgresStore::held`]'s.
+    async fn tested(&self) -> BackendResult<Held<Postgres>> {
+        self.warm.tested().await.map_err(db("acquire"))
     }
 }
 

@@ -1,7 +1,8 @@
 //! Connections kept between statements (`switchyard_store_sql::warm`) against a server that
 //! kills them, as a Postgres restart does: at most one statement fails, a transaction's BEGIN
-//! does not, a kept connection that waited past `WARM_FOR` is tested first, and a transaction
-//! dropped before its commit leaves nothing behind on the connection it ran on.
+//! and the inbound batch's call do not, a kept connection that waited past `WARM_FOR` is
+//! tested first, and a transaction dropped before its commit leaves nothing behind on the
+//! connection it ran on.
 
 use std::time::Duration;
 
@@ -70,12 +71,19 @@ impl Case {
     }
 }
 
-/// Two statements at once leave two connections kept.
+/// Two connections in use at once, both kept afterwards: a transaction holds one while a
+/// read takes another.
 async fn keep_two(store: &PostgresStore) {
-    let (one, other) = (["ch_none".to_owned()], ["ch_other".to_owned()]);
-    let (a, b) = tokio::join!(store.get_channels(&one), store.get_channels(&other));
-    a.expect("read");
-    b.expect("read");
+    let mut tx = Handles::begin(store).await.expect("begin");
+    stmt("SELECT 1")
+        .execute(&mut tx, "select")
+        .await
+        .expect("select");
+    store
+        .get_channels(&["ch_none".to_owned()])
+        .await
+        .expect("read");
+    tx.commit().await.expect("commit");
     assert_eq!(store.kept_connections(), 2);
 }
 
@@ -102,7 +110,7 @@ async fn one_statement_fails_when_the_kept_connections_die() {
 }
 
 #[tokio::test]
-async fn a_batch_begun_on_a_dead_kept_connection_starts_again() {
+async fn a_batch_sent_on_a_dead_kept_connection_runs_again() {
     let case = Case::new(4).await;
     let connector = connector(&case.store).await;
     let channel = channel_of(&case.store, &connector).await;
@@ -113,7 +121,7 @@ async fn a_batch_begun_on_a_dead_kept_connection_starts_again() {
         .store
         .enqueue_outbox_batch(&items)
         .await
-        .expect("BEGIN failed on the dead connection and ran again on a tested one");
+        .expect("the call failed on the dead connection and ran again on a tested one");
     assert!(out[0].is_stored(), "{out:?}");
     assert_eq!(
         case.store
@@ -123,6 +131,27 @@ async fn a_batch_begun_on_a_dead_kept_connection_starts_again() {
             .len(),
         1
     );
+    case.finish().await;
+}
+
+#[tokio::test]
+async fn a_transaction_begun_on_a_dead_kept_connection_starts_again() {
+    let case = Case::new(4).await;
+    keep_two(&case.store).await;
+    case.kill_connections().await;
+    let mut tx = Handles::begin(&case.store)
+        .await
+        .expect("BEGIN failed on the dead connection and ran again on a tested one");
+    stmt("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
+        .bind("tn_after")
+        .bind("after")
+        .bind(now_ms())
+        .execute(&mut tx, "insert")
+        .await
+        .expect("insert");
+    tx.commit().await.expect("commit");
+    let tenants = case.store.list_tenants().await.expect("tenants");
+    assert_eq!(tenants.len(), 1);
     case.finish().await;
 }
 

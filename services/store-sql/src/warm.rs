@@ -99,7 +99,7 @@ impl<DB: Database> Warm<DB> {
     }
 
     /// A connection from the pool, which tests it.
-    async fn tested(&self) -> Result<Held<DB>, sqlx::Error> {
+    pub async fn tested(&self) -> Result<Held<DB>, sqlx::Error> {
         let conn = self.inner.pool.acquire().await?;
         Ok(self.held(conn, false))
     }
@@ -151,6 +151,11 @@ pub struct Held<DB: Database> {
 }
 
 impl<DB: Database> Held<DB> {
+    /// Taken as it waited, without a round trip: the server may have ended it meanwhile.
+    pub fn untested(&self) -> bool {
+        self.untested
+    }
+
     /// Its work succeeded: the connection waits for the next use. Past `keep` connections it
     /// goes back to the pool.
     pub fn keep(mut self) {

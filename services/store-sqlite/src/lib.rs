@@ -65,6 +65,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("../../../migrations/sqlite/0009_channel_routes.sql"),
     ),
+    (
+        10,
+        include_str!("../../../migrations/sqlite/0010_enqueue_batch.sql"),
+    ),
 ];
 
 /// Creates a missing database file readable by this user only (0600); SQLite gives its WAL
