@@ -217,3 +217,20 @@ async fn a_dropped_transaction_leaves_its_connection_clean() {
     assert_eq!(open, 0);
     case.finish().await;
 }
+
+#[test]
+fn a_store_dropped_after_its_runtime_closes_its_kept_connections() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let store = runtime.block_on(async {
+        let store = PostgresStore::connect(&url(), None, 4)
+            .await
+            .expect("connect postgres");
+        store.ping().await.expect("ping");
+        assert_eq!(store.kept_connections(), 1);
+        store
+    });
+    drop(runtime);
+    // A kept connection goes back to its pool on a task of the runtime; with none left, it
+    // is closed where it is instead (sqlx panics when asked to spawn without a runtime).
+    drop(store);
+}

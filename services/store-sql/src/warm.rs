@@ -44,6 +44,20 @@ struct Inner<DB: Database> {
     keep: usize,
 }
 
+impl<DB: Database> Drop for Inner<DB> {
+    /// A kept connection dropped goes back to its pool on a task of the runtime, and sqlx
+    /// panics when there is none (a store outliving its runtime at the end of a process).
+    /// Then each is closed where it is.
+    fn drop(&mut self) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            let idle = self.idle.get_mut().unwrap_or_else(PoisonError::into_inner);
+            for (conn, _) in idle.drain(..) {
+                drop(conn.detach());
+            }
+        }
+    }
+}
+
 impl<DB: Database> Warm<DB> {
     /// Keeps at most `keep` connections (the rest of the pool stays for statements on it).
     pub fn new(pool: Pool<DB>, keep: usize) -> Self {
