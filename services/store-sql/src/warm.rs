@@ -179,7 +179,8 @@ impl<DB: Database> Held<DB> {
         }
         if let Some(conn) = self.conn.take() {
             let mut idle = self.warm.idle();
-            if idle.len() < self.warm.inner.keep {
+            // A closing pool waits for every connection out of it: none is kept from then on.
+            if idle.len() < self.warm.inner.keep && !self.warm.inner.pool.is_closed() {
                 idle.push((conn, Instant::now()));
             }
         }
