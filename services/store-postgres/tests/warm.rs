@@ -71,6 +71,17 @@ impl Case {
     }
 }
 
+/// A tenant row written in the transaction `tx`.
+async fn insert_tenant(tx: &mut impl Exec, id: &str, name: &str) {
+    stmt("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
+        .bind(id)
+        .bind(name)
+        .bind(now_ms())
+        .execute(tx, "insert")
+        .await
+        .expect("insert");
+}
+
 /// Two connections in use at once, both kept afterwards: a transaction holds one while a
 /// read takes another.
 async fn keep_two(store: &PostgresStore) {
@@ -142,13 +153,7 @@ async fn a_transaction_begun_on_a_dead_kept_connection_starts_again() {
     let mut tx = Handles::begin(&case.store)
         .await
         .expect("BEGIN failed on the dead connection and ran again on a tested one");
-    stmt("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
-        .bind("tn_after")
-        .bind("after")
-        .bind(now_ms())
-        .execute(&mut tx, "insert")
-        .await
-        .expect("insert");
+    insert_tenant(&mut tx, "tn_after", "after").await;
     tx.commit().await.expect("commit");
     let tenants = case.store.list_tenants().await.expect("tenants");
     assert_eq!(tenants.len(), 1);
@@ -176,23 +181,11 @@ async fn a_dropped_transaction_leaves_its_connection_clean() {
     assert_eq!(case.store.kept_connections(), 1);
     {
         let mut tx = Handles::begin(&case.store).await.expect("begin");
-        stmt("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
-            .bind("tn_dropped")
-            .bind("dropped")
-            .bind(now_ms())
-            .execute(&mut tx, "insert")
-            .await
-            .expect("insert");
+        insert_tenant(&mut tx, "tn_dropped", "dropped").await;
         // Dropped here, uncommitted.
     }
     let mut tx = Handles::begin(&case.store).await.expect("begin again");
-    stmt("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)")
-        .bind("tn_kept")
-        .bind("kept")
-        .bind(now_ms())
-        .execute(&mut tx, "insert")
-        .await
-        .expect("insert");
+    insert_tenant(&mut tx, "tn_kept", "kept").await;
     tx.commit().await.expect("commit");
     let names: Vec<String> = case
         .store
